@@ -1,0 +1,24 @@
+//! The multi-version key-value core of leasehold: etcd's revisions, generations, ranges, txns and
+//! compaction, as a synchronous, deterministic state machine over in-memory data. It owns the
+//! *semantics* of the KV API; it must never do I/O, read a clock or know about gRPC or Raft.
+//! Persistence is the caller's: every write returns the [`Change`]s it made, in order.
+//!
+//! ```text
+//!   request ──► Store::{put, delete_range, txn, compact} ──► (response, Vec<Change>) ──► storage
+//!   request ──► Store::range ──► response
+//! ```
+
+mod error;
+mod store;
+mod types;
+
+pub use error::Error;
+pub use store::{Store, Written};
+pub use types::{
+    Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse,
+    KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record, RequestOp,
+    ResponseOp, Revision, SortOrder, SortTarget, TxnRequest, TxnResponse,
+};
+
+#[cfg(test)]
+mod tests;

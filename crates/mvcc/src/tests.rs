@@ -1,0 +1,573 @@
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use crate::*;
+
+fn no_leases(_: LeaseId) -> bool {
+    false
+}
+
+fn put(store: &mut Store, key: &str, value: &str) -> i64 {
+    let req = PutRequest {
+        key: key.into(),
+        value: value.into(),
+        ..Default::default()
+    };
+    store.put(&req, &no_leases).expect("put").0.revision
+}
+
+fn get_at(store: &Store, key: &str, range_end: &str, revision: i64) -> Vec<(String, String)> {
+    let req = RangeRequest {
+        key: key.into(),
+        range_end: range_end.into(),
+        revision,
+        ..Default::default()
+    };
+    store
+        .range(&req)
+        .expect("range")
+        .kvs
+        .into_iter()
+        .map(|kv| {
+            (
+                String::from_utf8(kv.key).unwrap(),
+                String::from_utf8(kv.value).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn revisions_start_at_one_and_writes_bump_by_one() {
+    let mut s = Store::new();
+    assert_eq!(s.current_revision(), 1);
+    assert_eq!(put(&mut s, "a", "1"), 2);
+    assert_eq!(put(&mut s, "a", "2"), 3);
+    let kv = &s
+        .range(&RangeRequest {
+            key: "a".into(),
+            ..Default::default()
+        })
+        .unwrap()
+        .kvs[0];
+    assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (2, 3, 2));
+}
+
+#[test]
+fn delete_then_recreate_starts_a_new_generation() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1");
+    put(&mut s, "a", "2");
+    let (resp, changes) = s.delete_range(&DeleteRangeRequest {
+        key: "a".into(),
+        ..Default::default()
+    });
+    assert_eq!((resp.deleted, resp.revision, changes.len()), (1, 4, 1));
+    assert_eq!(put(&mut s, "a", "3"), 5);
+    let kv = &s
+        .range(&RangeRequest {
+            key: "a".into(),
+            ..Default::default()
+        })
+        .unwrap()
+        .kvs[0];
+    assert_eq!((kv.create_revision, kv.version), (5, 1));
+    assert_eq!(get_at(&s, "a", "", 3), vec![("a".into(), "2".into())]);
+    assert!(get_at(&s, "a", "", 4).is_empty());
+}
+
+#[test]
+fn deleting_nothing_keeps_the_revision() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1");
+    let (resp, changes) = s.delete_range(&DeleteRangeRequest {
+        key: "b".into(),
+        ..Default::default()
+    });
+    assert_eq!((resp.deleted, resp.revision, changes.len()), (0, 2, 0));
+    assert_eq!(s.current_revision(), 2);
+}
+
+#[test]
+fn range_limit_sort_and_filters() {
+    let mut s = Store::new();
+    for (k, v) in [("a", "3"), ("b", "1"), ("c", "2"), ("d", "1")] {
+        put(&mut s, k, v);
+    }
+    put(&mut s, "b", "1"); // b: version 2, mod 6
+    let base = RangeRequest {
+        key: "a".into(),
+        range_end: "z".into(),
+        ..Default::default()
+    };
+    let keys = |r: RangeResponse| {
+        r.kvs
+            .into_iter()
+            .map(|kv| String::from_utf8(kv.key).unwrap())
+            .collect::<Vec<_>>()
+    };
+
+    let r = s
+        .range(&RangeRequest {
+            limit: 2,
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!((r.count, r.more), (4, true));
+    assert_eq!(keys(r), ["a", "b"]);
+
+    let r = s
+        .range(&RangeRequest {
+            sort_target: SortTarget::Value,
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!(
+        keys(r),
+        ["b", "d", "c", "a"],
+        "ascending by value, ties in key order"
+    );
+    let r = s
+        .range(&RangeRequest {
+            sort_target: SortTarget::Value,
+            sort_order: SortOrder::Descend,
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!(
+        keys(r),
+        ["a", "c", "b", "d"],
+        "descending by value, ties in key order"
+    );
+    let r = s
+        .range(&RangeRequest {
+            sort_order: SortOrder::Descend,
+            limit: 1,
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!(
+        (keys(r.clone()), r.more, r.count),
+        (vec!["d".to_string()], true, 4)
+    );
+
+    let r = s
+        .range(&RangeRequest {
+            min_mod_revision: 4,
+            max_mod_revision: 5,
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!(keys(r), ["c", "d"]);
+    let r = s
+        .range(&RangeRequest {
+            max_create_revision: 3,
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!(keys(r), ["a", "b"]);
+
+    let r = s
+        .range(&RangeRequest {
+            count_only: true,
+            ..base.clone()
+        })
+        .unwrap();
+    assert_eq!((r.count, r.kvs.len(), r.more), (4, 0, false));
+    let r = s
+        .range(&RangeRequest {
+            keys_only: true,
+            ..base.clone()
+        })
+        .unwrap();
+    assert!(r.kvs.iter().all(|kv| kv.value.is_empty()));
+
+    // "\0" as range_end means every key from `key` on; an end before the key is empty.
+    assert_eq!(get_at(&s, "c", "\0", 0).len(), 2);
+    assert!(get_at(&s, "c", "b", 0).is_empty());
+}
+
+#[test]
+fn reads_outside_the_readable_history_fail() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1");
+    put(&mut s, "a", "2");
+    let at = |rev| RangeRequest {
+        key: "a".into(),
+        revision: rev,
+        ..Default::default()
+    };
+    assert_eq!(s.range(&at(4)), Err(Error::FutureRevision));
+    s.compact(3).unwrap();
+    assert_eq!(s.range(&at(2)), Err(Error::Compacted));
+    assert_eq!(s.range(&at(3)).unwrap().kvs.len(), 1);
+    assert_eq!(s.compact(3), Err(Error::Compacted));
+    assert_eq!(s.compact(9), Err(Error::FutureRevision));
+}
+
+#[test]
+fn compaction_removes_hidden_versions_and_dead_tombstones() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1"); // 2
+    put(&mut s, "a", "2"); // 3
+    put(&mut s, "b", "1"); // 4
+    s.delete_range(&DeleteRangeRequest {
+        key: "b".into(),
+        ..Default::default()
+    }); // 5
+    put(&mut s, "a", "3"); // 6
+    let (_, removed) = s.compact(5).unwrap();
+    // a@2 is hidden by a@3; b@4 and its tombstone @5 are gone; a@3 stays (visible at 5).
+    assert_eq!(removed.len(), 3);
+    assert_eq!(s.key_history_len(), 1);
+    assert_eq!(get_at(&s, "a", "", 5), vec![("a".into(), "2".into())]);
+    assert_eq!(get_at(&s, "a", "", 6), vec![("a".into(), "3".into())]);
+    s.validate();
+}
+
+#[test]
+fn txn_applies_the_taken_branch_at_one_revision() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1");
+    let req = TxnRequest {
+        compare: vec![Compare {
+            result: CompareResult::Equal,
+            target: CompareTarget::Value(b"1".to_vec()),
+            key: "a".into(),
+            range_end: vec![],
+        }],
+        success: vec![
+            RequestOp::Put(PutRequest {
+                key: "b".into(),
+                value: "x".into(),
+                ..Default::default()
+            }),
+            RequestOp::Range(RangeRequest {
+                key: "b".into(),
+                ..Default::default()
+            }),
+            RequestOp::DeleteRange(DeleteRangeRequest {
+                key: "a".into(),
+                ..Default::default()
+            }),
+        ],
+        failure: vec![],
+    };
+    let (resp, changes) = s.txn(&req, &no_leases).unwrap();
+    assert!(resp.succeeded);
+    assert_eq!(resp.revision, 3);
+    assert_eq!(changes.len(), 2);
+    let ResponseOp::Range(r) = &resp.responses[1] else {
+        panic!()
+    };
+    assert_eq!(
+        (r.kvs.len(), r.revision),
+        (1, 3),
+        "a txn reads its own writes"
+    );
+    assert_eq!(s.current_revision(), 3);
+}
+
+#[test]
+fn read_only_txn_and_failed_compares_do_not_bump() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1");
+    let req = TxnRequest {
+        compare: vec![Compare {
+            result: CompareResult::Greater,
+            target: CompareTarget::Version(5),
+            key: "a".into(),
+            range_end: vec![],
+        }],
+        success: vec![RequestOp::Put(PutRequest {
+            key: "b".into(),
+            ..Default::default()
+        })],
+        failure: vec![RequestOp::Range(RangeRequest {
+            key: "a".into(),
+            ..Default::default()
+        })],
+    };
+    let (resp, changes) = s.txn(&req, &no_leases).unwrap();
+    assert!(!resp.succeeded);
+    assert_eq!((resp.revision, changes.len()), (2, 0));
+}
+
+#[test]
+fn value_compare_on_a_missing_key_fails_but_others_compare_as_zero() {
+    let mut s = Store::new();
+    let cmp = |target| TxnRequest {
+        compare: vec![Compare {
+            result: CompareResult::Equal,
+            target,
+            key: "nope".into(),
+            range_end: vec![],
+        }],
+        ..Default::default()
+    };
+    assert!(
+        !s.txn(&cmp(CompareTarget::Value(vec![])), &no_leases)
+            .unwrap()
+            .0
+            .succeeded
+    );
+    assert!(
+        s.txn(&cmp(CompareTarget::Create(0)), &no_leases)
+            .unwrap()
+            .0
+            .succeeded
+    );
+    assert!(
+        s.txn(&cmp(CompareTarget::Lease(0)), &no_leases)
+            .unwrap()
+            .0
+            .succeeded
+    );
+}
+
+#[test]
+fn a_failing_precheck_applies_nothing() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1");
+    let req = TxnRequest {
+        success: vec![
+            RequestOp::Put(PutRequest {
+                key: "b".into(),
+                ..Default::default()
+            }),
+            RequestOp::Put(PutRequest {
+                key: "c".into(),
+                lease: LeaseId::from_wire(7),
+                ..Default::default()
+            }),
+        ],
+        ..Default::default()
+    };
+    assert_eq!(s.txn(&req, &no_leases).unwrap_err(), Error::LeaseNotFound);
+    assert_eq!(s.current_revision(), 2);
+    assert!(get_at(&s, "b", "", 0).is_empty());
+    let ignore = PutRequest {
+        key: "zz".into(),
+        ignore_value: true,
+        ..Default::default()
+    };
+    assert_eq!(s.put(&ignore, &no_leases).unwrap_err(), Error::KeyNotFound);
+}
+
+#[test]
+fn nested_compares_see_the_state_before_the_txn() {
+    let mut s = Store::new();
+    let nested = TxnRequest {
+        compare: vec![Compare {
+            result: CompareResult::Equal,
+            target: CompareTarget::Create(0),
+            key: "a".into(),
+            range_end: vec![],
+        }],
+        success: vec![RequestOp::Put(PutRequest {
+            key: "yes".into(),
+            ..Default::default()
+        })],
+        failure: vec![RequestOp::Put(PutRequest {
+            key: "no".into(),
+            ..Default::default()
+        })],
+    };
+    let req = TxnRequest {
+        success: vec![
+            RequestOp::Put(PutRequest {
+                key: "a".into(),
+                ..Default::default()
+            }),
+            RequestOp::Txn(nested),
+        ],
+        ..Default::default()
+    };
+    let (resp, _) = s.txn(&req, &no_leases).unwrap();
+    let ResponseOp::Txn(inner) = &resp.responses[1] else {
+        panic!()
+    };
+    assert!(
+        inner.succeeded,
+        "the nested compare ran before `a` was written"
+    );
+    assert_eq!(get_at(&s, "yes", "", 0).len(), 1);
+}
+
+#[test]
+fn ignore_value_and_ignore_lease_keep_the_previous_ones() {
+    let mut s = Store::new();
+    let lease = LeaseId::from_wire(-7).unwrap();
+    let any = |_: LeaseId| true;
+    s.put(
+        &PutRequest {
+            key: "k".into(),
+            value: "v".into(),
+            lease: Some(lease),
+            ..Default::default()
+        },
+        &any,
+    )
+    .unwrap();
+    s.put(
+        &PutRequest {
+            key: "k".into(),
+            value: "w".into(),
+            ignore_lease: true,
+            ..Default::default()
+        },
+        &any,
+    )
+    .unwrap();
+    s.put(
+        &PutRequest {
+            key: "k".into(),
+            ignore_value: true,
+            ..Default::default()
+        },
+        &any,
+    )
+    .unwrap();
+    let kv = &s
+        .range(&RangeRequest {
+            key: "k".into(),
+            ..Default::default()
+        })
+        .unwrap()
+        .kvs[0];
+    assert_eq!(
+        (kv.value.as_slice(), kv.lease, kv.version),
+        (&b"w"[..], None, 3)
+    );
+}
+
+#[test]
+fn delete_keys_removes_all_at_one_revision_in_key_order() {
+    let mut s = Store::new();
+    for k in ["c", "a", "b"] {
+        put(&mut s, k, "1");
+    }
+    let (rev, changes) = s.delete_keys([&b"c"[..], b"a", b"b", b"missing"]);
+    assert_eq!(rev, 5);
+    let keys: Vec<&[u8]> = changes
+        .iter()
+        .map(|c| match c {
+            Change::Write { record, .. } => record.key(),
+            _ => panic!(),
+        })
+        .collect();
+    assert_eq!(keys, [b"a", b"b", b"c"]);
+    let (rev, changes) = s.delete_keys([&b"a"[..]]);
+    assert_eq!(
+        (rev, changes.len()),
+        (5, 0),
+        "deleting nothing keeps the revision"
+    );
+}
+
+#[test]
+fn restore_from_records_gives_the_same_store() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1");
+    put(&mut s, "b", "1");
+    s.delete_range(&DeleteRangeRequest {
+        key: "a".into(),
+        ..Default::default()
+    });
+    put(&mut s, "a", "2");
+    s.compact(3).unwrap();
+    let r = Store::restore(s.current_revision(), s.compact_revision(), s.records());
+    assert_eq!(r.records(), s.records());
+    assert_eq!(
+        (r.current_revision(), r.compact_revision()),
+        (s.current_revision(), s.compact_revision())
+    );
+}
+
+// --- Property test against a simple model: a full copy of the key space at every revision. ---
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put(u8, u8),
+    Delete(u8, u8),
+    Compact(u8),
+    Read(u8, u8, u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..8, any::<u8>()).prop_map(|(k, v)| Op::Put(k, v)),
+        2 => (0u8..8, 0u8..9).prop_map(|(k, e)| Op::Delete(k, e)),
+        1 => any::<u8>().prop_map(Op::Compact),
+        3 => (0u8..8, 0u8..9, any::<u8>()).prop_map(|(k, e, r)| Op::Read(k, e, r)),
+    ]
+}
+
+fn key(k: u8) -> Vec<u8> {
+    vec![b'k', b'0' + k]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn matches_a_model_of_full_copies(ops in proptest::collection::vec(op(), 1..60)) {
+        let mut s = Store::new();
+        // model[r] is the key space at revision r; index 0 is unused.
+        let mut model: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = vec![BTreeMap::new(), BTreeMap::new()];
+        let mut compacted = -1i64;
+        for op in ops {
+            match op {
+                Op::Put(k, v) => {
+                    let rev = s.put(&PutRequest { key: key(k), value: vec![v], ..Default::default() }, &no_leases).unwrap().0.revision;
+                    let mut next = model.last().unwrap().clone();
+                    next.insert(key(k), vec![v]);
+                    model.push(next);
+                    prop_assert_eq!(rev as usize, model.len() - 1);
+                }
+                Op::Delete(k, e) => {
+                    let end = if e > k { key(e) } else { vec![] };
+                    let (resp, _) = s.delete_range(&DeleteRangeRequest { key: key(k), range_end: end.clone(), prev_kv: false });
+                    let mut next = model.last().unwrap().clone();
+                    let doomed: Vec<Vec<u8>> = next.keys().filter(|x| if end.is_empty() { **x == key(k) } else { **x >= key(k) && **x < end }).cloned().collect();
+                    prop_assert_eq!(resp.deleted as usize, doomed.len());
+                    if !doomed.is_empty() {
+                        for d in doomed { next.remove(&d); }
+                        model.push(next);
+                    }
+                }
+                Op::Compact(r) => {
+                    let rev = i64::from(r) % (model.len() as i64 + 1);
+                    let res = s.compact(rev);
+                    if rev <= compacted {
+                        prop_assert_eq!(res.unwrap_err(), Error::Compacted);
+                    } else if rev > s.current_revision() {
+                        prop_assert_eq!(res.unwrap_err(), Error::FutureRevision);
+                    } else {
+                        prop_assert!(res.is_ok());
+                        compacted = rev;
+                    }
+                }
+                Op::Read(k, e, r) => {
+                    let rev = i64::from(r) % (model.len() as i64 + 1);
+                    let end = if e > k { key(e) } else { vec![] };
+                    let res = s.range(&RangeRequest { key: key(k), range_end: end.clone(), revision: rev, ..Default::default() });
+                    let at = if rev == 0 { model.len() as i64 - 1 } else { rev };
+                    if rev > s.current_revision() {
+                        prop_assert_eq!(res.unwrap_err(), Error::FutureRevision);
+                    } else if at < compacted {
+                        prop_assert_eq!(res.unwrap_err(), Error::Compacted);
+                    } else {
+                        let got: Vec<(Vec<u8>, Vec<u8>)> = res.unwrap().kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
+                        let want: Vec<(Vec<u8>, Vec<u8>)> = model[at as usize].iter().filter(|(x, _)| if end.is_empty() { **x == key(k) } else { **x >= key(k) && **x < end }).map(|(a, b)| (a.clone(), b.clone())).collect();
+                        prop_assert_eq!(got, want);
+                    }
+                }
+            }
+            prop_assert_eq!(s.current_revision() as usize, model.len() - 1);
+            s.validate();
+        }
+        let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
+        prop_assert_eq!(restored.records(), s.records());
+    }
+}

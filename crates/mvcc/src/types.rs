@@ -1,0 +1,226 @@
+//! The core's own request, response and record types. They mirror etcd's wire messages closely
+//! (so conversion at the gRPC edge is one function per message), but use newtypes and `Option`
+//! where the wire uses sentinels.
+
+use serde::{Deserialize, Serialize};
+
+/// A lease identifier. Zero is never a valid id: "no lease" is `None` in the core and `0` only on
+/// the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LeaseId(i64);
+
+impl LeaseId {
+    /// Converts the wire value; `0` means "no lease".
+    pub fn from_wire(id: i64) -> Option<LeaseId> {
+        (id != 0).then_some(LeaseId(id))
+    }
+
+    /// The raw, non-zero value.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+
+    /// The wire value of an optional lease: `0` for none.
+    pub fn to_wire(id: Option<LeaseId>) -> i64 {
+        id.map_or(0, |l| l.0)
+    }
+}
+
+/// A point in the store's history: `main` is the revision clients see; `sub` orders the changes
+/// made by one write (a txn with several ops) at the same main revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Revision {
+    pub main: i64,
+    pub sub: i64,
+}
+
+impl Revision {
+    /// Big-endian encoding, so that byte order equals revision order (the on-disk key).
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.main.to_be_bytes());
+        out[8..].copy_from_slice(&self.sub.to_be_bytes());
+        out
+    }
+
+    /// Inverse of [`Revision::to_bytes`].
+    pub fn from_bytes(bytes: [u8; 16]) -> Revision {
+        let (main, sub) = bytes.split_at(8);
+        Revision {
+            main: i64::from_be_bytes(main.try_into().expect("8 bytes")),
+            sub: i64::from_be_bytes(sub.try_into().expect("8 bytes")),
+        }
+    }
+}
+
+/// One version of a key, as etcd's `mvccpb.KeyValue`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyValue {
+    pub key: Vec<u8>,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+    pub value: Vec<u8>,
+    pub lease: Option<LeaseId>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SortOrder {
+    #[default]
+    None,
+    Ascend,
+    Descend,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SortTarget {
+    #[default]
+    Key,
+    Version,
+    Create,
+    Mod,
+    Value,
+}
+
+/// etcd's `RangeRequest`. `range_end` follows etcd: empty means the single key `key`, `[0]` means
+/// every key `>= key`, anything else is the half-open interval `[key, range_end)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeRequest {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    /// `<= 0` means no limit.
+    pub limit: i64,
+    /// `<= 0` means the current revision.
+    pub revision: i64,
+    pub sort_order: SortOrder,
+    pub sort_target: SortTarget,
+    pub serializable: bool,
+    pub keys_only: bool,
+    pub count_only: bool,
+    pub min_mod_revision: i64,
+    pub max_mod_revision: i64,
+    pub min_create_revision: i64,
+    pub max_create_revision: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeResponse {
+    /// The store revision the header carries (the current one, not the one read at).
+    pub revision: i64,
+    pub kvs: Vec<KeyValue>,
+    pub more: bool,
+    pub count: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutRequest {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub lease: Option<LeaseId>,
+    pub prev_kv: bool,
+    pub ignore_value: bool,
+    pub ignore_lease: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutResponse {
+    pub revision: i64,
+    pub prev_kv: Option<KeyValue>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRangeRequest {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub prev_kv: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRangeResponse {
+    pub revision: i64,
+    pub deleted: i64,
+    pub prev_kvs: Vec<KeyValue>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareResult {
+    Equal,
+    Greater,
+    Less,
+    NotEqual,
+}
+
+/// What a compare looks at, with the operand. etcd carries the operand in a oneof that may
+/// disagree with the target; the edge resolves that (a missing operand is zero or empty).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareTarget {
+    Version(i64),
+    Create(i64),
+    Mod(i64),
+    Value(Vec<u8>),
+    Lease(i64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compare {
+    pub result: CompareResult,
+    pub target: CompareTarget,
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestOp {
+    Range(RangeRequest),
+    Put(PutRequest),
+    DeleteRange(DeleteRangeRequest),
+    Txn(TxnRequest),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRequest {
+    pub compare: Vec<Compare>,
+    pub success: Vec<RequestOp>,
+    pub failure: Vec<RequestOp>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResponseOp {
+    Range(RangeResponse),
+    Put(PutResponse),
+    DeleteRange(DeleteRangeResponse),
+    Txn(TxnResponse),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnResponse {
+    pub revision: i64,
+    pub succeeded: bool,
+    pub responses: Vec<ResponseOp>,
+}
+
+/// A change to persist, in the order made. The storage layer writes these to its revision table;
+/// later the watch hub turns them into events.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// A new version of a key, or its deletion (`kv.value` empty, `tombstone` set).
+    Write { rev: Revision, record: Record },
+    /// A revision physically removed by compaction.
+    Remove { rev: Revision },
+}
+
+/// What the store keeps at one revision of one key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    Put(KeyValue),
+    Tombstone { key: Vec<u8> },
+}
+
+impl Record {
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Record::Put(kv) => &kv.key,
+            Record::Tombstone { key } => key,
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! `leasehold` (no subcommand): parse etcd's flags, open the replica, serve the client URLs,
+//! stop cleanly on SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use leasehold_raft::{Replica, ReplicaConfig};
+use leasehold_server::ServerContext;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Human-readable name for this member.
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// Path to the data directory.
+    #[arg(long, default_value = "./leasehold.data")]
+    pub data_dir: PathBuf,
+    /// Comma-separated URLs to listen on for client traffic.
+    #[arg(long, default_value = "http://127.0.0.1:2379")]
+    pub listen_client_urls: String,
+    /// Comma-separated client URLs to advertise (defaults to the listen URLs).
+    #[arg(long)]
+    pub advertise_client_urls: Option<String>,
+    /// Comma-separated URLs to listen on for peer traffic (used once clusters have several members).
+    #[arg(long, default_value = "http://127.0.0.1:2380")]
+    pub listen_peer_urls: String,
+    /// This member's peer URLs to advertise to the rest of the cluster.
+    #[arg(long, default_value = "http://127.0.0.1:2380")]
+    pub initial_advertise_peer_urls: String,
+    /// Initial cluster configuration for bootstrapping, `name=peerURL,...`.
+    #[arg(long)]
+    pub initial_cluster: Option<String>,
+    /// `new` or `existing`.
+    #[arg(long, default_value = "new")]
+    pub initial_cluster_state: String,
+    /// Initial cluster token, mixed into the member and cluster IDs.
+    #[arg(long, default_value = "etcd-cluster")]
+    pub initial_cluster_token: String,
+    /// Time (in milliseconds) of a heartbeat interval.
+    #[arg(long, default_value_t = 100)]
+    pub heartbeat_interval: u64,
+    /// Time (in milliseconds) for an election to timeout.
+    #[arg(long, default_value_t = 1000)]
+    pub election_timeout: u64,
+    /// Raft entries between snapshots of the state machine (etcd's --snapshot-count).
+    #[arg(long, default_value_t = 10_000)]
+    pub snapshot_count: u64,
+}
+
+/// The member's identity, derived as etcd derives it: from its peer URLs and the cluster token.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub member_id: u64,
+    pub cluster_id: u64,
+    pub peer_urls: Vec<String>,
+}
+
+/// FNV-1a: a stable hash, so IDs survive restarts and rebuilds.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in part.iter().chain(b"\0") {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h.max(1)
+}
+
+fn split_urls(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+impl ServeArgs {
+    pub fn identity(&self) -> anyhow::Result<Identity> {
+        let advertised = split_urls(&self.initial_advertise_peer_urls);
+        let initial = self.initial_cluster.clone().unwrap_or_else(|| {
+            format!(
+                "{}={}",
+                self.name,
+                advertised.join(&format!(",{}=", self.name))
+            )
+        });
+        let mut members: Vec<(String, String)> = Vec::new();
+        for entry in split_urls(&initial) {
+            let Some((name, url)) = entry.split_once('=') else {
+                bail!("--initial-cluster: expected name=url, got {entry:?}");
+            };
+            members.push((name.to_owned(), url.to_owned()));
+        }
+        let mut mine: Vec<String> = members
+            .iter()
+            .filter(|(n, _)| *n == self.name)
+            .map(|(_, u)| u.clone())
+            .collect();
+        if mine.is_empty() {
+            bail!(
+                "couldn't find local name {:?} in the initial cluster configuration",
+                self.name
+            );
+        }
+        let names: std::collections::BTreeSet<&str> =
+            members.iter().map(|(n, _)| n.as_str()).collect();
+        if names.len() > 1 {
+            bail!(
+                "multi-member clusters are not supported yet: --initial-cluster must name only this member"
+            );
+        }
+        mine.sort();
+        let mut parts: Vec<&[u8]> = mine.iter().map(|u| u.as_bytes()).collect();
+        parts.push(self.initial_cluster_token.as_bytes());
+        let member_id = fnv1a(&parts);
+        let cluster_id = fnv1a(&[
+            &member_id.to_be_bytes(),
+            self.initial_cluster_token.as_bytes(),
+        ]);
+        Ok(Identity {
+            member_id,
+            cluster_id,
+            peer_urls: mine,
+        })
+    }
+
+    fn client_addrs(&self) -> anyhow::Result<Vec<SocketAddr>> {
+        split_urls(&self.listen_client_urls)
+            .iter()
+            .map(|u| parse_http_url(u).with_context(|| format!("--listen-client-urls {u:?}")))
+            .collect()
+    }
+}
+
+/// `http://host:port` to a socket address. TLS (`https`) and unix sockets are not supported yet.
+fn parse_http_url(url: &str) -> anyhow::Result<SocketAddr> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        bail!("only http:// URLs are supported (TLS is not implemented yet)");
+    };
+    let hostport = rest.trim_end_matches('/');
+    let hostport = hostport.replace("localhost:", "127.0.0.1:");
+    hostport
+        .parse()
+        .with_context(|| format!("not host:port: {hostport:?}"))
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let identity = args.identity()?;
+    let addrs = args.client_addrs()?;
+    let fresh = !args.data_dir.join("leasehold.redb").exists();
+    if fresh && args.initial_cluster_state == "existing" {
+        bail!("--initial-cluster-state existing: joining a running cluster is not supported yet");
+    }
+    if args.initial_cluster_state != "new" && args.initial_cluster_state != "existing" {
+        bail!("--initial-cluster-state must be 'new' or 'existing'");
+    }
+    // Bind first so that a taken port fails fast, before storage is touched.
+    let mut listeners = Vec::new();
+    for addr in &addrs {
+        let l = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listen on {addr}"))?;
+        listeners.push(l);
+    }
+    let data_dir = std::path::absolute(&args.data_dir).unwrap_or(args.data_dir.clone());
+    tracing::info!(
+        name = %args.name,
+        member_id = %format!("{:x}", identity.member_id),
+        data_dir = %data_dir.display(),
+        "starting leasehold {} ({})",
+        env!("CARGO_PKG_VERSION"),
+        if fresh { "new data dir" } else { "recovering from data dir" },
+    );
+    let replica = Replica::start(ReplicaConfig {
+        member_id: identity.member_id,
+        peer_url: identity.peer_urls[0].clone(),
+        data_dir: data_dir.clone(),
+        heartbeat_interval_ms: args.heartbeat_interval,
+        election_timeout_ms: args.election_timeout,
+        snapshot_log_entries_max: args.snapshot_count,
+    })
+    .await
+    .with_context(|| format!("open data dir {}", data_dir.display()))?;
+    let client_urls = match &args.advertise_client_urls {
+        Some(urls) => split_urls(urls),
+        None => listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| format!("http://{a}")))
+            .collect::<Result<_, _>>()?,
+    };
+    let ctx = Arc::new(ServerContext {
+        replica: replica.clone(),
+        cluster_id: identity.cluster_id,
+        member_id: identity.member_id,
+        name: args.name.clone(),
+        client_urls,
+        peer_urls: identity.peer_urls.clone(),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut servers = Vec::new();
+    for listener in listeners {
+        let addr = listener.local_addr()?;
+        tracing::info!("serving client requests on http://{addr}");
+        let mut stop = stop_rx.clone();
+        let ctx = ctx.clone();
+        servers.push(tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            leasehold_server::serve(ctx, listener, shutdown).await
+        }));
+    }
+    tracing::info!("ready to serve client requests");
+    wait_for_signal().await?;
+    tracing::info!("shutting down: draining client requests");
+    let _ = stop_tx.send(true);
+    for server in servers {
+        server.await??;
+    }
+    replica.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct P {
+        #[command(flatten)]
+        a: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> ServeArgs {
+        P::try_parse_from(std::iter::once("leasehold").chain(args.iter().copied()))
+            .unwrap()
+            .a
+    }
+
+    #[test]
+    fn etcd_flags_parse_with_etcd_names() {
+        let a = parse(&[
+            "--name",
+            "n1",
+            "--data-dir",
+            "/tmp/x",
+            "--listen-client-urls",
+            "http://127.0.0.1:1,http://127.0.0.1:2",
+            "--advertise-client-urls",
+            "http://127.0.0.1:1",
+            "--listen-peer-urls",
+            "http://127.0.0.1:3",
+            "--initial-advertise-peer-urls",
+            "http://127.0.0.1:3",
+            "--initial-cluster",
+            "n1=http://127.0.0.1:3",
+            "--initial-cluster-state",
+            "new",
+            "--initial-cluster-token",
+            "t",
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+        ]);
+        assert_eq!(a.client_addrs().unwrap().len(), 2);
+        assert_eq!((a.heartbeat_interval, a.election_timeout), (50, 500));
+        assert_eq!(
+            a.identity().unwrap().peer_urls,
+            vec!["http://127.0.0.1:3".to_string()]
+        );
+    }
+
+    #[test]
+    fn identity_is_stable_and_depends_on_urls_and_token() {
+        let a = parse(&["--initial-cluster-token", "a"]).identity().unwrap();
+        assert_eq!(
+            a,
+            parse(&["--initial-cluster-token", "a"]).identity().unwrap()
+        );
+        assert_ne!(
+            a.member_id,
+            parse(&["--initial-cluster-token", "b"])
+                .identity()
+                .unwrap()
+                .member_id
+        );
+        assert_ne!(a.member_id, 0);
+    }
+
+    #[test]
+    fn bad_cluster_configs_are_refused() {
+        assert!(
+            parse(&["--name", "x", "--initial-cluster", "y=http://127.0.0.1:1"])
+                .identity()
+                .is_err()
+        );
+        assert!(
+            parse(&[
+                "--initial-cluster",
+                "default=http://127.0.0.1:1,b=http://127.0.0.1:2"
+            ])
+            .identity()
+            .is_err()
+        );
+        assert!(
+            parse(&["--listen-client-urls", "https://127.0.0.1:1"])
+                .client_addrs()
+                .is_err()
+        );
+    }
+}

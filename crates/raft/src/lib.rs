@@ -1,0 +1,28 @@
+//! openraft glue for leasehold: the replicated [`Command`], the redb-backed Raft log and state
+//! machine, and [`Replica`], the one handle the server uses to write (through the log) and read
+//! (at a linearizable or serializable point). It owns durability; it must never know about gRPC.
+//!
+//! ```text
+//!   Replica::write(cmd) ──► openraft ──► LogStore::append (redb, fsync per batch)
+//!                                   └──► StateMachine::apply ──► mvcc::Store + redb (no fsync)
+//!   Replica::read(f)   ──► read index (ensure_linearizable) ──► f(&Store)
+//! ```
+
+mod command;
+mod log_store;
+mod network;
+mod replica;
+mod state_machine;
+mod storage;
+
+use std::io::Cursor;
+
+pub use command::{Applied, Command};
+pub use replica::{RaftStatus, Replica, ReplicaConfig, ReplicaError};
+
+openraft::declare_raft_types!(
+    /// The Raft type configuration of leasehold.
+    pub TypeConfig:
+        D = Command,
+        R = Applied,
+);

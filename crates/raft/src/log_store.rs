@@ -1,0 +1,214 @@
+//! The Raft log on redb. Every append, truncate, purge and vote is an fsync'd commit
+//! (`Durability::Immediate`) before openraft hears it is done; openraft hands `append` a whole
+//! batch of entries at once, so concurrent client writes share one fsync (group commit).
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{Entry, LogId, RaftLogReader, StorageError, StorageIOError, Vote};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable};
+
+use crate::TypeConfig;
+use crate::storage::{RAFT_LOG, RAFT_META, decode, encode, io_err};
+
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<Database>,
+}
+
+impl LogStore {
+    pub(crate) fn new(db: Arc<Database>) -> LogStore {
+        LogStore { db }
+    }
+
+    fn read_meta<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, std::io::Error> {
+        let txn = self.db.begin_read().map_err(io_err)?;
+        let table = txn.open_table(RAFT_META).map_err(io_err)?;
+        match table.get(key).map_err(io_err)? {
+            Some(v) => Ok(Some(decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Runs one write transaction on a blocking thread: redb's commit waits on fsync, which must
+    /// not stall a runtime worker (there are only two on this machine).
+    async fn write<F>(&self, durability: Durability, f: F) -> Result<(), std::io::Error>
+    where
+        F: FnOnce(&redb::WriteTransaction) -> Result<(), std::io::Error> + Send + 'static,
+    {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut txn = db.begin_write().map_err(io_err)?;
+            txn.set_durability(durability).map_err(io_err)?;
+            f(&txn)?;
+            txn.commit().map_err(io_err)
+        })
+        .await
+        .map_err(io_err)?
+    }
+
+    fn write_meta(
+        txn: &redb::WriteTransaction,
+        key: &str,
+        bytes: &[u8],
+    ) -> Result<(), std::io::Error> {
+        let mut table = txn.open_table(RAFT_META).map_err(io_err)?;
+        table.insert(key, bytes).map_err(io_err)?;
+        Ok(())
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<u64>> {
+        let read = || -> Result<Vec<Entry<TypeConfig>>, std::io::Error> {
+            let txn = self.db.begin_read().map_err(io_err)?;
+            let table = txn.open_table(RAFT_LOG).map_err(io_err)?;
+            let start = match range.start_bound() {
+                Bound::Included(i) => *i,
+                Bound::Excluded(i) => i.saturating_add(1),
+                Bound::Unbounded => 0,
+            };
+            let mut out = Vec::new();
+            for row in table.range(start..).map_err(io_err)? {
+                let (k, v) = row.map_err(io_err)?;
+                if !range.contains(&k.value()) {
+                    break;
+                }
+                out.push(decode(v.value())?);
+            }
+            Ok(out)
+        };
+        read().map_err(|e| StorageIOError::read_logs(&e).into())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
+        let state = || -> Result<LogState<TypeConfig>, std::io::Error> {
+            let last_purged_log_id: Option<LogId<u64>> = self.read_meta("last_purged")?;
+            let txn = self.db.begin_read().map_err(io_err)?;
+            let table = txn.open_table(RAFT_LOG).map_err(io_err)?;
+            let last = match table.last().map_err(io_err)? {
+                Some((_, v)) => Some(decode::<Entry<TypeConfig>>(v.value())?.log_id),
+                None => None,
+            };
+            Ok(LogState {
+                last_purged_log_id,
+                last_log_id: last.or(last_purged_log_id),
+            })
+        };
+        state().map_err(|e| StorageIOError::read_logs(&e).into())
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
+        let bytes = encode(vote);
+        self.write(Durability::Immediate, move |txn| {
+            Self::write_meta(txn, "vote", &bytes)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_vote(&e).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {
+        self.read_meta("vote")
+            .map_err(|e| StorageIOError::read_vote(&e).into())
+    }
+
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<u64>>,
+    ) -> Result<(), StorageError<u64>> {
+        // Only a hint for re-applying on restart; it becomes durable with the next fsync.
+        let bytes = encode(&committed);
+        self.write(Durability::None, move |txn| {
+            Self::write_meta(txn, "committed", &bytes)
+        })
+        .await
+        .map_err(|e| StorageIOError::write(&e).into())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
+        Ok(self
+            .read_meta::<Option<LogId<u64>>>("committed")
+            .map_err(|e| StorageIOError::read(&e))?
+            .flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<u64>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let rows: Vec<(u64, Vec<u8>)> = entries
+            .into_iter()
+            .map(|e| (e.log_id.index, encode(&e)))
+            .collect();
+        let result = self
+            .write(Durability::Immediate, move |txn| {
+                let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
+                for (index, bytes) in &rows {
+                    table.insert(*index, bytes.as_slice()).map_err(io_err)?;
+                }
+                Ok(())
+            })
+            .await;
+        // Tell openraft only after the fsync: it may then count this member toward a quorum.
+        match result {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                let err = StorageIOError::write_logs(&e).into();
+                callback.log_io_completed(Err(e));
+                Err(err)
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
+        self.write(Durability::Immediate, move |txn| {
+            let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
+            table
+                .retain_in(log_id.index.., |_, _| false)
+                .map_err(io_err)?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| StorageIOError::write_logs(&e).into())
+    }
+
+    async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
+        let bytes = encode(&log_id);
+        // Immediate: this commit also makes every earlier (unsynced) state-machine commit
+        // durable before the log entries it was built from disappear.
+        self.write(Durability::Immediate, move |txn| {
+            Self::write_meta(txn, "last_purged", &bytes)?;
+            let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
+            table
+                .retain_in(..=log_id.index, |_, _| false)
+                .map_err(io_err)?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| StorageIOError::write_logs(&e).into())
+    }
+}

@@ -1,0 +1,168 @@
+//! One member of the replicated store: openraft wired to the redb log and state machine. The
+//! server talks to this and nothing below it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_mvcc::Store;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+
+use crate::command::{Applied, Command};
+use crate::log_store::LogStore;
+use crate::network::NoPeers;
+use crate::state_machine::{self, Shared, StateMachine};
+use crate::{TypeConfig, storage};
+
+/// How to start a member.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    pub member_id: u64,
+    pub peer_url: String,
+    pub data_dir: PathBuf,
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_ms: u64,
+    /// Raft entries between state-machine snapshots (after which the log is purged).
+    pub snapshot_log_entries_max: u64,
+}
+
+/// Why a request could not be served. `NoLeader` is transient (clients retry it); `Stopped` and
+/// `Storage` mean this member cannot serve any more.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    #[error("no leader")]
+    NoLeader,
+    #[error("raft stopped")]
+    Stopped,
+    #[error("storage: {0}")]
+    Storage(String),
+}
+
+/// A snapshot of Raft's progress, for headers and Status.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RaftStatus {
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+}
+
+pub struct Replica {
+    raft: Raft<TypeConfig>,
+    shared: Shared,
+    member_id: u64,
+    db_path: PathBuf,
+}
+
+impl Replica {
+    /// Opens storage, starts Raft and, on a new data dir, bootstraps a one-member cluster. Waits
+    /// (bounded) until this member leads and has applied everything committed.
+    pub async fn start(cfg: ReplicaConfig) -> Result<Arc<Replica>, std::io::Error> {
+        let db = storage::open(&cfg.data_dir)?;
+        let sm = StateMachine::open(db.clone())?;
+        let shared = sm.shared();
+        let log = LogStore::new(db);
+        let config = Config {
+            cluster_name: "leasehold".into(),
+            heartbeat_interval: cfg.heartbeat_interval_ms,
+            election_timeout_min: cfg.election_timeout_ms,
+            election_timeout_max: cfg.election_timeout_ms * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_log_entries_max),
+            max_in_snapshot_log_to_keep: 1000,
+            ..Default::default()
+        };
+        let config = Arc::new(config.validate().map_err(storage::io_err)?);
+        let raft = Raft::new(cfg.member_id, config, NoPeers, log, sm)
+            .await
+            .map_err(storage::io_err)?;
+        if !raft.is_initialized().await.map_err(storage::io_err)? {
+            let members = BTreeMap::from([(cfg.member_id, BasicNode::new(&cfg.peer_url))]);
+            raft.initialize(members).await.map_err(storage::io_err)?;
+        }
+        let replica = Arc::new(Replica {
+            raft,
+            shared,
+            member_id: cfg.member_id,
+            db_path: cfg.data_dir.join("leasehold.redb"),
+        });
+        let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
+        replica
+            .raft
+            .wait(Some(bound))
+            .metrics(|m| m.current_leader == Some(cfg.member_id), "become leader")
+            .await
+            .map_err(storage::io_err)?;
+        replica
+            .raft
+            .ensure_linearizable()
+            .await
+            .map_err(storage::io_err)?;
+        Ok(replica)
+    }
+
+    pub fn member_id(&self) -> u64 {
+        self.member_id
+    }
+
+    /// Proposes a command and waits until it is applied.
+    pub async fn write(&self, cmd: Command) -> Result<Applied, ReplicaError> {
+        match self.raft.client_write(cmd).await {
+            Ok(resp) => Ok(resp.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                Err(ReplicaError::NoLeader)
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                Err(ReplicaError::Storage(e.to_string()))
+            }
+            Err(RaftError::Fatal(_)) => Err(ReplicaError::Stopped),
+        }
+    }
+
+    /// Reads the applied state. A linearizable read first confirms leadership and waits until
+    /// everything committed before it is applied (read index).
+    pub async fn read<T>(
+        &self,
+        linearizable: bool,
+        f: impl FnOnce(&Store) -> T,
+    ) -> Result<T, ReplicaError> {
+        if linearizable {
+            self.raft.ensure_linearizable().await.map_err(|e| match e {
+                RaftError::APIError(_) => ReplicaError::NoLeader,
+                RaftError::Fatal(_) => ReplicaError::Stopped,
+            })?;
+        }
+        Ok(state_machine::read(&self.shared, f))
+    }
+
+    pub fn status(&self) -> RaftStatus {
+        let m = self.raft.metrics().borrow().clone();
+        RaftStatus {
+            term: m.current_term,
+            leader: m.current_leader,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+        }
+    }
+
+    /// The current members: (id, peer URL).
+    pub fn members(&self) -> Vec<(u64, String)> {
+        let m = self.raft.metrics().borrow().clone();
+        m.membership_config
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect()
+    }
+
+    /// Size of the database file in bytes.
+    pub fn db_size_bytes(&self) -> u64 {
+        std::fs::metadata(&self.db_path).map_or(0, |m| m.len())
+    }
+
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!("raft shutdown: {e}");
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! The replicated state machine: applies committed commands to the MVCC store and persists what
+//! they changed. Applying is deterministic; the only inputs are the state and the entry.
+//!
+//! Lock order: `Shared::state` is the only lock; it is never held across an `.await`.
+
+use std::io::Cursor;
+use std::sync::{Arc, RwLock};
+
+use leasehold_mvcc::{Change, LeaseId, Record, Revision, Store};
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageError, StorageIOError,
+    StoredMembership,
+};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable};
+use serde::{Deserialize, Serialize};
+
+use crate::TypeConfig;
+use crate::command::{Applied, Command};
+use crate::storage::{KV, SM_META, decode, encode, io_err};
+
+/// Everything the state machine holds, behind one lock so that a snapshot sees the store and the
+/// applied log id together.
+#[derive(Debug, Default)]
+pub(crate) struct SmState {
+    pub(crate) store: Store,
+    pub(crate) last_applied: Option<LogId<u64>>,
+    pub(crate) membership: StoredMembership<u64, BasicNode>,
+}
+
+pub(crate) type Shared = Arc<RwLock<SmState>>;
+
+/// What a snapshot carries: the whole state machine.
+#[derive(Serialize, Deserialize)]
+struct SnapshotPayload {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+    current_revision: i64,
+    compact_revision: i64,
+    records: Vec<(Revision, Record)>,
+}
+
+pub struct StateMachine {
+    db: Arc<Database>,
+    shared: Shared,
+    snapshot_seq: u64,
+}
+
+impl StateMachine {
+    /// Loads the persisted state machine (an empty one on a new database).
+    pub(crate) fn open(db: Arc<Database>) -> Result<StateMachine, std::io::Error> {
+        let txn = db.begin_read().map_err(io_err)?;
+        let meta = txn.open_table(SM_META).map_err(io_err)?;
+        let get = |key: &str| -> Result<Option<Vec<u8>>, std::io::Error> {
+            Ok(meta.get(key).map_err(io_err)?.map(|v| v.value().to_vec()))
+        };
+        let last_applied = get("last_applied")?.map(|b| decode(&b)).transpose()?;
+        let membership = get("membership")?
+            .map(|b| decode(&b))
+            .transpose()?
+            .unwrap_or_default();
+        let fresh = Store::new();
+        let current = get("current_revision")?
+            .map(|b| decode(&b))
+            .transpose()?
+            .unwrap_or(fresh.current_revision());
+        let compacted = get("compact_revision")?
+            .map(|b| decode(&b))
+            .transpose()?
+            .unwrap_or(fresh.compact_revision());
+        let table = txn.open_table(KV).map_err(io_err)?;
+        let mut records = Vec::new();
+        for row in table.iter().map_err(io_err)? {
+            let (k, v) = row.map_err(io_err)?;
+            records.push((
+                Revision::from_bytes(k.value()),
+                decode::<Record>(v.value())?,
+            ));
+        }
+        let store = Store::restore(current, compacted, records);
+        Ok(StateMachine {
+            db,
+            shared: Arc::new(RwLock::new(SmState {
+                store,
+                last_applied,
+                membership,
+            })),
+            snapshot_seq: 0,
+        })
+    }
+
+    pub(crate) fn shared(&self) -> Shared {
+        self.shared.clone()
+    }
+
+    fn snapshot(&mut self) -> Snapshot<TypeConfig> {
+        self.snapshot_seq += 1;
+        let state = self.shared.read().expect("state lock poisoned");
+        let payload = SnapshotPayload {
+            last_applied: state.last_applied,
+            membership: state.membership.clone(),
+            current_revision: state.store.current_revision(),
+            compact_revision: state.store.compact_revision(),
+            records: state.store.records(),
+        };
+        let snapshot_id = format!(
+            "{}-{}",
+            state.last_applied.map_or(0, |l| l.index),
+            self.snapshot_seq
+        );
+        Snapshot {
+            meta: SnapshotMeta {
+                last_log_id: state.last_applied,
+                last_membership: state.membership.clone(),
+                snapshot_id,
+            },
+            snapshot: Box::new(Cursor::new(encode(&payload))),
+        }
+    }
+}
+
+/// Applies one command. No lease can exist until the Lease service lands, so a put naming a
+/// lease fails with etcd's "requested lease not found", as etcd does for an unknown lease.
+fn apply_command(store: &mut Store, cmd: &Command, changes: &mut Vec<Change>) -> Applied {
+    let lease_exists = |_: LeaseId| false;
+    let mut keep = |written: Vec<Change>| changes.extend(written);
+    match cmd {
+        Command::Put(req) => Applied::Put(store.put(req, &lease_exists).map(|(resp, c)| {
+            keep(c);
+            resp
+        })),
+        Command::DeleteRange(req) => {
+            let (resp, c) = store.delete_range(req);
+            keep(c);
+            Applied::DeleteRange(resp)
+        }
+        Command::Txn(req) => Applied::Txn(store.txn(req, &lease_exists).map(|(resp, c)| {
+            keep(c);
+            resp
+        })),
+        Command::Compact { revision } => {
+            Applied::Compact(store.compact(*revision).map(|(rev, c)| {
+                keep(c);
+                rev
+            }))
+        }
+    }
+}
+
+/// The metadata written with every apply batch.
+struct MetaRow {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+    current_revision: i64,
+    compact_revision: i64,
+}
+
+fn write_batch(
+    txn: &redb::WriteTransaction,
+    changes: &[Change],
+    meta: &MetaRow,
+) -> Result<(), std::io::Error> {
+    let mut kv = txn.open_table(KV).map_err(io_err)?;
+    for change in changes {
+        match change {
+            Change::Write { rev, record } => {
+                kv.insert(rev.to_bytes(), encode(record).as_slice())
+                    .map_err(io_err)?;
+            }
+            Change::Remove { rev } => {
+                kv.remove(rev.to_bytes()).map_err(io_err)?;
+            }
+        }
+    }
+    let mut m = txn.open_table(SM_META).map_err(io_err)?;
+    m.insert("last_applied", encode(&meta.last_applied).as_slice())
+        .map_err(io_err)?;
+    m.insert("membership", encode(&meta.membership).as_slice())
+        .map_err(io_err)?;
+    m.insert(
+        "current_revision",
+        encode(&meta.current_revision).as_slice(),
+    )
+    .map_err(io_err)?;
+    m.insert(
+        "compact_revision",
+        encode(&meta.compact_revision).as_slice(),
+    )
+    .map_err(io_err)?;
+    Ok(())
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
+        Ok(self.snapshot())
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+        let state = self.shared.read().expect("state lock poisoned");
+        Ok((state.last_applied, state.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError<u64>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut replies = Vec::new();
+        let mut changes = Vec::new();
+        let meta = {
+            let mut guard = self.shared.write().expect("state lock poisoned");
+            let state = &mut *guard;
+            for entry in entries {
+                state.last_applied = Some(entry.log_id);
+                let reply = match entry.payload {
+                    EntryPayload::Blank => Applied::Nothing,
+                    EntryPayload::Membership(m) => {
+                        state.membership = StoredMembership::new(Some(entry.log_id), m);
+                        Applied::Nothing
+                    }
+                    EntryPayload::Normal(cmd) => {
+                        apply_command(&mut state.store, &cmd, &mut changes)
+                    }
+                };
+                replies.push(reply);
+            }
+            MetaRow {
+                last_applied: state.last_applied,
+                membership: state.membership.clone(),
+                current_revision: state.store.current_revision(),
+                compact_revision: state.store.compact_revision(),
+            }
+        };
+        let db = self.db.clone();
+        let last = meta.last_applied;
+        // No fsync here: the log already holds these entries durably, and the next fsync'd log
+        // commit makes this one durable too (see storage.rs).
+        tokio::task::spawn_blocking(move || {
+            let mut txn = db.begin_write().map_err(io_err)?;
+            txn.set_durability(Durability::None).map_err(io_err)?;
+            write_batch(&txn, &changes, &meta)?;
+            txn.commit().map_err(io_err)
+        })
+        .await
+        .map_err(io_err)
+        .and_then(|r| r)
+        .map_err(|e| StorageIOError::apply(last.unwrap_or_default(), &e))?;
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        StateMachine {
+            db: self.db.clone(),
+            shared: self.shared.clone(),
+            snapshot_seq: self.snapshot_seq + 1_000_000,
+        }
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<u64>> {
+        let to_err = |e: std::io::Error| StorageIOError::read_snapshot(Some(meta.signature()), &e);
+        let payload: SnapshotPayload = decode(snapshot.get_ref()).map_err(to_err)?;
+        let store = Store::restore(
+            payload.current_revision,
+            payload.compact_revision,
+            payload.records.clone(),
+        );
+        let row = MetaRow {
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+            current_revision: payload.current_revision,
+            compact_revision: payload.compact_revision,
+        };
+        let db = self.db.clone();
+        let changes: Vec<Change> = payload
+            .records
+            .into_iter()
+            .map(|(rev, record)| Change::Write { rev, record })
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_write().map_err(io_err)?;
+            {
+                let mut kv = txn.open_table(KV).map_err(io_err)?;
+                kv.retain(|_, _| false).map_err(io_err)?;
+            }
+            write_batch(&txn, &changes, &row)?;
+            txn.commit().map_err(io_err)
+        })
+        .await
+        .map_err(io_err)
+        .and_then(|r| r)
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        let mut state = self.shared.write().expect("state lock poisoned");
+        *state = SmState {
+            store,
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+        };
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<u64>> {
+        // The current state is always a valid snapshot at `last_applied`, which is never below
+        // the purged log; building it on demand means none has to be kept on disk.
+        let applied = self
+            .shared
+            .read()
+            .expect("state lock poisoned")
+            .last_applied;
+        Ok(applied.map(|_| self.snapshot()))
+    }
+}
+
+/// Reads run against the applied state under the read lock.
+pub(crate) fn read<T>(shared: &Shared, f: impl FnOnce(&Store) -> T) -> T {
+    let state = shared.read().expect("state lock poisoned");
+    f(&state.store)
+}

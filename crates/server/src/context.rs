@@ -1,0 +1,27 @@
+//! What every service needs: the replica, and this member's identity.
+
+use std::sync::Arc;
+
+use leasehold_raft::Replica;
+
+use crate::convert::Header;
+
+pub struct ServerContext {
+    pub replica: Arc<Replica>,
+    pub cluster_id: u64,
+    pub member_id: u64,
+    pub name: String,
+    pub client_urls: Vec<String>,
+    pub peer_urls: Vec<String>,
+}
+
+impl ServerContext {
+    /// The header parts that do not depend on the response: identity and the current term.
+    pub fn header(&self) -> Header {
+        Header {
+            cluster_id: self.cluster_id,
+            member_id: self.member_id,
+            raft_term: self.replica.status().term,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The one place where errors become gRPC statuses, with etcd's exact codes and messages
+//! (etcd's `api/v3rpc/rpctypes`). Every match is exhaustive: a new error variant does not compile
+//! until it has its status.
+
+use leasehold_mvcc as mvcc;
+use leasehold_raft::ReplicaError;
+use tonic::{Code, Status};
+
+/// Everything a client request can fail with at the gRPC edge.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// Rejected by validation before reaching the log.
+    Invalid(Invalid),
+    /// Refused by the store when applied (or read).
+    Mvcc(mvcc::Error),
+    Replica(ReplicaError),
+    /// Bigger than the transport accepts: grpc-go's check, with its message.
+    MessageTooLarge {
+        len: usize,
+        max: usize,
+    },
+}
+
+/// Request validation failures (etcd's `v3rpc/key.go` checks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invalid {
+    EmptyKey,
+    ValueProvided,
+    LeaseProvided,
+    TooManyOps,
+    DuplicateKey,
+    /// An empty `RequestOp` in a txn; etcd answers this with "key not found".
+    EmptyOp,
+    SortOption,
+    RequestTooLarge,
+}
+
+impl From<mvcc::Error> for ApiError {
+    fn from(e: mvcc::Error) -> Self {
+        ApiError::Mvcc(e)
+    }
+}
+
+impl From<ReplicaError> for ApiError {
+    fn from(e: ReplicaError) -> Self {
+        ApiError::Replica(e)
+    }
+}
+
+impl From<Invalid> for ApiError {
+    fn from(e: Invalid) -> Self {
+        ApiError::Invalid(e)
+    }
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Status {
+        match e {
+            ApiError::Invalid(i) => {
+                let msg = match i {
+                    Invalid::EmptyKey => "etcdserver: key is not provided",
+                    Invalid::ValueProvided => "etcdserver: value is provided",
+                    Invalid::LeaseProvided => "etcdserver: lease is provided",
+                    Invalid::TooManyOps => "etcdserver: too many operations in txn request",
+                    Invalid::DuplicateKey => "etcdserver: duplicate key given in txn request",
+                    Invalid::EmptyOp => "etcdserver: key not found",
+                    Invalid::SortOption => "etcdserver: invalid sort option",
+                    Invalid::RequestTooLarge => "etcdserver: request is too large",
+                };
+                Status::new(Code::InvalidArgument, msg)
+            }
+            ApiError::Mvcc(m) => match m {
+                mvcc::Error::Compacted => Status::new(
+                    Code::OutOfRange,
+                    "etcdserver: mvcc: required revision has been compacted",
+                ),
+                mvcc::Error::FutureRevision => Status::new(
+                    Code::OutOfRange,
+                    "etcdserver: mvcc: required revision is a future revision",
+                ),
+                mvcc::Error::KeyNotFound => {
+                    Status::new(Code::InvalidArgument, "etcdserver: key not found")
+                }
+                mvcc::Error::LeaseNotFound => {
+                    Status::new(Code::NotFound, "etcdserver: requested lease not found")
+                }
+            },
+            ApiError::Replica(r) => match r {
+                ReplicaError::NoLeader => Status::new(Code::Unavailable, "etcdserver: no leader"),
+                ReplicaError::Stopped => {
+                    Status::new(Code::Unavailable, "etcdserver: server stopped")
+                }
+                ReplicaError::Storage(msg) => {
+                    tracing::error!("storage failure serving a request: {msg}");
+                    Status::new(Code::Internal, format!("etcdserver: {msg}"))
+                }
+            },
+            ApiError::MessageTooLarge { len, max } => Status::new(
+                Code::ResourceExhausted,
+                format!("grpc: received message larger than max ({len} vs. {max})"),
+            ),
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The KV service: validate, convert, then read from the applied state or write through the log.
+
+use std::sync::Arc;
+
+use leasehold_api::etcdserverpb::{self as pb, kv_server::Kv};
+use leasehold_raft::{Applied, Command};
+use tonic::{Request, Response, Status};
+
+use crate::context::ServerContext;
+use crate::convert;
+use crate::error::ApiError;
+use crate::validate;
+
+pub struct KvService {
+    ctx: Arc<ServerContext>,
+}
+
+impl KvService {
+    pub fn new(ctx: Arc<ServerContext>) -> KvService {
+        KvService { ctx }
+    }
+
+    async fn propose(&self, cmd: Command) -> Result<Applied, ApiError> {
+        Ok(self.ctx.replica.write(cmd).await?)
+    }
+}
+
+/// A command's reply did not match the command: the state machine is broken, not the request.
+fn mismatch(applied: &Applied) -> Status {
+    tracing::error!("state machine answered with the wrong reply kind: {applied:?}");
+    Status::internal("etcdserver: unexpected apply result")
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(
+        &self,
+        req: Request<pb::RangeRequest>,
+    ) -> Result<Response<pb::RangeResponse>, Status> {
+        let req = req.into_inner();
+        validate::message_size(&req)?;
+        validate::range(&req).map_err(ApiError::from)?;
+        let linearizable = !req.serializable;
+        let req = convert::range_request(req);
+        let resp = self
+            .ctx
+            .replica
+            .read(linearizable, |store| store.range(&req))
+            .await
+            .map_err(ApiError::from)?
+            .map_err(ApiError::from)?;
+        let header = self.ctx.header().at(resp.revision);
+        Ok(Response::new(convert::range_response(header, resp)))
+    }
+
+    async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let req = req.into_inner();
+        validate::proposal_size(&req)?;
+        validate::put(&req).map_err(ApiError::from)?;
+        match self
+            .propose(Command::Put(convert::put_request(req)))
+            .await?
+        {
+            Applied::Put(result) => {
+                let resp = result.map_err(ApiError::from)?;
+                let header = self.ctx.header().at(resp.revision);
+                Ok(Response::new(convert::put_response(header, resp)))
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn delete_range(
+        &self,
+        req: Request<pb::DeleteRangeRequest>,
+    ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let req = req.into_inner();
+        validate::proposal_size(&req)?;
+        validate::delete(&req).map_err(ApiError::from)?;
+        match self
+            .propose(Command::DeleteRange(convert::delete_request(req)))
+            .await?
+        {
+            Applied::DeleteRange(resp) => {
+                let header = self.ctx.header().at(resp.revision);
+                Ok(Response::new(convert::delete_response(header, resp)))
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let req = req.into_inner();
+        validate::proposal_size(&req)?;
+        validate::txn(&req).map_err(ApiError::from)?;
+        match self
+            .propose(Command::Txn(convert::txn_request(req)))
+            .await?
+        {
+            Applied::Txn(result) => {
+                let resp = result.map_err(ApiError::from)?;
+                let header = self.ctx.header().at(resp.revision);
+                Ok(Response::new(convert::txn_response(header, resp)))
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn compact(
+        &self,
+        req: Request<pb::CompactionRequest>,
+    ) -> Result<Response<pb::CompactionResponse>, Status> {
+        let req = req.into_inner();
+        validate::proposal_size(&req)?;
+        // Compaction is applied synchronously with the log entry, so `physical` is always
+        // satisfied by the time the response is sent.
+        match self
+            .propose(Command::Compact {
+                revision: req.revision,
+            })
+            .await?
+        {
+            Applied::Compact(result) => {
+                let revision = result.map_err(ApiError::from)?;
+                Ok(Response::new(pb::CompactionResponse {
+                    header: self.ctx.header().at(revision),
+                }))
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+}

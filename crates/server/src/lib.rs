@@ -1,0 +1,56 @@
+//! The etcd v3 gRPC services of leasehold. It owns the wire: validation in etcd's order,
+//! conversion between protobuf and the core's types, and the mapping of every error to etcd's
+//! status code and message. It must never touch storage or the log directly: everything goes
+//! through [`leasehold_raft::Replica`].
+//!
+//! ```text
+//!   gRPC request ─► validate ─► convert ─► Replica::{read, write} ─► convert ─► gRPC response
+//!                                    errors ─► error.rs ─► tonic::Status
+//! ```
+
+mod cluster;
+mod context;
+mod convert;
+mod error;
+mod kv;
+mod maintenance;
+mod validate;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_api::etcdserverpb::cluster_server::ClusterServer;
+use leasehold_api::etcdserverpb::kv_server::KvServer;
+use leasehold_api::etcdserverpb::maintenance_server::MaintenanceServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub use context::ServerContext;
+pub use maintenance::ETCD_API_VERSION;
+pub use validate::{GRPC_MESSAGE_BYTES_MAX, REQUEST_BYTES_MAX, TXN_OPS_MAX};
+
+/// Decoding limit handed to tonic: above grpc-go's limit so that our own check (with grpc-go's
+/// message) decides, and bounded so a client cannot make us buffer arbitrary amounts.
+const DECODE_BYTES_MAX: usize = 2 * GRPC_MESSAGE_BYTES_MAX;
+
+/// Serves the client API on `listener` until `shutdown` completes, then drains in-flight calls.
+pub async fn serve(
+    ctx: Arc<ServerContext>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .add_service(
+            KvServer::new(kv::KvService::new(ctx.clone()))
+                .max_decoding_message_size(DECODE_BYTES_MAX),
+        )
+        .add_service(MaintenanceServer::new(
+            maintenance::MaintenanceService::new(ctx.clone()),
+        ))
+        .add_service(ClusterServer::new(cluster::ClusterService::new(ctx)))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}

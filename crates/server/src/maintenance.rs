@@ -1,0 +1,79 @@
+//! Maintenance: Status and the alarm list (what `etcdctl endpoint status/health` need). The other
+//! RPCs (defragment, hash, snapshot, move-leader, downgrade) answer `Unimplemented` for now.
+
+use std::sync::Arc;
+
+use leasehold_api::etcdserverpb::{self as pb, maintenance_server::Maintenance};
+use pb::alarm_request::AlarmAction;
+use tonic::{Request, Response, Status};
+
+use crate::context::ServerContext;
+
+/// The etcd API version leasehold speaks; clients compare it to enable features.
+pub const ETCD_API_VERSION: &str = "3.5.0";
+
+pub struct MaintenanceService {
+    ctx: Arc<ServerContext>,
+}
+
+impl MaintenanceService {
+    pub fn new(ctx: Arc<ServerContext>) -> MaintenanceService {
+        MaintenanceService { ctx }
+    }
+}
+
+#[tonic::async_trait]
+impl Maintenance for MaintenanceService {
+    async fn status(
+        &self,
+        _req: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let raft = self.ctx.replica.status();
+        let revision = self
+            .ctx
+            .replica
+            .read(false, |s| s.current_revision())
+            .await
+            .map_err(crate::error::ApiError::from)?;
+        let db_size = i64::try_from(self.ctx.replica.db_size_bytes()).unwrap_or(i64::MAX);
+        Ok(Response::new(pb::StatusResponse {
+            header: self.ctx.header().at(revision),
+            version: ETCD_API_VERSION.into(),
+            db_size,
+            leader: raft.leader.unwrap_or(0),
+            raft_index: raft.last_log_index,
+            raft_term: raft.term,
+            raft_applied_index: raft.applied_index,
+            errors: Vec::new(),
+            db_size_in_use: db_size,
+            is_learner: false,
+            ..Default::default()
+        }))
+    }
+
+    async fn alarm(
+        &self,
+        req: Request<pb::AlarmRequest>,
+    ) -> Result<Response<pb::AlarmResponse>, Status> {
+        // leasehold raises no alarms yet (no space quota), so the list is always empty and there
+        // is never anything to disarm.
+        match AlarmAction::try_from(req.into_inner().action) {
+            Ok(AlarmAction::Get | AlarmAction::Deactivate) => {}
+            Ok(AlarmAction::Activate) | Err(_) => {
+                return Err(Status::unimplemented(
+                    "leasehold: alarms cannot be raised by clients yet",
+                ));
+            }
+        }
+        let revision = self
+            .ctx
+            .replica
+            .read(false, |s| s.current_revision())
+            .await
+            .map_err(crate::error::ApiError::from)?;
+        Ok(Response::new(pb::AlarmResponse {
+            header: self.ctx.header().at(revision),
+            alarms: Vec::new(),
+        }))
+    }
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs leasehold's whole test suite. First installs what the tests need when it is missing:
+#   etcd + etcdctl (Debian's etcd-server, etcd-client): the differential tests run a real etcd;
+#   protoc (Debian's protobuf-compiler): the etcd-client crate used by the tests needs it to build.
+# The leasehold binary itself builds with cargo alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing test dependencies: ${missing[*]}" >&2
+  sudo_cmd=""
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Debian starts an etcd service when etcd-server is installed; the tests start their own on free
+# ports, so a system one is harmless, but stop it where we can to keep the machine quiet.
+if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd >/dev/null 2>&1 || true; fi
+
+cargo test --workspace --all-targets "$@"
