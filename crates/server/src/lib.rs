@@ -24,6 +24,7 @@ use leasehold_api::etcdserverpb::cluster_server::ClusterServer;
 use leasehold_api::etcdserverpb::kv_server::KvServer;
 use leasehold_api::etcdserverpb::maintenance_server::MaintenanceServer;
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 
 pub use context::ServerContext;
@@ -40,6 +41,14 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    // Small request/response pairs must not wait for Nagle's algorithm (40 ms with delayed ACKs).
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|stream| {
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::warn!("TCP_NODELAY: {e}");
+            }
+        })
+    });
     tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
@@ -51,6 +60,6 @@ pub async fn serve(
             maintenance::MaintenanceService::new(ctx.clone()),
         ))
         .add_service(ClusterServer::new(cluster::ClusterService::new(ctx)))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
