@@ -17,12 +17,15 @@ mod storage;
 
 use std::io::Cursor;
 
-pub use command::{Applied, Command};
+pub use command::{Applied, Command, Proposal};
 pub use replica::{RaftStatus, Replica, ReplicaConfig, ReplicaError};
 
 openraft::declare_raft_types!(
     /// The Raft type configuration of leasehold.
     pub TypeConfig:
-        D = Command,
-        R = Applied,
+        D = Proposal,
+        R = Vec<Applied>,
 );
+
+#[cfg(test)]
+mod tests;

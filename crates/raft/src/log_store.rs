@@ -4,35 +4,40 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{Entry, LogId, RaftLogReader, StorageError, StorageIOError, Vote};
-use redb::{Database, Durability, ReadableDatabase, ReadableTable};
+use redb::{Durability, ReadableDatabase, ReadableTable};
 
 use crate::TypeConfig;
-use crate::storage::{RAFT_LOG, RAFT_META, decode, encode, io_err};
+use crate::storage::{
+    COMMITTED, Db, LAST_PURGED, MetaKey, RAFT_LOG, RAFT_META, VOTE, decode, encode, io_err,
+};
 
 #[derive(Clone)]
 pub struct LogStore {
-    db: Arc<Database>,
+    db: Arc<Db>,
+    /// The latest committed log id openraft reported. Only a hint for re-applying on restart,
+    /// so it is written with the next log commit rather than costing a commit of its own.
+    committed: Arc<Mutex<Option<LogId<u64>>>>,
 }
 
 impl LogStore {
-    pub(crate) fn new(db: Arc<Database>) -> LogStore {
-        LogStore { db }
+    pub(crate) fn new(db: Arc<Db>) -> LogStore {
+        LogStore {
+            db,
+            committed: Arc::new(Mutex::new(None)),
+        }
     }
 
-    fn read_meta<T: serde::de::DeserializeOwned>(
+    fn read_meta<T: serde::Serialize + serde::de::DeserializeOwned>(
         &self,
-        key: &str,
+        key: &MetaKey<T>,
     ) -> Result<Option<T>, std::io::Error> {
         let txn = self.db.begin_read().map_err(io_err)?;
         let table = txn.open_table(RAFT_META).map_err(io_err)?;
-        match table.get(key).map_err(io_err)? {
-            Some(v) => Ok(Some(decode(v.value())?)),
-            None => Ok(None),
-        }
+        key.get(&table)
     }
 
     /// Runs one write transaction on a blocking thread: redb's commit waits on fsync, which must
@@ -52,14 +57,13 @@ impl LogStore {
         .map_err(io_err)?
     }
 
-    fn write_meta(
+    fn write_meta<T: serde::Serialize + serde::de::DeserializeOwned>(
         txn: &redb::WriteTransaction,
-        key: &str,
-        bytes: &[u8],
+        key: &MetaKey<T>,
+        value: &T,
     ) -> Result<(), std::io::Error> {
         let mut table = txn.open_table(RAFT_META).map_err(io_err)?;
-        table.insert(key, bytes).map_err(io_err)?;
-        Ok(())
+        key.put(&mut table, value)
     }
 }
 
@@ -95,7 +99,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
         let state = || -> Result<LogState<TypeConfig>, std::io::Error> {
-            let last_purged_log_id: Option<LogId<u64>> = self.read_meta("last_purged")?;
+            let last_purged_log_id: Option<LogId<u64>> = self.read_meta(&LAST_PURGED)?;
             let txn = self.db.begin_read().map_err(io_err)?;
             let table = txn.open_table(RAFT_LOG).map_err(io_err)?;
             let last = match table.last().map_err(io_err)? {
@@ -115,16 +119,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
-        let bytes = encode(vote);
+        let vote = *vote;
         self.write(Durability::Immediate, move |txn| {
-            Self::write_meta(txn, "vote", &bytes)
+            Self::write_meta(txn, &VOTE, &vote)
         })
         .await
         .map_err(|e| StorageIOError::write_vote(&e).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {
-        self.read_meta("vote")
+        self.read_meta(&VOTE)
             .map_err(|e| StorageIOError::read_vote(&e).into())
     }
 
@@ -132,18 +136,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
         committed: Option<LogId<u64>>,
     ) -> Result<(), StorageError<u64>> {
-        // Only a hint for re-applying on restart; it becomes durable with the next fsync.
-        let bytes = encode(&committed);
-        self.write(Durability::None, move |txn| {
-            Self::write_meta(txn, "committed", &bytes)
-        })
-        .await
-        .map_err(|e| StorageIOError::write(&e).into())
+        *self.committed.lock().expect("committed lock poisoned") = committed;
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
         Ok(self
-            .read_meta::<Option<LogId<u64>>>("committed")
+            .read_meta(&COMMITTED)
             .map_err(|e| StorageIOError::read(&e))?
             .flatten())
     }
@@ -161,8 +160,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .into_iter()
             .map(|e| (e.log_id.index, encode(&e)))
             .collect();
+        let committed = *self.committed.lock().expect("committed lock poisoned");
         let result = self
             .write(Durability::Immediate, move |txn| {
+                Self::write_meta(txn, &COMMITTED, &committed)?;
                 let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
                 for (index, bytes) in &rows {
                     table.insert(*index, bytes.as_slice()).map_err(io_err)?;
@@ -197,11 +198,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        let bytes = encode(&log_id);
         // Immediate: this commit also makes every earlier (unsynced) state-machine commit
         // durable before the log entries it was built from disappear.
         self.write(Durability::Immediate, move |txn| {
-            Self::write_meta(txn, "last_purged", &bytes)?;
+            Self::write_meta(txn, &LAST_PURGED, &log_id)?;
             let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
             table
                 .retain_in(..=log_id.index, |_, _| false)

@@ -9,8 +9,9 @@ use std::time::Duration;
 use leasehold_mvcc::Store;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use tokio::sync::{mpsc, oneshot};
 
-use crate::command::{Applied, Command};
+use crate::command::{Applied, Command, Proposal};
 use crate::log_store::LogStore;
 use crate::network::NoPeers;
 use crate::state_machine::{self, Shared, StateMachine};
@@ -28,9 +29,24 @@ pub struct ReplicaConfig {
     pub snapshot_log_entries_max: u64,
 }
 
+/// Most commands in one log entry.
+const BATCH_LEN_MAX: usize = 512;
+/// Soft bound on one log entry's size: a batch closes once it holds this much.
+const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Proposals in flight at once: while one waits for its fsync, the next batch is forming.
+const PROPOSERS: usize = 4;
+/// Writes waiting to be batched before callers wait for room.
+const QUEUE_LEN_MAX: usize = 16 * 1024;
+
+/// A client write waiting for its batch.
+struct Pending {
+    command: Command,
+    reply: oneshot::Sender<Result<Applied, ReplicaError>>,
+}
+
 /// Why a request could not be served. `NoLeader` is transient (clients retry it); `Stopped` and
 /// `Storage` mean this member cannot serve any more.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ReplicaError {
     #[error("no leader")]
     NoLeader,
@@ -51,9 +67,66 @@ pub struct RaftStatus {
 
 pub struct Replica {
     raft: Raft<TypeConfig>,
+    proposals: mpsc::Sender<Pending>,
+    /// Fires once openraft's tasks have let go of the database and the file is closed.
+    db_closed: tokio::sync::watch::Receiver<()>,
     shared: Shared,
     member_id: u64,
     db_path: PathBuf,
+}
+
+/// Takes whatever writes are queued (at least one, at most a batch), proposes them as one log
+/// entry, and answers each caller with its own result. Several of these run at once, so a batch
+/// forms while the previous one is being made durable.
+async fn propose_batches(
+    raft: Raft<TypeConfig>,
+    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
+) {
+    loop {
+        let batch = {
+            let mut queue = queue.lock().await;
+            let Some(first) = queue.recv().await else {
+                return;
+            };
+            let mut bytes = first.command.approx_bytes();
+            let mut batch = vec![first];
+            while batch.len() < BATCH_LEN_MAX && bytes < BATCH_BYTES_MAX {
+                match queue.try_recv() {
+                    Ok(next) => {
+                        bytes += next.command.approx_bytes();
+                        batch.push(next);
+                    }
+                    Err(_) => break,
+                }
+            }
+            batch
+        };
+        let (commands, replies): (Vec<Command>, Vec<_>) =
+            batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+        let count = commands.len();
+        match raft.client_write(Proposal { commands }).await {
+            Ok(resp) => {
+                debug_assert_eq!(resp.data.len(), count, "one result per command");
+                for (reply, applied) in replies.into_iter().zip(resp.data) {
+                    let _ = reply.send(Ok(applied));
+                }
+            }
+            Err(e) => {
+                let err = match e {
+                    RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
+                        ReplicaError::NoLeader
+                    }
+                    RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                        ReplicaError::Storage(e.to_string())
+                    }
+                    RaftError::Fatal(_) => ReplicaError::Stopped,
+                };
+                for reply in replies {
+                    let _ = reply.send(Err(err.clone()));
+                }
+            }
+        }
+    }
 }
 
 impl Replica {
@@ -63,6 +136,7 @@ impl Replica {
         let db = storage::open(&cfg.data_dir)?;
         let sm = StateMachine::open(db.clone())?;
         let shared = sm.shared();
+        let db_closed = db.closed();
         let log = LogStore::new(db);
         let config = Config {
             cluster_name: "leasehold".into(),
@@ -81,8 +155,15 @@ impl Replica {
             let members = BTreeMap::from([(cfg.member_id, BasicNode::new(&cfg.peer_url))]);
             raft.initialize(members).await.map_err(storage::io_err)?;
         }
+        let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
+        let queue = Arc::new(tokio::sync::Mutex::new(queue));
+        for _ in 0..PROPOSERS {
+            tokio::spawn(propose_batches(raft.clone(), queue.clone()));
+        }
         let replica = Arc::new(Replica {
             raft,
+            proposals,
+            db_closed,
             shared,
             member_id: cfg.member_id,
             db_path: cfg.data_dir.join("leasehold.redb"),
@@ -106,18 +187,15 @@ impl Replica {
         self.member_id
     }
 
-    /// Proposes a command and waits until it is applied.
-    pub async fn write(&self, cmd: Command) -> Result<Applied, ReplicaError> {
-        match self.raft.client_write(cmd).await {
-            Ok(resp) => Ok(resp.data),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                Err(ReplicaError::NoLeader)
-            }
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
-                Err(ReplicaError::Storage(e.to_string()))
-            }
-            Err(RaftError::Fatal(_)) => Err(ReplicaError::Stopped),
-        }
+    /// Proposes a command and waits until it is applied. Concurrent writes are batched into
+    /// one log entry (see [`propose_batches`]).
+    pub async fn write(&self, command: Command) -> Result<Applied, ReplicaError> {
+        let (reply, applied) = oneshot::channel();
+        self.proposals
+            .send(Pending { command, reply })
+            .await
+            .map_err(|_| ReplicaError::Stopped)?;
+        applied.await.map_err(|_| ReplicaError::Stopped)?
     }
 
     /// Reads the applied state. A linearizable read first confirms leadership and waits until
@@ -160,9 +238,19 @@ impl Replica {
         std::fs::metadata(&self.db_path).map_or(0, |m| m.len())
     }
 
+    /// Stops Raft and waits (bounded) until the storage tasks have closed the database, so a
+    /// new replica can open the same data dir at once.
     pub async fn shutdown(&self) {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!("raft shutdown: {e}");
+        }
+        let mut closed = self.db_closed.clone();
+        let wait = closed.changed();
+        if tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .is_err()
+        {
+            tracing::warn!("storage still open 10 s after raft shutdown");
         }
     }
 }

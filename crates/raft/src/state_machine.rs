@@ -1,10 +1,12 @@
 //! The replicated state machine: applies committed commands to the MVCC store and persists what
 //! they changed. Applying is deterministic; the only inputs are the state and the entry.
 //!
-//! Lock order: `Shared::state` is the only lock; it is never held across an `.await`.
+//! Lock order: `shared` (the state) before `current` (the snapshot); neither is ever held across
+//! an `.await`.
 
 use std::io::Cursor;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use leasehold_mvcc::{Change, LeaseId, Record, Revision, Store};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
@@ -12,12 +14,15 @@ use openraft::{
     BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageError, StorageIOError,
     StoredMembership,
 };
-use redb::{Database, Durability, ReadableDatabase, ReadableTable};
+use redb::{Durability, ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use crate::TypeConfig;
-use crate::command::{Applied, Command};
-use crate::storage::{KV, SM_META, decode, encode, io_err};
+use crate::command::{Applied, Command, Proposal};
+use crate::storage::{
+    COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, MEMBERSHIP, SM_META, decode, encode,
+    io_err,
+};
 
 /// Everything the state machine holds, behind one lock so that a snapshot sees the store and the
 /// applied log id together.
@@ -41,32 +46,35 @@ struct SnapshotPayload {
 }
 
 pub struct StateMachine {
-    db: Arc<Database>,
+    db: Arc<Db>,
     shared: Shared,
-    snapshot_seq: u64,
+    /// The last snapshot built or installed: what `get_current_snapshot` returns. Kept in
+    /// memory only; after a restart the current state is snapshotted on demand instead.
+    current: Arc<Mutex<Option<StoredSnapshot>>>,
 }
+
+#[derive(Clone)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<u64, BasicNode>,
+    bytes: Vec<u8>,
+}
+
+/// Distinguishes snapshots taken at the same applied index.
+static SNAPSHOT_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl StateMachine {
     /// Loads the persisted state machine (an empty one on a new database).
-    pub(crate) fn open(db: Arc<Database>) -> Result<StateMachine, std::io::Error> {
+    pub(crate) fn open(db: Arc<Db>) -> Result<StateMachine, std::io::Error> {
         let txn = db.begin_read().map_err(io_err)?;
         let meta = txn.open_table(SM_META).map_err(io_err)?;
-        let get = |key: &str| -> Result<Option<Vec<u8>>, std::io::Error> {
-            Ok(meta.get(key).map_err(io_err)?.map(|v| v.value().to_vec()))
-        };
-        let last_applied = get("last_applied")?.map(|b| decode(&b)).transpose()?;
-        let membership = get("membership")?
-            .map(|b| decode(&b))
-            .transpose()?
-            .unwrap_or_default();
+        let last_applied = LAST_APPLIED.get(&meta)?.flatten();
+        let membership = MEMBERSHIP.get(&meta)?.unwrap_or_default();
         let fresh = Store::new();
-        let current = get("current_revision")?
-            .map(|b| decode(&b))
-            .transpose()?
+        let current = CURRENT_REVISION
+            .get(&meta)?
             .unwrap_or(fresh.current_revision());
-        let compacted = get("compact_revision")?
-            .map(|b| decode(&b))
-            .transpose()?
+        let compacted = COMPACT_REVISION
+            .get(&meta)?
             .unwrap_or(fresh.compact_revision());
         let table = txn.open_table(KV).map_err(io_err)?;
         let mut records = Vec::new();
@@ -85,7 +93,7 @@ impl StateMachine {
                 last_applied,
                 membership,
             })),
-            snapshot_seq: 0,
+            current: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -93,28 +101,38 @@ impl StateMachine {
         self.shared.clone()
     }
 
-    fn snapshot(&mut self) -> Snapshot<TypeConfig> {
-        self.snapshot_seq += 1;
-        let state = self.shared.read().expect("state lock poisoned");
-        let payload = SnapshotPayload {
-            last_applied: state.last_applied,
-            membership: state.membership.clone(),
-            current_revision: state.store.current_revision(),
-            compact_revision: state.store.compact_revision(),
-            records: state.store.records(),
+    /// Snapshots the current state and makes it the current snapshot.
+    fn snapshot(&self) -> Snapshot<TypeConfig> {
+        let stored = {
+            let state = self.shared.read().expect("state lock poisoned");
+            let payload = SnapshotPayload {
+                last_applied: state.last_applied,
+                membership: state.membership.clone(),
+                current_revision: state.store.current_revision(),
+                compact_revision: state.store.compact_revision(),
+                records: state.store.records(),
+            };
+            let seq = SNAPSHOT_SEQ.fetch_add(1, Ordering::Relaxed);
+            let snapshot_id = format!("{}-{seq}", state.last_applied.map_or(0, |l| l.index));
+            StoredSnapshot {
+                meta: SnapshotMeta {
+                    last_log_id: state.last_applied,
+                    last_membership: state.membership.clone(),
+                    snapshot_id,
+                },
+                bytes: encode(&payload),
+            }
         };
-        let snapshot_id = format!(
-            "{}-{}",
-            state.last_applied.map_or(0, |l| l.index),
-            self.snapshot_seq
-        );
+        *self.current.lock().expect("snapshot lock poisoned") = Some(stored.clone());
+        stored.into_snapshot()
+    }
+}
+
+impl StoredSnapshot {
+    fn into_snapshot(self) -> Snapshot<TypeConfig> {
         Snapshot {
-            meta: SnapshotMeta {
-                last_log_id: state.last_applied,
-                last_membership: state.membership.clone(),
-                snapshot_id,
-            },
-            snapshot: Box::new(Cursor::new(encode(&payload))),
+            meta: self.meta,
+            snapshot: Box::new(Cursor::new(self.bytes)),
         }
     }
 }
@@ -173,20 +191,10 @@ fn write_batch(
         }
     }
     let mut m = txn.open_table(SM_META).map_err(io_err)?;
-    m.insert("last_applied", encode(&meta.last_applied).as_slice())
-        .map_err(io_err)?;
-    m.insert("membership", encode(&meta.membership).as_slice())
-        .map_err(io_err)?;
-    m.insert(
-        "current_revision",
-        encode(&meta.current_revision).as_slice(),
-    )
-    .map_err(io_err)?;
-    m.insert(
-        "compact_revision",
-        encode(&meta.compact_revision).as_slice(),
-    )
-    .map_err(io_err)?;
+    LAST_APPLIED.put(&mut m, &meta.last_applied)?;
+    MEMBERSHIP.put(&mut m, &meta.membership)?;
+    CURRENT_REVISION.put(&mut m, &meta.current_revision)?;
+    COMPACT_REVISION.put(&mut m, &meta.compact_revision)?;
     Ok(())
 }
 
@@ -206,7 +214,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((state.last_applied, state.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError<u64>>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Applied>>, StorageError<u64>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
@@ -219,14 +227,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             for entry in entries {
                 state.last_applied = Some(entry.log_id);
                 let reply = match entry.payload {
-                    EntryPayload::Blank => Applied::Nothing,
+                    EntryPayload::Blank => Vec::new(),
                     EntryPayload::Membership(m) => {
                         state.membership = StoredMembership::new(Some(entry.log_id), m);
-                        Applied::Nothing
+                        Vec::new()
                     }
-                    EntryPayload::Normal(cmd) => {
-                        apply_command(&mut state.store, &cmd, &mut changes)
-                    }
+                    EntryPayload::Normal(Proposal { commands }) => commands
+                        .iter()
+                        .map(|cmd| apply_command(&mut state.store, cmd, &mut changes))
+                        .collect(),
                 };
                 replies.push(reply);
             }
@@ -258,7 +267,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         StateMachine {
             db: self.db.clone(),
             shared: self.shared.clone(),
-            snapshot_seq: self.snapshot_seq + 1_000_000,
+            current: self.current.clone(),
         }
     }
 
@@ -305,20 +314,27 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         .map_err(io_err)
         .and_then(|r| r)
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        let mut state = self.shared.write().expect("state lock poisoned");
-        *state = SmState {
+        let bytes = snapshot.into_inner();
+        *self.shared.write().expect("state lock poisoned") = SmState {
             store,
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
         };
+        *self.current.lock().expect("snapshot lock poisoned") = Some(StoredSnapshot {
+            meta: meta.clone(),
+            bytes,
+        });
         Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<u64>> {
-        // The current state is always a valid snapshot at `last_applied`, which is never below
-        // the purged log; building it on demand means none has to be kept on disk.
+        if let Some(stored) = self.current.lock().expect("snapshot lock poisoned").clone() {
+            return Ok(Some(stored.into_snapshot()));
+        }
+        // After a restart: the current state is a valid snapshot at `last_applied`, which is
+        // never below the purged log, so none has to be kept on disk.
         let applied = self
             .shared
             .read()

@@ -4,10 +4,12 @@
 //! state machine back to an earlier applied index, and openraft re-applies from the log, which
 //! still holds every entry above it (a purge is itself an fsync'd commit).
 
+use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use openraft::{BasicNode, LogId, StoredMembership, Vote};
+use redb::{Database, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -24,6 +26,52 @@ pub(crate) const SM_META: TableDefinition<&str, &[u8]> = TableDefinition::new("s
 /// The storage format version, stored under `format` in `SM_META`.
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
+/// A metadata row: its name and the one type it holds, so that what is written is always read
+/// back as the same type.
+pub(crate) struct MetaKey<T> {
+    pub(crate) name: &'static str,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T: Serialize + DeserializeOwned> MetaKey<T> {
+    const fn new(name: &'static str) -> MetaKey<T> {
+        MetaKey {
+            name,
+            _type: PhantomData,
+        }
+    }
+
+    pub(crate) fn get(
+        &self,
+        table: &impl ReadableTable<&'static str, &'static [u8]>,
+    ) -> Result<Option<T>, std::io::Error> {
+        match table.get(self.name).map_err(io_err)? {
+            Some(v) => Ok(Some(decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn put(
+        &self,
+        table: &mut redb::Table<&'static str, &'static [u8]>,
+        value: &T,
+    ) -> Result<(), std::io::Error> {
+        table
+            .insert(self.name, encode(value).as_slice())
+            .map_err(io_err)?;
+        Ok(())
+    }
+}
+
+pub(crate) const VOTE: MetaKey<Vote<u64>> = MetaKey::new("vote");
+pub(crate) const COMMITTED: MetaKey<Option<LogId<u64>>> = MetaKey::new("committed");
+pub(crate) const LAST_PURGED: MetaKey<LogId<u64>> = MetaKey::new("last_purged");
+pub(crate) const FORMAT: MetaKey<u32> = MetaKey::new("format");
+pub(crate) const LAST_APPLIED: MetaKey<Option<LogId<u64>>> = MetaKey::new("last_applied");
+pub(crate) const MEMBERSHIP: MetaKey<StoredMembership<u64, BasicNode>> = MetaKey::new("membership");
+pub(crate) const CURRENT_REVISION: MetaKey<i64> = MetaKey::new("current_revision");
+pub(crate) const COMPACT_REVISION: MetaKey<i64> = MetaKey::new("compact_revision");
+
 pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_stdvec(value).expect("in-memory serialization cannot fail")
 }
@@ -36,9 +84,31 @@ pub(crate) fn io_err(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
+/// The open database. Fields drop in order, so `closed` fires only once the file (and redb's
+/// lock on it) is released: that is what a restart in the same process must wait for.
+pub(crate) struct Db {
+    db: Database,
+    closed: tokio::sync::watch::Sender<()>,
+}
+
+impl std::ops::Deref for Db {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        &self.db
+    }
+}
+
+impl Db {
+    /// Completes (with an error, as the sender is gone) when the database is closed.
+    pub(crate) fn closed(&self) -> tokio::sync::watch::Receiver<()> {
+        self.closed.subscribe()
+    }
+}
+
 /// Opens (or creates) the database under `dir` and makes sure every table exists, so that
 /// readers never meet a missing table.
-pub fn open(dir: &Path) -> Result<Arc<Database>, std::io::Error> {
+pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, std::io::Error> {
     std::fs::create_dir_all(dir)?;
     let db = Database::create(dir.join("leasehold.redb")).map_err(io_err)?;
     let txn = db.begin_write().map_err(io_err)?;
@@ -47,27 +117,21 @@ pub fn open(dir: &Path) -> Result<Arc<Database>, std::io::Error> {
         txn.open_table(RAFT_META).map_err(io_err)?;
         txn.open_table(KV).map_err(io_err)?;
         let mut meta = txn.open_table(SM_META).map_err(io_err)?;
-        let format = meta
-            .get("format")
-            .map_err(io_err)?
-            .map(|v| decode::<u32>(v.value()));
-        match format {
-            None => {
-                meta.insert("format", encode(&FORMAT_VERSION).as_slice())
-                    .map_err(io_err)?;
-            }
-            Some(Ok(FORMAT_VERSION)) => {}
-            Some(other) => {
+        match FORMAT.get(&meta) {
+            Ok(None) => FORMAT.put(&mut meta, &FORMAT_VERSION)?,
+            Ok(Some(FORMAT_VERSION)) => {}
+            Ok(Some(other)) => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!(
-                        "unsupported storage format {other:?}; this build reads {FORMAT_VERSION}"
+                        "unsupported storage format {other}; this build reads {FORMAT_VERSION}"
                     ),
                 ));
             }
+            Err(e) => return Err(e),
         }
     }
     txn.commit().map_err(io_err)?;
-    let _ = db.begin_read().map_err(io_err)?;
-    Ok(Arc::new(db))
+    let (closed, _) = tokio::sync::watch::channel(());
+    Ok(Arc::new(Db { db, closed }))
 }
