@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: starts a throwaway etcd (Debian's etcd-server) and leasehold on free
+# loopback ports with data on the same disk, then runs the same `leasehold bench` workloads
+# against each, alternating, and prints one JSON line per run plus the ratio per workload.
+#
+#   scripts/bench-compare.sh [rounds]      (default 3 rounds; needs `etcd` on PATH)
+#
+# Build first: cargo build --release -p leasehold
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+bin=./target/release/leasehold
+[ -x "$bin" ] || { echo "build first: cargo build --release -p leasehold" >&2; exit 2; }
+command -v etcd >/dev/null || { echo "etcd not found (apt-get install etcd-server)" >&2; exit 2; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+ec=$(free_port); ep=$(free_port); lc=$(free_port); lp=$(free_port)
+etcd --name e --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$ec" \
+  --advertise-client-urls "http://127.0.0.1:$ec" --listen-peer-urls "http://127.0.0.1:$ep" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$ep" --initial-cluster "e=http://127.0.0.1:$ep" \
+  >"$work/etcd.log" 2>&1 &
+pids+=($!)
+LEASEHOLD_LOG=warn "$bin" --name l --data-dir "$work/leasehold" --listen-client-urls "http://127.0.0.1:$lc" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$lp" --initial-cluster "l=http://127.0.0.1:$lp" \
+  >"$work/leasehold.log" 2>&1 &
+pids+=($!)
+for port in "$ec" "$lc"; do
+  for _ in $(seq 1 100); do
+    "$bin" bench range --endpoints "http://127.0.0.1:$port" --total 1 >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+done
+
+workloads=(
+  "put --clients 1 --conns 1 --total 2000"
+  "put --clients 64 --conns 8 --total 40000"
+  "range --clients 64 --conns 8 --total 40000 --consistency l"
+  "range --clients 64 --conns 8 --total 40000 --consistency s"
+)
+results="$work/results.jsonl"
+for r in $(seq 1 "$rounds"); do
+  for w in "${workloads[@]}"; do
+    for target in etcd leasehold; do
+      port=$ec; [ "$target" = leasehold ] && port=$lc
+      # shellcheck disable=SC2086
+      line=$("$bin" bench $w --endpoints "http://127.0.0.1:$port" -w json)
+      echo "{\"round\":$r,\"target\":\"$target\",\"args\":\"$w\",\"result\":$line}" | tee -a "$results"
+    done
+  done
+done
+python3 - "$results" <<'PY'
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("\n| workload | etcd req/s (median) | leasehold req/s (median) | leasehold/etcd | etcd p99 ms | leasehold p99 ms |")
+print("|---|---:|---:|---:|---:|---:|")
+for args in dict.fromkeys(r["args"] for r in rows):
+    def med(t, k): return statistics.median(r["result"][k] for r in rows if r["args"] == args and r["target"] == t)
+    e, l = med("etcd", "throughput_per_s"), med("leasehold", "throughput_per_s")
+    print(f"| {args} | {e:.0f} | {l:.0f} | {l/e:.2f} | {med('etcd','p99_ms'):.2f} | {med('leasehold','p99_ms'):.2f} |")
+PY
