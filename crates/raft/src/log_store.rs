@@ -50,6 +50,9 @@ impl LogStore {
         tokio::task::spawn_blocking(move || {
             let mut txn = db.begin_write().map_err(io_err)?;
             txn.set_durability(durability).map_err(io_err)?;
+            // Every log commit also carries the state machine's applied-but-unwritten changes:
+            // this is the group commit of log and state machine (see `Db::stage_sm`).
+            db.write_staged_sm(&txn)?;
             f(&txn)?;
             txn.commit().map_err(io_err)
         })

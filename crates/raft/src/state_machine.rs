@@ -14,14 +14,14 @@ use openraft::{
     BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageError, StorageIOError,
     StoredMembership,
 };
-use redb::{Durability, ReadableDatabase, ReadableTable};
+use redb::{ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use crate::TypeConfig;
 use crate::command::{Applied, Command, Proposal};
 use crate::storage::{
-    COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, MEMBERSHIP, SM_META, decode, encode,
-    io_err,
+    COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, MEMBERSHIP, SM_META, SmMeta, decode,
+    encode, io_err, write_sm,
 };
 
 /// Everything the state machine holds, behind one lock so that a snapshot sees the store and the
@@ -165,39 +165,6 @@ fn apply_command(store: &mut Store, cmd: &Command, changes: &mut Vec<Change>) ->
     }
 }
 
-/// The metadata written with every apply batch.
-struct MetaRow {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
-    current_revision: i64,
-    compact_revision: i64,
-}
-
-fn write_batch(
-    txn: &redb::WriteTransaction,
-    changes: &[Change],
-    meta: &MetaRow,
-) -> Result<(), std::io::Error> {
-    let mut kv = txn.open_table(KV).map_err(io_err)?;
-    for change in changes {
-        match change {
-            Change::Write { rev, record } => {
-                kv.insert(rev.to_bytes(), encode(record).as_slice())
-                    .map_err(io_err)?;
-            }
-            Change::Remove { rev } => {
-                kv.remove(rev.to_bytes()).map_err(io_err)?;
-            }
-        }
-    }
-    let mut m = txn.open_table(SM_META).map_err(io_err)?;
-    LAST_APPLIED.put(&mut m, &meta.last_applied)?;
-    MEMBERSHIP.put(&mut m, &meta.membership)?;
-    CURRENT_REVISION.put(&mut m, &meta.current_revision)?;
-    COMPACT_REVISION.put(&mut m, &meta.compact_revision)?;
-    Ok(())
-}
-
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
         Ok(self.snapshot())
@@ -239,27 +206,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 };
                 replies.push(reply);
             }
-            MetaRow {
+            SmMeta {
                 last_applied: state.last_applied,
                 membership: state.membership.clone(),
                 current_revision: state.store.current_revision(),
                 compact_revision: state.store.compact_revision(),
             }
         };
-        let db = self.db.clone();
-        let last = meta.last_applied;
-        // No fsync here: the log already holds these entries durably, and the next fsync'd log
-        // commit makes this one durable too (see storage.rs).
-        tokio::task::spawn_blocking(move || {
-            let mut txn = db.begin_write().map_err(io_err)?;
-            txn.set_durability(Durability::None).map_err(io_err)?;
-            write_batch(&txn, &changes, &meta)?;
-            txn.commit().map_err(io_err)
-        })
-        .await
-        .map_err(io_err)
-        .and_then(|r| r)
-        .map_err(|e| StorageIOError::apply(last.unwrap_or_default(), &e))?;
+        // No commit of its own: the log already holds these entries durably, and the changes are
+        // written with the next log commit (see `Db::stage_sm`).
+        self.db.stage_sm(changes, meta);
         Ok(replies)
     }
 
@@ -289,12 +245,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             payload.compact_revision,
             payload.records.clone(),
         );
-        let row = MetaRow {
+        let row = SmMeta {
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
             current_revision: payload.current_revision,
             compact_revision: payload.compact_revision,
         };
+        // Staged changes predate the snapshot and must never be written over it.
+        self.db.discard_staged_sm();
         let db = self.db.clone();
         let changes: Vec<Change> = payload
             .records
@@ -307,7 +265,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 let mut kv = txn.open_table(KV).map_err(io_err)?;
                 kv.retain(|_, _| false).map_err(io_err)?;
             }
-            write_batch(&txn, &changes, &row)?;
+            write_sm(&txn, &changes, &row)?;
             txn.commit().map_err(io_err)
         })
         .await

@@ -6,8 +6,9 @@
 
 use std::marker::PhantomData;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use leasehold_mvcc::Change;
 use openraft::{BasicNode, LogId, StoredMembership, Vote};
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::Serialize;
@@ -88,7 +89,49 @@ pub(crate) fn io_err(e: impl std::fmt::Display) -> std::io::Error {
 /// lock on it) is released: that is what a restart in the same process must wait for.
 pub(crate) struct Db {
     db: Database,
+    /// State-machine writes applied but not yet in the file; the next log commit writes them.
+    staged_sm: Mutex<StagedSm>,
     closed: tokio::sync::watch::Sender<()>,
+}
+
+#[derive(Default)]
+struct StagedSm {
+    changes: Vec<Change>,
+    meta: Option<SmMeta>,
+}
+
+/// The state-machine metadata written with its changes.
+pub(crate) struct SmMeta {
+    pub(crate) last_applied: Option<LogId<u64>>,
+    pub(crate) membership: StoredMembership<u64, BasicNode>,
+    pub(crate) current_revision: i64,
+    pub(crate) compact_revision: i64,
+}
+
+/// Writes state-machine changes and the metadata they lead to, in one transaction.
+pub(crate) fn write_sm(
+    txn: &redb::WriteTransaction,
+    changes: &[Change],
+    meta: &SmMeta,
+) -> Result<(), std::io::Error> {
+    let mut kv = txn.open_table(KV).map_err(io_err)?;
+    for change in changes {
+        match change {
+            Change::Write { rev, record } => {
+                kv.insert(rev.to_bytes(), encode(record).as_slice())
+                    .map_err(io_err)?;
+            }
+            Change::Remove { rev } => {
+                kv.remove(rev.to_bytes()).map_err(io_err)?;
+            }
+        }
+    }
+    let mut m = txn.open_table(SM_META).map_err(io_err)?;
+    LAST_APPLIED.put(&mut m, &meta.last_applied)?;
+    MEMBERSHIP.put(&mut m, &meta.membership)?;
+    CURRENT_REVISION.put(&mut m, &meta.current_revision)?;
+    COMPACT_REVISION.put(&mut m, &meta.compact_revision)?;
+    Ok(())
 }
 
 impl std::ops::Deref for Db {
@@ -100,6 +143,33 @@ impl std::ops::Deref for Db {
 }
 
 impl Db {
+    /// Queues applied state-machine changes. They reach the file in the next log commit
+    /// ([`Db::write_staged_sm`]), which is the fsync that would have made them durable anyway:
+    /// applying costs no write transaction of its own. Until then a crash loses them, and
+    /// openraft re-applies the entries from the log, which holds them durably.
+    pub(crate) fn stage_sm(&self, changes: Vec<Change>, meta: SmMeta) {
+        let mut staged = self.staged_sm.lock().expect("staged lock poisoned");
+        staged.changes.extend(changes);
+        staged.meta = Some(meta);
+    }
+
+    /// Writes the staged state-machine changes into `txn` (a log commit).
+    pub(crate) fn write_staged_sm(
+        &self,
+        txn: &redb::WriteTransaction,
+    ) -> Result<(), std::io::Error> {
+        let staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
+        match staged.meta {
+            Some(meta) => write_sm(txn, &staged.changes, &meta),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops staged changes that a snapshot install makes obsolete.
+    pub(crate) fn discard_staged_sm(&self) {
+        *self.staged_sm.lock().expect("staged lock poisoned") = StagedSm::default();
+    }
+
     /// Completes (with an error, as the sender is gone) when the database is closed.
     pub(crate) fn closed(&self) -> tokio::sync::watch::Receiver<()> {
         self.closed.subscribe()
@@ -133,5 +203,9 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, std::io::Error> {
     }
     txn.commit().map_err(io_err)?;
     let (closed, _) = tokio::sync::watch::channel(());
-    Ok(Arc::new(Db { db, closed }))
+    Ok(Arc::new(Db {
+        db,
+        staged_sm: Mutex::new(StagedSm::default()),
+        closed,
+    }))
 }

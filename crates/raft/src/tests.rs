@@ -1,7 +1,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_mvcc::{PutRequest, RangeRequest};
-use openraft::storage::RaftStateMachine;
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, StorageError};
 
@@ -52,7 +52,8 @@ async fn state_machine_reopens_at_the_same_applied_state() {
     let dir = tempfile::tempdir().unwrap();
     let (applied, membership, records) = {
         let db = storage::open(dir.path()).unwrap();
-        let mut sm = StateMachine::open(db).unwrap();
+        let mut sm = StateMachine::open(db.clone()).unwrap();
+        let mut log = LogStore::new(db);
         let members = Membership::new(vec![BTreeSet::from([7u64])], None);
         let entries = vec![
             Entry {
@@ -65,6 +66,10 @@ async fn state_machine_reopens_at_the_same_applied_state() {
         let replies = sm.apply(entries).await.unwrap();
         assert!(replies[0].is_empty(), "a membership entry answers nothing");
         assert!(matches!(replies[1][..], [Applied::Put(Ok(ref r))] if r.revision == 2));
+        // Applied changes reach the file with the next log commit, as they do in a running node.
+        log.save_vote(&openraft::Vote::new_committed(1, 7))
+            .await
+            .unwrap();
         let (applied, membership) = sm.applied_state().await.unwrap();
         let records = crate::state_machine::read(&sm.shared(), |s| s.records());
         (applied, membership, records)
