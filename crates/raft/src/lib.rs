@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   Replica::write(cmd) ──► openraft ──► LogStore::append (redb, fsync per batch)
-//!                                   └──► StateMachine::apply ──► mvcc::Store + redb (no fsync)
+//!                                   └──► StateMachine::apply ──► mvcc::Store (+ staged rows)
 //!   Replica::read(f)   ──► read index (ensure_linearizable) ──► f(&Store)
 //! ```
 

@@ -1,8 +1,9 @@
 //! The on-disk layout in one redb database (see docs/storage-format.md). The Raft log and the
-//! state machine share the file, which is what makes the group commit safe: state-machine commits
-//! are made without fsync and become durable with the next fsync'd log commit; a crash rolls the
-//! state machine back to an earlier applied index, and openraft re-applies from the log, which
-//! still holds every entry above it (a purge is itself an fsync'd commit).
+//! state machine share the file, which is what makes the group commit safe: applying stages the
+//! state machine's changes, and the next fsync'd log commit writes them in its own transaction. A
+//! crash rolls the state machine back to an earlier applied index, and openraft re-applies from
+//! the log, which still holds every entry above it (a purge is itself a log commit, so it writes
+//! the stage before any entry disappears).
 
 use std::marker::PhantomData;
 use std::path::Path;
