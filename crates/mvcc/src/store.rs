@@ -113,6 +113,18 @@ impl Store {
         out
     }
 
+    /// Every live key that names a lease, with that lease: what rebuilds the key-to-lease
+    /// bindings after a restart.
+    pub fn leased_keys(&self) -> Vec<(Vec<u8>, LeaseId)> {
+        self.keys
+            .iter()
+            .filter_map(|(key, history)| {
+                let kv = history.last()?.kv.as_ref()?;
+                Some((key.clone(), kv.lease?))
+            })
+            .collect()
+    }
+
     /// A read at `req.revision` (or the current one).
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, Error> {
         check_read_revision(req.revision, self.current_revision, self.compact_revision)?;

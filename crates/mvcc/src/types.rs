@@ -4,27 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A lease identifier. Zero is never a valid id: "no lease" is `None` in the core and `0` only on
-/// the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct LeaseId(i64);
-
-impl LeaseId {
-    /// Converts the wire value; `0` means "no lease".
-    pub fn from_wire(id: i64) -> Option<LeaseId> {
-        (id != 0).then_some(LeaseId(id))
-    }
-
-    /// The raw, non-zero value.
-    pub fn get(self) -> i64 {
-        self.0
-    }
-
-    /// The wire value of an optional lease: `0` for none.
-    pub fn to_wire(id: Option<LeaseId>) -> i64 {
-        id.map_or(0, |l| l.0)
-    }
-}
+pub use leasehold_types::LeaseId;
 
 /// A point in the store's history: `main` is the revision clients see; `sub` orders the changes
 /// made by one write (a txn with several ops) at the same main revision.

@@ -201,6 +201,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         name: args.name.clone(),
         client_urls,
         peer_urls: identity.peer_urls.clone(),
+        lease_ttl_secs_min: leasehold_server::lease_ttl_secs_min(
+            args.heartbeat_interval,
+            args.election_timeout,
+        ),
+        lease_ids: leasehold_server::LeaseIdGenerator::new(identity.member_id, unix_ms()),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = Vec::new();
@@ -216,6 +221,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             leasehold_server::serve(ctx, listener, shutdown).await
         }));
     }
+    let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
+        replica.clone(),
+        leasehold_server::ExpiryConfig::default(),
+        stop_rx.clone(),
+    ));
     tracing::info!("ready to serve client requests");
     wait_for_signal().await?;
     tracing::info!("shutting down: draining client requests");
@@ -223,9 +233,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     for server in servers {
         server.await??;
     }
+    expiry.await?;
     replica.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

@@ -2,6 +2,7 @@
 //! returns. Everything nondeterministic is decided before proposing, so that applying an entry is
 //! a pure function of the state and the entry, identical on every member.
 
+use leasehold_lease::{LeaseError, LeaseId};
 use leasehold_mvcc as mvcc;
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +19,40 @@ pub enum Command {
     Put(mvcc::PutRequest),
     DeleteRange(mvcc::DeleteRangeRequest),
     Txn(mvcc::TxnRequest),
-    Compact { revision: i64 },
+    Compact {
+        revision: i64,
+    },
+    /// A lease with a validated, clamped TTL and an id chosen before proposing.
+    LeaseGrant {
+        id: LeaseId,
+        ttl_secs: i64,
+        now_ms: u64,
+    },
+    LeaseRevoke {
+        id: LeaseId,
+    },
+    /// A keepalive: the deadline becomes `now_ms + ttl`. Renewals go through the log so that a
+    /// restart or a new leader knows every deadline (docs/lease.md).
+    LeaseRenew {
+        id: LeaseId,
+        now_ms: u64,
+    },
+    /// The leader saw these leases expired at `now_ms`; those still expired when applied are
+    /// revoked, each at its own revision.
+    LeaseExpire {
+        ids: Vec<LeaseId>,
+        now_ms: u64,
+    },
+    /// Moves the replicated lease clock, so that a restart loses at most one tick of lease time.
+    LeaseTick {
+        now_ms: u64,
+    },
+    /// A new leader's first lease act: every inherited lease gets `extend_ms` (the election
+    /// timeout) beyond what it had left at `now_ms`.
+    LeasePromote {
+        now_ms: u64,
+        extend_ms: u64,
+    },
 }
 
 impl Command {
@@ -45,6 +79,12 @@ impl Command {
             Command::DeleteRange(d) => d.key.len() + d.range_end.len() + 8,
             Command::Txn(t) => txn(t),
             Command::Compact { .. } => 8,
+            Command::LeaseGrant { .. }
+            | Command::LeaseRevoke { .. }
+            | Command::LeaseRenew { .. }
+            | Command::LeaseTick { .. }
+            | Command::LeasePromote { .. } => 24,
+            Command::LeaseExpire { ids, .. } => 16 + 8 * ids.len(),
         }
     }
 }
@@ -57,4 +97,13 @@ pub enum Applied {
     Txn(Result<mvcc::TxnResponse, mvcc::Error>),
     /// The header revision after the compaction.
     Compact(Result<i64, mvcc::Error>),
+    LeaseGrant(Result<(), LeaseError>),
+    /// The header revision after the revoke (one new revision if the lease had keys).
+    LeaseRevoke(Result<i64, LeaseError>),
+    /// The TTL renewed for; `None` when the lease is unknown or had expired (and is now revoked).
+    LeaseRenew(Option<i64>),
+    /// How many leases were revoked.
+    LeaseExpire(usize),
+    LeaseTick,
+    LeasePromote,
 }

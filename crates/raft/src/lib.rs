@@ -18,6 +18,7 @@ mod storage;
 use std::io::Cursor;
 
 pub use command::{Applied, Command, Proposal};
+pub use leasehold_lease::{LEASE_TTL_SECS_MAX, LeaseClock, LeaseError, LeaseId, LeaseTable};
 pub use replica::{RaftStatus, Replica, ReplicaConfig, ReplicaError};
 
 openraft::declare_raft_types!(

@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use leasehold_lease::{LeaseClock, LeaseTable};
 use leasehold_mvcc::Store;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
@@ -67,6 +68,10 @@ pub struct RaftStatus {
 
 pub struct Replica {
     raft: Raft<TypeConfig>,
+    /// This member's mapping from real time to lease time; `Some` while it leads (and so times
+    /// leases). A single member leads from start-up on.
+    lease_clock: std::sync::Mutex<Option<LeaseClock>>,
+    election_timeout: Duration,
     proposals: mpsc::Sender<Pending>,
     /// Fires once openraft's tasks have let go of the database and the file is closed.
     db_closed: tokio::sync::watch::Receiver<()>,
@@ -162,6 +167,8 @@ impl Replica {
         }
         let replica = Arc::new(Replica {
             raft,
+            lease_clock: std::sync::Mutex::new(None),
+            election_timeout: Duration::from_millis(cfg.election_timeout_ms),
             proposals,
             db_closed,
             shared,
@@ -180,7 +187,65 @@ impl Replica {
             .ensure_linearizable()
             .await
             .map_err(storage::io_err)?;
+        replica.promote().await.map_err(storage::io_err)?;
         Ok(replica)
+    }
+
+    /// Starts timing leases: proposes the extension of every inherited lease by the election
+    /// timeout, then runs the lease clock on from the replicated value. Called once everything
+    /// committed is applied.
+    async fn promote(&self) -> Result<(), ReplicaError> {
+        let replicated_ms = state_machine::read_leases(&self.shared, |t| t.clock_ms());
+        let extend_ms = u64::try_from(self.election_timeout.as_millis()).unwrap_or(u64::MAX);
+        self.write(Command::LeasePromote {
+            now_ms: replicated_ms,
+            extend_ms,
+        })
+        .await?;
+        let clock = LeaseClock::promote(replicated_ms, Instant::now());
+        *self.lease_clock.lock().expect("lease clock lock poisoned") = Some(clock);
+        tracing::info!(lease_clock_ms = replicated_ms, "promoted: timing leases");
+        Ok(())
+    }
+
+    /// The current lease time, if this member times leases (leads).
+    pub fn lease_now_ms(&self) -> Result<u64, ReplicaError> {
+        self.lease_clock()
+            .map(|c| c.now_ms(Instant::now()))
+            .ok_or(ReplicaError::NoLeader)
+    }
+
+    /// The leader's lease clock, if this member leads.
+    pub fn lease_clock(&self) -> Option<LeaseClock> {
+        *self.lease_clock.lock().expect("lease clock lock poisoned")
+    }
+
+    /// Reads the lease table; linearizable reads first confirm leadership (read index).
+    pub async fn read_leases<T>(
+        &self,
+        linearizable: bool,
+        f: impl FnOnce(&LeaseTable) -> T,
+    ) -> Result<T, ReplicaError> {
+        if linearizable {
+            self.ensure_linearizable().await?;
+        }
+        Ok(state_machine::read_leases(&self.shared, f))
+    }
+
+    /// Completes after the next apply that touched a lease (the earliest deadline may have moved).
+    pub async fn leases_changed(&self) {
+        self.shared.leases_changed.notified().await;
+    }
+
+    async fn ensure_linearizable(&self) -> Result<(), ReplicaError> {
+        self.raft
+            .ensure_linearizable()
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                RaftError::APIError(_) => ReplicaError::NoLeader,
+                RaftError::Fatal(_) => ReplicaError::Stopped,
+            })
     }
 
     pub fn member_id(&self) -> u64 {
@@ -206,10 +271,7 @@ impl Replica {
         f: impl FnOnce(&Store) -> T,
     ) -> Result<T, ReplicaError> {
         if linearizable {
-            self.raft.ensure_linearizable().await.map_err(|e| match e {
-                RaftError::APIError(_) => ReplicaError::NoLeader,
-                RaftError::Fatal(_) => ReplicaError::Stopped,
-            })?;
+            self.ensure_linearizable().await?;
         }
         Ok(state_machine::read(&self.shared, f))
     }

@@ -1,14 +1,17 @@
-//! The replicated state machine: applies committed commands to the MVCC store and persists what
-//! they changed. Applying is deterministic; the only inputs are the state and the entry.
+//! The replicated state machine: applies committed commands to the MVCC store and the lease
+//! table, and stages what they changed for persistence. This is the one place that composes the
+//! two: a revoke deletes the lease's keys, and every KV change re-binds keys to leases. Applying
+//! is deterministic; the only inputs are the state and the entry (lease time travels in it).
 //!
-//! Lock order: `shared` (the state) before `current` (the snapshot); neither is ever held across
-//! an `.await`.
+//! Lock order: `shared.state` before `current` (the snapshot); neither is ever held across an
+//! `.await`.
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use leasehold_mvcc::{Change, LeaseId, Record, Revision, Store};
+use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable, Renewal};
+use leasehold_mvcc::{Change, Record, Revision, Store};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageError, StorageIOError,
@@ -16,12 +19,13 @@ use openraft::{
 };
 use redb::{ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 
 use crate::TypeConfig;
 use crate::command::{Applied, Command, Proposal};
 use crate::storage::{
-    COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, MEMBERSHIP, SM_META, SmMeta, decode,
-    encode, io_err, write_sm,
+    COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES, MEMBERSHIP,
+    SM_META, SmMeta, decode, encode, io_err, write_sm,
 };
 
 /// Everything the state machine holds, behind one lock so that a snapshot sees the store and the
@@ -29,11 +33,58 @@ use crate::storage::{
 #[derive(Debug, Default)]
 pub(crate) struct SmState {
     pub(crate) store: Store,
+    pub(crate) leases: LeaseTable,
     pub(crate) last_applied: Option<LogId<u64>>,
     pub(crate) membership: StoredMembership<u64, BasicNode>,
 }
 
-pub(crate) type Shared = Arc<RwLock<SmState>>;
+impl SmState {
+    /// The store and lease table from persisted parts: keys are bound to their leases from the
+    /// KV store's live keys (a key whose lease is gone stays unbound, as in etcd).
+    fn assemble(
+        store: Store,
+        lease_clock_ms: u64,
+        leases: Vec<(LeaseId, LeaseRecord)>,
+        last_applied: Option<LogId<u64>>,
+        membership: StoredMembership<u64, BasicNode>,
+    ) -> SmState {
+        let mut table = LeaseTable::restore(lease_clock_ms, leases);
+        for (key, lease) in store.leased_keys() {
+            if !table.attach(&key, lease) {
+                tracing::warn!(
+                    lease = lease.get(),
+                    "a key names a lease that no longer exists"
+                );
+            }
+        }
+        SmState {
+            store,
+            leases: table,
+            last_applied,
+            membership,
+        }
+    }
+
+    fn meta(&self) -> SmMeta {
+        SmMeta {
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+            current_revision: self.store.current_revision(),
+            compact_revision: self.store.compact_revision(),
+            lease_clock_ms: self.leases.clock_ms(),
+        }
+    }
+}
+
+/// The state, plus a signal for the leader's expiry driver.
+#[derive(Debug, Default)]
+pub(crate) struct SharedState {
+    pub(crate) state: RwLock<SmState>,
+    /// Notified after every apply that touched a lease: the earliest deadline may have moved.
+    pub(crate) leases_changed: tokio::sync::Notify,
+}
+
+pub(crate) type Shared = Arc<SharedState>;
 
 /// What a snapshot carries: the whole state machine.
 #[derive(Serialize, Deserialize)]
@@ -43,6 +94,8 @@ struct SnapshotPayload {
     current_revision: i64,
     compact_revision: i64,
     records: Vec<(Revision, Record)>,
+    lease_clock_ms: u64,
+    leases: Vec<(LeaseId, LeaseRecord)>,
 }
 
 pub struct StateMachine {
@@ -76,6 +129,7 @@ impl StateMachine {
         let compacted = COMPACT_REVISION
             .get(&meta)?
             .unwrap_or(fresh.compact_revision());
+        let lease_clock_ms = LEASE_CLOCK_MS.get(&meta)?.unwrap_or(0);
         let table = txn.open_table(KV).map_err(io_err)?;
         let mut records = Vec::new();
         for row in table.iter().map_err(io_err)? {
@@ -85,14 +139,26 @@ impl StateMachine {
                 decode::<Record>(v.value())?,
             ));
         }
+        let lease_rows = txn.open_table(LEASES).map_err(io_err)?;
+        let mut leases = Vec::new();
+        for row in lease_rows.iter().map_err(io_err)? {
+            let (k, v) = row.map_err(io_err)?;
+            let id = LeaseId::from_wire(u64::from_be_bytes(k.value()) as i64).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "lease id 0 in the lease table",
+                )
+            })?;
+            leases.push((id, decode::<LeaseRecord>(v.value())?));
+        }
         let store = Store::restore(current, compacted, records);
+        let state = SmState::assemble(store, lease_clock_ms, leases, last_applied, membership);
         Ok(StateMachine {
             db,
-            shared: Arc::new(RwLock::new(SmState {
-                store,
-                last_applied,
-                membership,
-            })),
+            shared: Arc::new(SharedState {
+                state: RwLock::new(state),
+                leases_changed: tokio::sync::Notify::new(),
+            }),
             current: Arc::new(Mutex::new(None)),
         })
     }
@@ -104,13 +170,15 @@ impl StateMachine {
     /// Snapshots the current state and makes it the current snapshot.
     fn snapshot(&self) -> Snapshot<TypeConfig> {
         let stored = {
-            let state = self.shared.read().expect("state lock poisoned");
+            let state = self.shared.state.read().expect("state lock poisoned");
             let payload = SnapshotPayload {
                 last_applied: state.last_applied,
                 membership: state.membership.clone(),
                 current_revision: state.store.current_revision(),
                 compact_revision: state.store.compact_revision(),
                 records: state.store.records(),
+                lease_clock_ms: state.leases.clock_ms(),
+                leases: state.leases.records(),
             };
             let seq = SNAPSHOT_SEQ.fetch_add(1, Ordering::Relaxed);
             let snapshot_id = format!("{}-{seq}", state.last_applied.map_or(0, |l| l.index));
@@ -137,30 +205,111 @@ impl StoredSnapshot {
     }
 }
 
-/// Applies one command. No lease can exist until the Lease service lands, so a put naming a
-/// lease fails with etcd's "requested lease not found", as etcd does for an unknown lease.
-fn apply_command(store: &mut Store, cmd: &Command, changes: &mut Vec<Change>) -> Applied {
-    let lease_exists = |_: LeaseId| false;
-    let mut keep = |written: Vec<Change>| changes.extend(written);
+/// What one apply batch changed, to stage for persistence.
+#[derive(Default)]
+struct Effects {
+    changes: Vec<Change>,
+    leases_touched: BTreeSet<LeaseId>,
+}
+
+impl Effects {
+    /// Records KV changes and keeps key bindings in step with them: a put names its lease (or
+    /// none), a delete unbinds.
+    fn kv(&mut self, leases: &mut LeaseTable, changes: Vec<Change>) {
+        for change in &changes {
+            if let Change::Write { record, .. } = change {
+                match record {
+                    Record::Put(kv) => match kv.lease {
+                        Some(lease) => {
+                            leases.attach(&kv.key, lease);
+                        }
+                        None => leases.detach(&kv.key),
+                    },
+                    Record::Tombstone { key } => leases.detach(key),
+                }
+            }
+        }
+        self.changes.extend(changes);
+    }
+
+    /// Deletes a revoked lease's keys, all at one new revision; returns the header revision.
+    fn revoked(&mut self, state: &mut SmState, id: LeaseId, keys: &[Vec<u8>]) -> i64 {
+        self.leases_touched.insert(id);
+        let (revision, changes) = state.store.delete_keys(keys.iter().map(Vec::as_slice));
+        self.kv(&mut state.leases, changes);
+        revision
+    }
+}
+
+/// Applies one command to the state.
+fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applied {
+    let SmState { store, leases, .. } = state;
+    let lease_exists = |id: LeaseId| leases.contains(id);
     match cmd {
         Command::Put(req) => Applied::Put(store.put(req, &lease_exists).map(|(resp, c)| {
-            keep(c);
+            fx.kv(leases, c);
             resp
         })),
         Command::DeleteRange(req) => {
             let (resp, c) = store.delete_range(req);
-            keep(c);
+            fx.kv(leases, c);
             Applied::DeleteRange(resp)
         }
         Command::Txn(req) => Applied::Txn(store.txn(req, &lease_exists).map(|(resp, c)| {
-            keep(c);
+            fx.kv(leases, c);
             resp
         })),
         Command::Compact { revision } => {
             Applied::Compact(store.compact(*revision).map(|(rev, c)| {
-                keep(c);
+                fx.changes.extend(c);
                 rev
             }))
+        }
+        Command::LeaseGrant {
+            id,
+            ttl_secs,
+            now_ms,
+        } => {
+            let result = leases.grant(*id, *ttl_secs, *now_ms).map(|_| ());
+            fx.leases_touched.insert(*id);
+            Applied::LeaseGrant(result)
+        }
+        Command::LeaseRevoke { id } => match leases.revoke(*id) {
+            Ok(keys) => Applied::LeaseRevoke(Ok(fx.revoked(state, *id, &keys))),
+            Err(e) => Applied::LeaseRevoke(Err(e)),
+        },
+        Command::LeaseRenew { id, now_ms } => match leases.renew(*id, *now_ms) {
+            Renewal::Renewed { ttl_secs } => {
+                fx.leases_touched.insert(*id);
+                Applied::LeaseRenew(Some(ttl_secs))
+            }
+            Renewal::NotFound => Applied::LeaseRenew(None),
+            Renewal::Expired => {
+                // Too late to renew: revoke it now, so the answer (TTL 0) follows the revoke.
+                if let Some(keys) = leases.expire(*id, *now_ms) {
+                    fx.revoked(state, *id, &keys);
+                }
+                Applied::LeaseRenew(None)
+            }
+        },
+        Command::LeaseExpire { ids, now_ms } => {
+            let mut revoked = 0;
+            for id in ids {
+                if let Some(keys) = state.leases.expire(*id, *now_ms) {
+                    fx.revoked(state, *id, &keys);
+                    revoked += 1;
+                }
+            }
+            Applied::LeaseExpire(revoked)
+        }
+        Command::LeaseTick { now_ms } => {
+            leases.advance(*now_ms);
+            Applied::LeaseTick
+        }
+        Command::LeasePromote { now_ms, extend_ms } => {
+            leases.extend_all(*now_ms, *extend_ms);
+            fx.leases_touched.extend(leases.ids());
+            Applied::LeasePromote
         }
     }
 }
@@ -177,7 +326,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn applied_state(
         &mut self,
     ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
-        let state = self.shared.read().expect("state lock poisoned");
+        let state = self.shared.state.read().expect("state lock poisoned");
         Ok((state.last_applied, state.membership.clone()))
     }
 
@@ -187,9 +336,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: Send,
     {
         let mut replies = Vec::new();
-        let mut changes = Vec::new();
-        let meta = {
-            let mut guard = self.shared.write().expect("state lock poisoned");
+        let mut fx = Effects::default();
+        let (meta, lease_rows) = {
+            let mut guard = self.shared.state.write().expect("state lock poisoned");
             let state = &mut *guard;
             for entry in entries {
                 state.last_applied = Some(entry.log_id);
@@ -201,21 +350,27 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     }
                     EntryPayload::Normal(Proposal { commands }) => commands
                         .iter()
-                        .map(|cmd| apply_command(&mut state.store, cmd, &mut changes))
+                        .map(|cmd| apply_command(state, cmd, &mut fx))
                         .collect(),
                 };
                 replies.push(reply);
             }
-            SmMeta {
-                last_applied: state.last_applied,
-                membership: state.membership.clone(),
-                current_revision: state.store.current_revision(),
-                compact_revision: state.store.compact_revision(),
+            if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
+                state.leases.validate();
             }
+            let lease_rows: Vec<(LeaseId, Option<LeaseRecord>)> = fx
+                .leases_touched
+                .iter()
+                .map(|id| (*id, state.leases.record(*id)))
+                .collect();
+            (state.meta(), lease_rows)
         };
+        if !lease_rows.is_empty() {
+            self.shared.leases_changed.notify_one();
+        }
         // No commit of its own: the log already holds these entries durably, and the changes are
         // written with the next log commit (see `Db::stage_sm`).
-        self.db.stage_sm(changes, meta);
+        self.db.stage_sm(fx.changes, lease_rows, meta);
         Ok(replies)
     }
 
@@ -245,12 +400,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             payload.compact_revision,
             payload.records.clone(),
         );
-        let row = SmMeta {
-            last_applied: meta.last_log_id,
-            membership: meta.last_membership.clone(),
-            current_revision: payload.current_revision,
-            compact_revision: payload.compact_revision,
-        };
+        let state = SmState::assemble(
+            store,
+            payload.lease_clock_ms,
+            payload.leases.clone(),
+            meta.last_log_id,
+            meta.last_membership.clone(),
+        );
+        let row = state.meta();
         // Staged changes predate the snapshot and must never be written over it.
         self.db.discard_staged_sm();
         let db = self.db.clone();
@@ -259,13 +416,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .into_iter()
             .map(|(rev, record)| Change::Write { rev, record })
             .collect();
+        let leases = payload
+            .leases
+            .into_iter()
+            .map(|(id, r)| (id, Some(r)))
+            .collect();
         tokio::task::spawn_blocking(move || {
             let txn = db.begin_write().map_err(io_err)?;
             {
                 let mut kv = txn.open_table(KV).map_err(io_err)?;
                 kv.retain(|_, _| false).map_err(io_err)?;
+                let mut lease_table = txn.open_table(LEASES).map_err(io_err)?;
+                lease_table.retain(|_, _| false).map_err(io_err)?;
             }
-            write_sm(&txn, &changes, &row)?;
+            write_sm(&txn, &changes, &leases, &row)?;
             txn.commit().map_err(io_err)
         })
         .await
@@ -273,11 +437,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         .and_then(|r| r)
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         let bytes = snapshot.into_inner();
-        *self.shared.write().expect("state lock poisoned") = SmState {
-            store,
-            last_applied: meta.last_log_id,
-            membership: meta.last_membership.clone(),
-        };
+        *self.shared.state.write().expect("state lock poisoned") = state;
+        self.shared.leases_changed.notify_one();
         *self.current.lock().expect("snapshot lock poisoned") = Some(StoredSnapshot {
             meta: meta.clone(),
             bytes,
@@ -295,6 +456,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // never below the purged log, so none has to be kept on disk.
         let applied = self
             .shared
+            .state
             .read()
             .expect("state lock poisoned")
             .last_applied;
@@ -304,6 +466,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
 /// Reads run against the applied state under the read lock.
 pub(crate) fn read<T>(shared: &Shared, f: impl FnOnce(&Store) -> T) -> T {
-    let state = shared.read().expect("state lock poisoned");
+    let state = shared.state.read().expect("state lock poisoned");
     f(&state.store)
+}
+
+pub(crate) fn read_leases<T>(shared: &Shared, f: impl FnOnce(&LeaseTable) -> T) -> T {
+    let state = shared.state.read().expect("state lock poisoned");
+    f(&state.leases)
 }

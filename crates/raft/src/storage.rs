@@ -9,6 +9,9 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use std::collections::BTreeMap;
+
+use leasehold_lease::{LeaseId, LeaseRecord};
 use leasehold_mvcc::Change;
 use openraft::{BasicNode, LogId, StoredMembership, Vote};
 use redb::{Database, ReadableTable, TableDefinition};
@@ -21,6 +24,8 @@ pub(crate) const RAFT_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("r
 pub(crate) const RAFT_META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 /// Every stored version of every key, by revision (`main` then `sub`, big-endian).
 pub(crate) const KV: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new("kv");
+/// Every lease, by id (`i64` as `u64`, big-endian): postcard-encoded `LeaseRecord`.
+pub(crate) const LEASES: TableDefinition<[u8; 8], &[u8]> = TableDefinition::new("leases");
 /// State-machine metadata: `last_applied`, `membership`, `current_revision`,
 /// `compact_revision`.
 pub(crate) const SM_META: TableDefinition<&str, &[u8]> = TableDefinition::new("sm_meta");
@@ -73,6 +78,12 @@ pub(crate) const LAST_APPLIED: MetaKey<Option<LogId<u64>>> = MetaKey::new("last_
 pub(crate) const MEMBERSHIP: MetaKey<StoredMembership<u64, BasicNode>> = MetaKey::new("membership");
 pub(crate) const CURRENT_REVISION: MetaKey<i64> = MetaKey::new("current_revision");
 pub(crate) const COMPACT_REVISION: MetaKey<i64> = MetaKey::new("compact_revision");
+pub(crate) const LEASE_CLOCK_MS: MetaKey<u64> = MetaKey::new("lease_clock_ms");
+
+pub(crate) fn lease_key(id: LeaseId) -> [u8; 8] {
+    // Two's complement reinterpretation: negative ids are valid and sort after positive ones.
+    (id.get() as u64).to_be_bytes()
+}
 
 pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_stdvec(value).expect("in-memory serialization cannot fail")
@@ -98,6 +109,8 @@ pub(crate) struct Db {
 #[derive(Default)]
 struct StagedSm {
     changes: Vec<Change>,
+    /// The latest state of every lease touched since the last write (`None`: removed).
+    leases: BTreeMap<LeaseId, Option<LeaseRecord>>,
     meta: Option<SmMeta>,
 }
 
@@ -107,14 +120,29 @@ pub(crate) struct SmMeta {
     pub(crate) membership: StoredMembership<u64, BasicNode>,
     pub(crate) current_revision: i64,
     pub(crate) compact_revision: i64,
+    pub(crate) lease_clock_ms: u64,
 }
 
 /// Writes state-machine changes and the metadata they lead to, in one transaction.
 pub(crate) fn write_sm(
     txn: &redb::WriteTransaction,
     changes: &[Change],
+    leases: &BTreeMap<LeaseId, Option<LeaseRecord>>,
     meta: &SmMeta,
 ) -> Result<(), std::io::Error> {
+    let mut lease_table = txn.open_table(LEASES).map_err(io_err)?;
+    for (id, record) in leases {
+        match record {
+            Some(record) => {
+                lease_table
+                    .insert(lease_key(*id), encode(record).as_slice())
+                    .map_err(io_err)?;
+            }
+            None => {
+                lease_table.remove(lease_key(*id)).map_err(io_err)?;
+            }
+        }
+    }
     let mut kv = txn.open_table(KV).map_err(io_err)?;
     for change in changes {
         match change {
@@ -132,6 +160,7 @@ pub(crate) fn write_sm(
     MEMBERSHIP.put(&mut m, &meta.membership)?;
     CURRENT_REVISION.put(&mut m, &meta.current_revision)?;
     COMPACT_REVISION.put(&mut m, &meta.compact_revision)?;
+    LEASE_CLOCK_MS.put(&mut m, &meta.lease_clock_ms)?;
     Ok(())
 }
 
@@ -148,9 +177,15 @@ impl Db {
     /// ([`Db::write_staged_sm`]), which is the fsync that would have made them durable anyway:
     /// applying costs no write transaction of its own. Until then a crash loses them, and
     /// openraft re-applies the entries from the log, which holds them durably.
-    pub(crate) fn stage_sm(&self, changes: Vec<Change>, meta: SmMeta) {
+    pub(crate) fn stage_sm(
+        &self,
+        changes: Vec<Change>,
+        leases: impl IntoIterator<Item = (LeaseId, Option<LeaseRecord>)>,
+        meta: SmMeta,
+    ) {
         let mut staged = self.staged_sm.lock().expect("staged lock poisoned");
         staged.changes.extend(changes);
+        staged.leases.extend(leases);
         staged.meta = Some(meta);
     }
 
@@ -161,7 +196,7 @@ impl Db {
     ) -> Result<(), std::io::Error> {
         let staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
         match staged.meta {
-            Some(meta) => write_sm(txn, &staged.changes, &meta),
+            Some(meta) => write_sm(txn, &staged.changes, &staged.leases, &meta),
             None => Ok(()),
         }
     }
@@ -187,6 +222,7 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, std::io::Error> {
         txn.open_table(RAFT_LOG).map_err(io_err)?;
         txn.open_table(RAFT_META).map_err(io_err)?;
         txn.open_table(KV).map_err(io_err)?;
+        txn.open_table(LEASES).map_err(io_err)?;
         let mut meta = txn.open_table(SM_META).map_err(io_err)?;
         match FORMAT.get(&meta) {
             Ok(None) => FORMAT.put(&mut meta, &FORMAT_VERSION)?,

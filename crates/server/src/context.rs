@@ -5,6 +5,7 @@ use std::sync::Arc;
 use leasehold_raft::Replica;
 
 use crate::convert::Header;
+use crate::lease::LeaseIdGenerator;
 
 pub struct ServerContext {
     pub replica: Arc<Replica>,
@@ -13,6 +14,9 @@ pub struct ServerContext {
     pub name: String,
     pub client_urls: Vec<String>,
     pub peer_urls: Vec<String>,
+    /// etcd's minimum TTL for this member's timing (see `validate::lease_ttl_secs_min`).
+    pub lease_ttl_secs_min: i64,
+    pub lease_ids: LeaseIdGenerator,
 }
 
 impl ServerContext {

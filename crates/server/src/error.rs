@@ -3,7 +3,7 @@
 //! until it has its status.
 
 use leasehold_mvcc as mvcc;
-use leasehold_raft::ReplicaError;
+use leasehold_raft::{Applied, LeaseError, ReplicaError};
 use tonic::{Code, Status};
 
 /// Everything a client request can fail with at the gRPC edge.
@@ -15,6 +15,12 @@ pub enum ApiError {
     /// Refused by the store when applied (or read).
     Mvcc(mvcc::Error),
     Replica(ReplicaError),
+    Lease(LeaseError),
+    /// A lease TTL above etcd's maximum (9e9 s).
+    LeaseTtlTooLarge,
+    /// The state machine answered a command with another command's reply: a bug, not a request
+    /// problem.
+    UnexpectedReply(String),
     /// Bigger than the transport accepts: grpc-go's check, with its message.
     MessageTooLarge {
         len: usize,
@@ -45,6 +51,18 @@ impl From<mvcc::Error> for ApiError {
 impl From<ReplicaError> for ApiError {
     fn from(e: ReplicaError) -> Self {
         ApiError::Replica(e)
+    }
+}
+
+impl From<LeaseError> for ApiError {
+    fn from(e: LeaseError) -> Self {
+        ApiError::Lease(e)
+    }
+}
+
+impl ApiError {
+    pub fn unexpected(applied: &Applied) -> ApiError {
+        ApiError::UnexpectedReply(format!("{applied:?}"))
     }
 }
 
@@ -96,6 +114,21 @@ impl From<ApiError> for Status {
                     Status::new(Code::Internal, format!("etcdserver: {msg}"))
                 }
             },
+            ApiError::Lease(l) => match l {
+                LeaseError::NotFound => {
+                    Status::new(Code::NotFound, "etcdserver: requested lease not found")
+                }
+                LeaseError::Exists => {
+                    Status::new(Code::FailedPrecondition, "etcdserver: lease already exists")
+                }
+            },
+            ApiError::LeaseTtlTooLarge => {
+                Status::new(Code::OutOfRange, "etcdserver: too large lease TTL")
+            }
+            ApiError::UnexpectedReply(reply) => {
+                tracing::error!("state machine answered with the wrong reply kind: {reply}");
+                Status::new(Code::Internal, "etcdserver: unexpected apply result")
+            }
             ApiError::MessageTooLarge { len, max } => Status::new(
                 Code::ResourceExhausted,
                 format!("grpc: received message larger than max ({len} vs. {max})"),

@@ -27,8 +27,7 @@ impl KvService {
 
 /// A command's reply did not match the command: the state machine is broken, not the request.
 fn mismatch(applied: &Applied) -> Status {
-    tracing::error!("state machine answered with the wrong reply kind: {applied:?}");
-    Status::internal("etcdserver: unexpected apply result")
+    ApiError::unexpected(applied).into()
 }
 
 #[tonic::async_trait]

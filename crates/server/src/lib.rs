@@ -6,13 +6,16 @@
 //! ```text
 //!   gRPC request ─► validate ─► convert ─► Replica::{read, write} ─► convert ─► gRPC response
 //!                                    errors ─► error.rs ─► tonic::Status
+//!   expiry driver (leader): sleep until the next deadline ─► propose LeaseExpire { due leases }
 //! ```
 
 mod cluster;
 mod context;
 mod convert;
 mod error;
+mod expiry;
 mod kv;
+mod lease;
 mod maintenance;
 mod validate;
 
@@ -22,13 +25,17 @@ use std::time::Duration;
 
 use leasehold_api::etcdserverpb::cluster_server::ClusterServer;
 use leasehold_api::etcdserverpb::kv_server::KvServer;
+use leasehold_api::etcdserverpb::lease_server::LeaseServer;
 use leasehold_api::etcdserverpb::maintenance_server::MaintenanceServer;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 
 pub use context::ServerContext;
+pub use expiry::{ExpiryConfig, drive_lease_expiry};
+pub use lease::LeaseIdGenerator;
 pub use maintenance::ETCD_API_VERSION;
+pub use validate::lease_ttl_secs_min;
 pub use validate::{GRPC_MESSAGE_BYTES_MAX, REQUEST_BYTES_MAX, TXN_OPS_MAX};
 
 /// Decoding limit handed to tonic: above grpc-go's limit so that our own check (with grpc-go's
@@ -56,6 +63,7 @@ pub async fn serve(
             KvServer::new(kv::KvService::new(ctx.clone()))
                 .max_decoding_message_size(DECODE_BYTES_MAX),
         )
+        .add_service(LeaseServer::new(lease::LeaseService::new(ctx.clone())))
         .add_service(MaintenanceServer::new(
             maintenance::MaintenanceService::new(ctx.clone()),
         ))

@@ -37,6 +37,26 @@ pub fn proposal_size(msg: &impl Message) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A requested lease TTL, checked against etcd's maximum and raised to the minimum (etcd raises
+/// zero and negative TTLs too). Decided here, before proposing, so every member applies the same.
+pub fn lease_ttl(ttl_secs: i64, ttl_secs_min: i64) -> Result<i64, ApiError> {
+    if ttl_secs > leasehold_raft::LEASE_TTL_SECS_MAX {
+        return Err(ApiError::LeaseTtlTooLarge);
+    }
+    Ok(ttl_secs.max(ttl_secs_min))
+}
+
+/// etcd's minimum lease TTL: one and a half election timeouts, counted in whole heartbeats and
+/// rounded up to a second (2 s with the default 100 ms / 1000 ms).
+pub fn lease_ttl_secs_min(heartbeat_ms: u64, election_timeout_ms: u64) -> i64 {
+    let heartbeat_ms = heartbeat_ms.max(1);
+    let election_ticks = election_timeout_ms / heartbeat_ms;
+    let min_ms = (3 * election_ticks / 2) * heartbeat_ms;
+    i64::try_from(min_ms.div_ceil(1000))
+        .unwrap_or(i64::MAX)
+        .max(1)
+}
+
 pub fn range(r: &pb::RangeRequest) -> Result<(), Invalid> {
     if r.key.is_empty() {
         return Err(Invalid::EmptyKey);
@@ -227,6 +247,19 @@ mod tests {
             vec![txn_op(vec![del_op("a", "")], vec![]), put_op("a")],
             Err(Invalid::DuplicateKey),
         );
+    }
+
+    #[test]
+    fn lease_ttl_bounds_match_etcd() {
+        assert_eq!(lease_ttl_secs_min(100, 1000), 2);
+        assert_eq!(lease_ttl_secs_min(500, 5000), 8);
+        assert_eq!(lease_ttl(1, 2).unwrap(), 2);
+        assert_eq!(lease_ttl(-5, 2).unwrap(), 2);
+        assert_eq!(lease_ttl(9_000_000_000, 2).unwrap(), 9_000_000_000);
+        assert!(matches!(
+            lease_ttl(9_000_000_001, 2),
+            Err(ApiError::LeaseTtlTooLarge)
+        ));
     }
 
     #[test]

@@ -1,0 +1,342 @@
+//! The replicated lease table.
+//!
+//! Invariants (checked by [`LeaseTable::validate`]):
+//! - the expiry queue holds exactly one entry per lease, at its current deadline;
+//! - `key_lease[k] == id` exactly when `k` is in lease `id`'s key set;
+//! - a renewal never moves a deadline earlier.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use leasehold_types::LeaseId;
+use serde::{Deserialize, Serialize};
+
+/// What is persisted of a lease (its keys are rebuilt from the KV store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// The granted TTL, after clamping.
+    pub ttl_secs: i64,
+    /// When it expires, on the lease clock.
+    pub deadline_ms: u64,
+    /// Grant order: breaks ties between equal deadlines, as etcd lists leases in grant order.
+    pub grant_seq: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum LeaseError {
+    #[error("etcdserver: requested lease not found")]
+    NotFound,
+    #[error("etcdserver: lease already exists")]
+    Exists,
+}
+
+/// The outcome of a renewal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Renewed for this many seconds.
+    Renewed {
+        ttl_secs: i64,
+    },
+    NotFound,
+    /// Its deadline had passed: the caller revokes it (and answers TTL 0).
+    Expired,
+}
+
+/// A lease as TimeToLive reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimeToLive {
+    /// Whole seconds left, truncated; 0 once the deadline has passed.
+    pub remaining_secs: i64,
+    pub granted_ttl_secs: i64,
+    /// Attached keys, in key order.
+    pub keys: Vec<Vec<u8>>,
+}
+
+/// Event counts since this member started (for the metrics etcd exports).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub granted: u64,
+    pub revoked: u64,
+    pub renewed: u64,
+    /// Revocations because the deadline passed (a subset of `revoked`).
+    pub expired: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Lease {
+    record: LeaseRecord,
+    keys: BTreeSet<Vec<u8>>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct LeaseTable {
+    leases: BTreeMap<LeaseId, Lease>,
+    /// The expiry queue: (deadline, grant order) of every lease. Renewing moves one entry,
+    /// O(log n).
+    queue: BTreeMap<(u64, u64), LeaseId>,
+    key_lease: HashMap<Vec<u8>, LeaseId>,
+    /// The replicated lease clock: the latest lease time a leader proposed.
+    clock_ms: u64,
+    next_grant_seq: u64,
+    counters: Counters,
+}
+
+fn deadline(now_ms: u64, ttl_secs: i64) -> u64 {
+    let ttl_ms = u64::try_from(ttl_secs).unwrap_or(0).saturating_mul(1000);
+    now_ms.saturating_add(ttl_ms)
+}
+
+impl LeaseTable {
+    pub fn new() -> LeaseTable {
+        LeaseTable::default()
+    }
+
+    /// Rebuilds the table from persisted records. Keys are attached afterwards with
+    /// [`LeaseTable::attach`], from the KV store.
+    pub fn restore(
+        clock_ms: u64,
+        records: impl IntoIterator<Item = (LeaseId, LeaseRecord)>,
+    ) -> LeaseTable {
+        let mut table = LeaseTable {
+            clock_ms,
+            ..LeaseTable::default()
+        };
+        for (id, record) in records {
+            table
+                .queue
+                .insert((record.deadline_ms, record.grant_seq), id);
+            table.next_grant_seq = table.next_grant_seq.max(record.grant_seq + 1);
+            table.leases.insert(
+                id,
+                Lease {
+                    record,
+                    keys: BTreeSet::new(),
+                },
+            );
+        }
+        table
+    }
+
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    pub fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+
+    pub fn contains(&self, id: LeaseId) -> bool {
+        self.leases.contains_key(&id)
+    }
+
+    /// Moves the replicated clock forward to `now_ms` (never back).
+    pub fn advance(&mut self, now_ms: u64) {
+        self.clock_ms = self.clock_ms.max(now_ms);
+    }
+
+    /// Adds a lease expiring `ttl_secs` after `now_ms`. The TTL is already validated and clamped.
+    pub fn grant(
+        &mut self,
+        id: LeaseId,
+        ttl_secs: i64,
+        now_ms: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.advance(now_ms);
+        if self.leases.contains_key(&id) {
+            return Err(LeaseError::Exists);
+        }
+        let record = LeaseRecord {
+            ttl_secs,
+            deadline_ms: deadline(now_ms, ttl_secs),
+            grant_seq: self.next_grant_seq,
+        };
+        self.next_grant_seq += 1;
+        self.queue
+            .insert((record.deadline_ms, record.grant_seq), id);
+        self.leases.insert(
+            id,
+            Lease {
+                record,
+                keys: BTreeSet::new(),
+            },
+        );
+        self.counters.granted += 1;
+        Ok(record)
+    }
+
+    /// Pushes the deadline to `now_ms + ttl`, unless the lease is unknown or already expired.
+    pub fn renew(&mut self, id: LeaseId, now_ms: u64) -> Renewal {
+        self.advance(now_ms);
+        let Some(lease) = self.leases.get_mut(&id) else {
+            return Renewal::NotFound;
+        };
+        if lease.record.deadline_ms <= now_ms {
+            return Renewal::Expired;
+        }
+        let old = (lease.record.deadline_ms, lease.record.grant_seq);
+        lease.record.deadline_ms =
+            deadline(now_ms, lease.record.ttl_secs).max(lease.record.deadline_ms);
+        let new = (lease.record.deadline_ms, lease.record.grant_seq);
+        let ttl_secs = lease.record.ttl_secs;
+        self.queue.remove(&old);
+        self.queue.insert(new, id);
+        self.counters.renewed += 1;
+        Renewal::Renewed { ttl_secs }
+    }
+
+    /// Removes a lease; returns its keys in key order (the caller deletes them at one revision).
+    pub fn revoke(&mut self, id: LeaseId) -> Result<Vec<Vec<u8>>, LeaseError> {
+        let lease = self.leases.remove(&id).ok_or(LeaseError::NotFound)?;
+        self.queue
+            .remove(&(lease.record.deadline_ms, lease.record.grant_seq));
+        for key in &lease.keys {
+            self.key_lease.remove(key);
+        }
+        self.counters.revoked += 1;
+        Ok(lease.keys.into_iter().collect())
+    }
+
+    /// What a new leader does to the leases it inherits: each gets `extend_ms` beyond what it had
+    /// left at `now_ms` (the replicated clock), so holders cut off by the leader change have time
+    /// to reach the new leader. Already-expired leases get just `extend_ms`.
+    pub fn extend_all(&mut self, now_ms: u64, extend_ms: u64) {
+        self.advance(now_ms);
+        let clock = self.clock_ms;
+        self.queue.clear();
+        for (id, lease) in &mut self.leases {
+            lease.record.deadline_ms = lease
+                .record
+                .deadline_ms
+                .max(clock)
+                .saturating_add(extend_ms);
+            self.queue
+                .insert((lease.record.deadline_ms, lease.record.grant_seq), *id);
+        }
+    }
+
+    /// Every lease id.
+    pub fn ids(&self) -> Vec<LeaseId> {
+        self.leases.keys().copied().collect()
+    }
+
+    /// Revokes `id` because it expired at `now_ms`; `None` if it is gone or was renewed since.
+    pub fn expire(&mut self, id: LeaseId, now_ms: u64) -> Option<Vec<Vec<u8>>> {
+        self.advance(now_ms);
+        let due = self.leases.get(&id)?.record.deadline_ms <= now_ms;
+        if !due {
+            return None;
+        }
+        let keys = self.revoke(id).ok()?;
+        self.counters.expired += 1;
+        Some(keys)
+    }
+
+    /// Up to `max` leases whose deadline is at or before `now_ms`, earliest first.
+    pub fn expired(&self, now_ms: u64, max: usize) -> Vec<LeaseId> {
+        self.queue
+            .range(..=(now_ms, u64::MAX))
+            .take(max)
+            .map(|(_, id)| *id)
+            .collect()
+    }
+
+    /// The earliest deadline, if any lease exists.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.queue.keys().next().map(|(d, _)| *d)
+    }
+
+    /// Binds `key` to `id`, moving it from any other lease. A no-op for an unknown lease (a
+    /// restored key whose lease is gone stays unattached, as in etcd).
+    pub fn attach(&mut self, key: &[u8], id: LeaseId) -> bool {
+        if !self.leases.contains_key(&id) {
+            return false;
+        }
+        if self.key_lease.get(key) == Some(&id) {
+            return true;
+        }
+        self.detach(key);
+        self.key_lease.insert(key.to_vec(), id);
+        self.leases
+            .get_mut(&id)
+            .expect("checked above")
+            .keys
+            .insert(key.to_vec());
+        true
+    }
+
+    /// Unbinds `key` from its lease, if it has one.
+    pub fn detach(&mut self, key: &[u8]) {
+        if let Some(id) = self.key_lease.remove(key)
+            && let Some(lease) = self.leases.get_mut(&id)
+        {
+            lease.keys.remove(key);
+        }
+    }
+
+    pub fn record(&self, id: LeaseId) -> Option<LeaseRecord> {
+        self.leases.get(&id).map(|l| l.record)
+    }
+
+    pub fn time_to_live(&self, id: LeaseId, now_ms: u64, with_keys: bool) -> Option<TimeToLive> {
+        let lease = self.leases.get(&id)?;
+        let left_ms = lease.record.deadline_ms.saturating_sub(now_ms);
+        Some(TimeToLive {
+            remaining_secs: i64::try_from(left_ms / 1000).unwrap_or(i64::MAX),
+            granted_ttl_secs: lease.record.ttl_secs,
+            keys: if with_keys {
+                lease.keys.iter().cloned().collect()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    /// Every lease, soonest deadline first (grant order among equal deadlines).
+    pub fn by_deadline(&self) -> Vec<LeaseId> {
+        self.queue.values().copied().collect()
+    }
+
+    /// Every lease with its record, for persistence and snapshots.
+    pub fn records(&self) -> Vec<(LeaseId, LeaseRecord)> {
+        self.leases.iter().map(|(id, l)| (*id, l.record)).collect()
+    }
+
+    /// Checks every invariant; panics with the broken one.
+    pub fn validate(&self) {
+        assert_eq!(
+            self.queue.len(),
+            self.leases.len(),
+            "one queue entry per lease"
+        );
+        for (&(deadline_ms, seq), id) in &self.queue {
+            let lease = &self.leases[id];
+            assert_eq!(
+                (lease.record.deadline_ms, lease.record.grant_seq),
+                (deadline_ms, seq)
+            );
+            assert!(
+                seq < self.next_grant_seq,
+                "grant order is behind the counter"
+            );
+        }
+        let attached: usize = self.leases.values().map(|l| l.keys.len()).sum();
+        assert_eq!(
+            attached,
+            self.key_lease.len(),
+            "key map and key sets agree in size"
+        );
+        for (key, id) in &self.key_lease {
+            assert!(
+                self.leases[id].keys.contains(key),
+                "key map names a lease without the key"
+            );
+        }
+    }
+}

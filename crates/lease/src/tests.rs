@@ -1,0 +1,238 @@
+use std::time::{Duration, Instant};
+
+use crate::*;
+
+fn id(n: i64) -> LeaseId {
+    LeaseId::from_wire(n).unwrap()
+}
+
+#[test]
+fn expiry_order_follows_deadlines_then_grant_order() {
+    let mut t = LeaseTable::new();
+    t.grant(id(3), 10, 0).unwrap();
+    t.grant(id(1), 5, 0).unwrap();
+    t.grant(id(2), 10, 0).unwrap();
+    assert_eq!(t.by_deadline(), vec![id(1), id(3), id(2)]);
+    assert_eq!(t.next_deadline_ms(), Some(5_000));
+    assert!(t.expired(4_999, 10).is_empty());
+    assert_eq!(t.expired(5_000, 10), vec![id(1)]);
+    assert_eq!(t.expired(10_000, 10), vec![id(1), id(3), id(2)]);
+    assert_eq!(t.expired(10_000, 2), vec![id(1), id(3)], "bounded batch");
+    t.validate();
+}
+
+#[test]
+fn renew_moves_the_deadline_and_expired_leases_cannot_be_renewed() {
+    let mut t = LeaseTable::new();
+    t.grant(id(1), 10, 0).unwrap();
+    t.grant(id(2), 10, 0).unwrap();
+    assert_eq!(t.renew(id(1), 6_000), Renewal::Renewed { ttl_secs: 10 });
+    assert_eq!(t.record(id(1)).unwrap().deadline_ms, 16_000);
+    assert_eq!(t.by_deadline(), vec![id(2), id(1)]);
+    assert_eq!(t.expired(10_000, 10), vec![id(2)]);
+    assert_eq!(
+        t.renew(id(2), 10_000),
+        Renewal::Expired,
+        "at the deadline it is too late"
+    );
+    assert_eq!(t.renew(id(9), 10_000), Renewal::NotFound);
+    assert_eq!(t.counters().renewed, 1);
+    t.validate();
+}
+
+#[test]
+fn grant_refuses_a_taken_id_and_revoke_an_unknown_one() {
+    let mut t = LeaseTable::new();
+    t.grant(id(-7), 5, 0).unwrap();
+    assert_eq!(t.grant(id(-7), 5, 0), Err(LeaseError::Exists));
+    assert_eq!(t.revoke(id(8)), Err(LeaseError::NotFound));
+    assert_eq!(t.revoke(id(-7)), Ok(vec![]));
+    assert_eq!(
+        t.revoke(id(-7)),
+        Err(LeaseError::NotFound),
+        "revoking twice"
+    );
+    t.grant(id(-7), 5, 0)
+        .expect("a revoked id can be granted again");
+}
+
+#[test]
+fn keys_attach_detach_and_switch_leases() {
+    let mut t = LeaseTable::new();
+    t.grant(id(1), 10, 0).unwrap();
+    t.grant(id(2), 10, 0).unwrap();
+    assert!(t.attach(b"b", id(1)));
+    assert!(t.attach(b"a", id(1)));
+    assert!(t.attach(b"c", id(1)));
+    assert!(t.attach(b"c", id(2)), "switching moves the key");
+    t.detach(b"b");
+    assert!(!t.attach(b"z", id(9)), "unknown lease: stays unattached");
+    t.validate();
+    assert_eq!(
+        t.time_to_live(id(1), 0, true).unwrap().keys,
+        vec![b"a".to_vec()]
+    );
+    assert_eq!(t.revoke(id(2)), Ok(vec![b"c".to_vec()]));
+    assert_eq!(t.revoke(id(1)), Ok(vec![b"a".to_vec()]));
+    t.validate();
+}
+
+#[test]
+fn time_to_live_truncates_and_reports_zero_once_expired() {
+    let mut t = LeaseTable::new();
+    t.grant(id(1), 100, 1_000).unwrap();
+    let ttl = t.time_to_live(id(1), 1_003, false).unwrap();
+    assert_eq!((ttl.remaining_secs, ttl.granted_ttl_secs), (99, 100));
+    assert_eq!(
+        t.time_to_live(id(1), 101_000, false)
+            .unwrap()
+            .remaining_secs,
+        0
+    );
+    assert_eq!(
+        t.time_to_live(id(1), 500_000, false)
+            .unwrap()
+            .remaining_secs,
+        0
+    );
+    assert!(t.time_to_live(id(2), 0, false).is_none());
+}
+
+#[test]
+fn expire_revokes_only_what_is_still_due() {
+    let mut t = LeaseTable::new();
+    t.grant(id(1), 5, 0).unwrap();
+    t.attach(b"k", id(1));
+    // The leader saw it expired at 5 s, but a renewal was applied before the expiry entry.
+    t.renew(id(1), 4_000);
+    assert_eq!(t.expire(id(1), 5_000), None);
+    assert_eq!(t.expire(id(1), 9_000), Some(vec![b"k".to_vec()]));
+    assert_eq!(t.expire(id(1), 9_000), None, "already gone");
+    assert_eq!(
+        t.counters(),
+        Counters {
+            granted: 1,
+            revoked: 1,
+            renewed: 1,
+            expired: 1
+        }
+    );
+}
+
+#[test]
+fn a_thousand_leases_expire_in_one_batch() {
+    let mut t = LeaseTable::new();
+    for n in 1..=1000 {
+        t.grant(id(n), 3, 0).unwrap();
+        t.attach(format!("k{n}").as_bytes(), id(n));
+    }
+    t.grant(id(5000), 4, 0).unwrap();
+    let due = t.expired(3_000, 10_000);
+    assert_eq!(due.len(), 1000);
+    for lease in due {
+        assert_eq!(t.expire(lease, 3_000).map(|k| k.len()), Some(1));
+    }
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.next_deadline_ms(), Some(4_000));
+    t.validate();
+}
+
+#[test]
+fn restore_keeps_deadlines_and_grant_order() {
+    let mut t = LeaseTable::new();
+    t.grant(id(1), 10, 0).unwrap();
+    t.grant(id(2), 10, 0).unwrap();
+    t.advance(2_500);
+    let r = LeaseTable::restore(t.clock_ms(), t.records());
+    assert_eq!(r.by_deadline(), t.by_deadline());
+    assert_eq!(r.clock_ms(), 2_500);
+    let mut r = r;
+    let rec = r.grant(id(3), 1, 2_500).unwrap();
+    assert_eq!(rec.grant_seq, 2, "grant order continues after a restore");
+    r.validate();
+}
+
+#[test]
+fn the_clock_never_runs_backwards() {
+    let mut t = LeaseTable::new();
+    t.advance(5_000);
+    t.advance(3_000);
+    assert_eq!(t.clock_ms(), 5_000);
+}
+
+// --- The leader's clock: promotion, demotion and restarts, with a manual clock. ---
+
+struct ManualClock {
+    now: Instant,
+}
+
+impl ManualClock {
+    fn advance(&mut self, ms: u64) {
+        self.now += Duration::from_millis(ms);
+    }
+}
+
+#[test]
+fn the_leader_clock_continues_from_the_replicated_clock() {
+    let mut wall = ManualClock {
+        now: Instant::now(),
+    };
+    let clock = LeaseClock::promote(40_000, wall.now);
+    assert_eq!(clock.now_ms(wall.now), 40_000);
+    wall.advance(1_500);
+    assert_eq!(clock.now_ms(wall.now), 41_500);
+    assert_eq!(
+        clock.instant_at(42_000),
+        wall.now + Duration::from_millis(500)
+    );
+}
+
+#[test]
+fn promotion_extends_inherited_leases_by_the_election_timeout() {
+    let mut t = LeaseTable::new();
+    t.grant(id(1), 10, 0).unwrap();
+    t.grant(id(2), 3, 0).unwrap();
+    t.extend_all(5_000, 1_000);
+    assert_eq!(t.record(id(1)).unwrap().deadline_ms, 11_000);
+    assert_eq!(
+        t.record(id(2)).unwrap().deadline_ms,
+        6_000,
+        "expired: just the extension"
+    );
+    assert_eq!(t.by_deadline(), vec![id(2), id(1)]);
+    t.validate();
+}
+
+#[test]
+fn a_restart_gives_what_was_left_plus_the_extension_never_a_fresh_ttl() {
+    let extend_ms = 1_000;
+    let mut wall = ManualClock {
+        now: Instant::now(),
+    };
+    // First leader: grant TTL 30, let 7 s pass with ticks every 500 ms, then crash.
+    let leader = LeaseClock::promote(0, wall.now);
+    let mut t = LeaseTable::new();
+    t.grant(id(1), 30, leader.now_ms(wall.now)).unwrap();
+    for _ in 0..14 {
+        wall.advance(500);
+        t.advance(leader.now_ms(wall.now));
+    }
+    wall.advance(400); // un-ticked time before the crash
+    let true_remaining_ms = 30_000 - leader.now_ms(wall.now);
+    // Restart: the replicated table survives; the new leader extends and starts its clock.
+    let mut t = LeaseTable::restore(t.clock_ms(), t.records());
+    wall.advance(3_000); // downtime is not counted: monotonic time does not survive restarts
+    let replicated = t.clock_ms();
+    t.extend_all(replicated, extend_ms);
+    let promoted = LeaseClock::promote(replicated, wall.now);
+    let left_ms = t.record(id(1)).unwrap().deadline_ms - promoted.now_ms(wall.now);
+    assert!(
+        left_ms >= true_remaining_ms + extend_ms,
+        "never early: {left_ms}"
+    );
+    assert!(
+        left_ms <= true_remaining_ms + extend_ms + 500,
+        "at most one tick late: {left_ms}"
+    );
+    assert!(left_ms < 30_000, "not a fresh TTL");
+}

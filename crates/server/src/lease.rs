@@ -1,0 +1,248 @@
+//! The Lease service. Grants, revokes and renewals are proposed through the log with the
+//! leader's lease time; TimeToLive and Leases read the applied lease table.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use leasehold_api::etcdserverpb::{self as pb, lease_server::Lease};
+use leasehold_raft::{Applied, Command, LeaseId};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::context::ServerContext;
+use crate::error::ApiError;
+use crate::validate;
+
+/// Responses a keepalive stream may have queued before the sender waits for the client.
+const KEEPALIVE_QUEUE_LEN_MAX: usize = 16;
+
+/// Server-chosen lease ids, laid out as etcd lays them out: the member id's low 16 bits, then the
+/// start time in milliseconds (40 bits), then a counter (8 bits, carrying into the time). Ids are
+/// positive, non-zero, and do not repeat across restarts (the start time differs).
+#[derive(Debug)]
+pub struct LeaseIdGenerator {
+    next: AtomicU64,
+}
+
+impl LeaseIdGenerator {
+    pub fn new(member_id: u64, start_unix_ms: u64) -> LeaseIdGenerator {
+        let prefix = (member_id & 0xffff) << 48;
+        let time = (start_unix_ms & 0xff_ffff_ffff) << 8;
+        LeaseIdGenerator {
+            next: AtomicU64::new(prefix | time),
+        }
+    }
+
+    pub fn next_id(&self) -> LeaseId {
+        loop {
+            let raw = self.next.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            // Clear the sign bit: server-chosen ids are positive.
+            if let Some(id) = LeaseId::from_wire((raw & (i64::MAX as u64)) as i64) {
+                return id;
+            }
+        }
+    }
+}
+
+pub struct LeaseService {
+    ctx: Arc<ServerContext>,
+}
+
+impl LeaseService {
+    pub fn new(ctx: Arc<ServerContext>) -> LeaseService {
+        LeaseService { ctx }
+    }
+}
+
+/// The store revision, for headers of lease responses (lease operations never change it unless a
+/// revoke deletes keys).
+async fn current_revision(ctx: &ServerContext) -> Result<i64, ApiError> {
+    Ok(ctx.replica.read(false, |s| s.current_revision()).await?)
+}
+
+/// One renewal: the TTL renewed for, or 0 for an unknown (or expired, now revoked) lease.
+async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
+    let Some(id) = LeaseId::from_wire(id) else {
+        return Ok(0);
+    };
+    let now_ms = ctx.replica.lease_now_ms()?;
+    match ctx
+        .replica
+        .write(Command::LeaseRenew { id, now_ms })
+        .await?
+    {
+        Applied::LeaseRenew(ttl) => Ok(ttl.unwrap_or(0)),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+#[tonic::async_trait]
+impl Lease for LeaseService {
+    async fn lease_grant(
+        &self,
+        req: Request<pb::LeaseGrantRequest>,
+    ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        let req = req.into_inner();
+        validate::proposal_size(&req)?;
+        let ttl_secs = validate::lease_ttl(req.ttl, self.ctx.lease_ttl_secs_min)?;
+        let id = LeaseId::from_wire(req.id).unwrap_or_else(|| self.ctx.lease_ids.next_id());
+        let now_ms = self.ctx.replica.lease_now_ms().map_err(ApiError::from)?;
+        let applied = self
+            .ctx
+            .replica
+            .write(Command::LeaseGrant {
+                id,
+                ttl_secs,
+                now_ms,
+            })
+            .await
+            .map_err(ApiError::from)?;
+        match applied {
+            Applied::LeaseGrant(result) => {
+                result.map_err(ApiError::from)?;
+                let revision = current_revision(&self.ctx).await?;
+                Ok(Response::new(pb::LeaseGrantResponse {
+                    header: self.ctx.header().at(revision),
+                    id: id.get(),
+                    ttl: ttl_secs,
+                    error: String::new(),
+                }))
+            }
+            other => Err(ApiError::unexpected(&other).into()),
+        }
+    }
+
+    async fn lease_revoke(
+        &self,
+        req: Request<pb::LeaseRevokeRequest>,
+    ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        let req = req.into_inner();
+        let Some(id) = LeaseId::from_wire(req.id) else {
+            return Err(ApiError::from(leasehold_raft::LeaseError::NotFound).into());
+        };
+        match self
+            .ctx
+            .replica
+            .write(Command::LeaseRevoke { id })
+            .await
+            .map_err(ApiError::from)?
+        {
+            Applied::LeaseRevoke(result) => {
+                let revision = result.map_err(ApiError::from)?;
+                Ok(Response::new(pb::LeaseRevokeResponse {
+                    header: self.ctx.header().at(revision),
+                }))
+            }
+            other => Err(ApiError::unexpected(&other).into()),
+        }
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
+    ) -> Result<Response<BoxStream<pb::LeaseKeepAliveResponse>>, Status> {
+        let mut inbound = req.into_inner();
+        let (tx, rx) = mpsc::channel(KEEPALIVE_QUEUE_LEN_MAX);
+        let ctx = self.ctx.clone();
+        // Requests are answered one at a time, in order; an unknown lease gets TTL 0 and the
+        // stream stays open; any other failure ends the stream with its status, as in etcd.
+        tokio::spawn(async move {
+            while let Ok(Some(msg)) = inbound.message().await {
+                let answer = async {
+                    // The header is taken before the renewal, as etcd does.
+                    let revision = current_revision(&ctx).await?;
+                    let ttl = renew(&ctx, msg.id).await?;
+                    Ok::<_, ApiError>(pb::LeaseKeepAliveResponse {
+                        header: ctx.header().at(revision),
+                        id: msg.id,
+                        ttl,
+                    })
+                }
+                .await
+                .map_err(Status::from);
+                let failed = answer.is_err();
+                if tx.send(answer).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        req: Request<pb::LeaseTimeToLiveRequest>,
+    ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        let req = req.into_inner();
+        let now_ms = self.ctx.replica.lease_now_ms().map_err(ApiError::from)?;
+        let found = match LeaseId::from_wire(req.id) {
+            Some(id) => self
+                .ctx
+                .replica
+                .read_leases(true, |t| t.time_to_live(id, now_ms, req.keys))
+                .await
+                .map_err(ApiError::from)?,
+            None => None,
+        };
+        let revision = current_revision(&self.ctx).await?;
+        // An unknown lease is not an error: TTL -1, as etcd answers.
+        let (ttl, granted_ttl, keys) = match found {
+            Some(t) => (t.remaining_secs, t.granted_ttl_secs, t.keys),
+            None => (-1, 0, Vec::new()),
+        };
+        Ok(Response::new(pb::LeaseTimeToLiveResponse {
+            header: self.ctx.header().at(revision),
+            id: req.id,
+            ttl,
+            granted_ttl,
+            keys,
+        }))
+    }
+
+    async fn lease_leases(
+        &self,
+        _req: Request<pb::LeaseLeasesRequest>,
+    ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
+        // Local, not linearizable, as in etcd.
+        let ids = self
+            .ctx
+            .replica
+            .read_leases(false, |t| t.by_deadline())
+            .await
+            .map_err(ApiError::from)?;
+        let revision = current_revision(&self.ctx).await?;
+        Ok(Response::new(pb::LeaseLeasesResponse {
+            header: self.ctx.header().at(revision),
+            leases: ids
+                .into_iter()
+                .map(|id| pb::LeaseStatus { id: id.get() })
+                .collect(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_carry_the_member_prefix_and_are_positive_and_distinct() {
+        let g = LeaseIdGenerator::new(0x2e12_59d4_15f2_a040, 0x0123_4567_89ab);
+        let a = g.next_id().get();
+        let b = g.next_id().get();
+        assert!(a > 0 && b > 0 && a != b);
+        assert_eq!(
+            a >> 48,
+            0x2040,
+            "low 16 bits of the member id, sign bit cleared"
+        );
+        let restarted = LeaseIdGenerator::new(0x2e12_59d4_15f2_a040, 0x0123_4567_89ac);
+        assert_ne!(
+            restarted.next_id().get(),
+            a,
+            "a restart changes the time bits"
+        );
+    }
+}
