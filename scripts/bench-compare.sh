@@ -41,7 +41,18 @@ workloads=(
   "put --clients 64 --conns 8 --total 40000"
   "range --clients 64 --conns 8 --total 40000 --consistency l"
   "range --clients 64 --conns 8 --total 40000 --consistency s"
+  "lease-grant --clients 64 --conns 8 --total 20000"
+  "lease-keepalive --clients 64 --conns 8 --total 40000"
+  "put-with-lease --clients 64 --conns 8 --total 20000 --keys-per-lease 10"
+  "expiry-storm --clients 64 --conns 8 --total 10000 --ttl-secs 3"
+  "expiry-lag --total 50 --ttl-secs 2 --gap-ms 100"
 )
+# Only some workloads, e.g. WORKLOADS="lease-|expiry" scripts/bench-compare.sh 1
+if [ -n "${WORKLOADS:-}" ]; then
+  filtered=()
+  for w in "${workloads[@]}"; do [[ "$w" =~ $WORKLOADS ]] && filtered+=("$w"); done
+  workloads=("${filtered[@]}")
+fi
 results="$work/results.jsonl"
 for r in $(seq 1 "$rounds"); do
   for w in "${workloads[@]}"; do
@@ -62,4 +73,11 @@ for args in dict.fromkeys(r["args"] for r in rows):
     def med(t, k): return statistics.median(r["result"][k] for r in rows if r["args"] == args and r["target"] == t)
     e, l = med("etcd", "throughput_per_s"), med("leasehold", "throughput_per_s")
     print(f"| {args} | {e:.0f} | {l:.0f} | {l/e:.2f} | {med('etcd','p99_ms'):.2f} | {med('leasehold','p99_ms'):.2f} |")
+storms = [r for r in rows if r["result"]["workload"] == "expiry-storm"]
+if storms:
+    print("\n| expiry-storm | target | last delete after the last deadline (ms) | first delete after the first deadline (ms) | deletes/s | early deletes | all deleted |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for r in storms:
+        x = r["result"]
+        print(f"| round {r['round']} | {r['target']} | {x.get('last_delete_after_latest_deadline_ms') or float('nan'):.0f} | {x.get('first_delete_after_earliest_deadline_ms') or float('nan'):.0f} | {x.get('deletes_per_s', 0):.0f} | {x['early_deletes']} | {x['all_deleted']} |")
 PY

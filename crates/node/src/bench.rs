@@ -12,8 +12,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
-use leasehold_api::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
+use leasehold_api::etcdserverpb::{
+    LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, PutRequest, RangeRequest,
+    kv_client::KvClient, lease_client::LeaseClient,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
+
+/// A request that takes longer than this counts as an error (and the run goes on).
+const OP_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -65,6 +73,41 @@ enum Workload {
         #[arg(long, default_value = "l")]
         consistency: String,
     },
+    /// Lease grants (TTL 100 s; the leases are left to expire).
+    LeaseGrant,
+    /// Keepalives: each client renews its own lease over its own long-lived stream, one request
+    /// in flight at a time.
+    LeaseKeepalive,
+    /// Puts attached to leases: one lease per `--keys-per-lease` keys, granted first.
+    PutWithLease {
+        #[arg(long, default_value_t = 10)]
+        keys_per_lease: u64,
+        #[arg(long, default_value_t = 256)]
+        val_size: usize,
+    },
+    /// Expiry lag of sparse leases: `--total` leases granted one after another, `--gap-ms`
+    /// apart, one key each; each key is polled from its lease's deadline until it is gone. The
+    /// latency histogram is the lag from deadline to delete. Runs with one client.
+    ExpiryLag {
+        #[arg(long, default_value_t = 2)]
+        ttl_secs: i64,
+        #[arg(long, default_value_t = 100)]
+        gap_ms: u64,
+        #[arg(long, default_value = "lag/")]
+        prefix: String,
+    },
+    /// Mass expiry: `--total` leases with one key each and the same TTL; then watch the keys go
+    /// (by polling a count-only range) and report the lag from deadline to delete. `--clients`
+    /// set the grant concurrency.
+    ExpiryStorm {
+        #[arg(long, default_value_t = 3)]
+        ttl_secs: i64,
+        #[arg(long, default_value = "storm/")]
+        prefix: String,
+        /// How often to count the remaining keys.
+        #[arg(long, default_value_t = 5)]
+        poll_ms: u64,
+    },
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +124,8 @@ pub struct Report {
     pub errors: u64,
     pub elapsed: Duration,
     pub latency_us: Histogram<u64>,
+    /// Workload-specific figures (expiry-storm's lags).
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Report {
@@ -93,7 +138,7 @@ impl Report {
     }
 
     fn json(&self, args: &BenchArgs) -> serde_json::Value {
-        serde_json::json!({
+        let mut out = serde_json::json!({
             "workload": self.workload,
             "clients": args.clients,
             "conns": args.conns,
@@ -106,7 +151,11 @@ impl Report {
             "p99_ms": self.ms(0.99),
             "p999_ms": self.ms(0.999),
             "max_ms": self.latency_us.max() as f64 / 1000.0,
-        })
+        });
+        if let Some(obj) = out.as_object_mut() {
+            obj.extend(self.extra.clone());
+        }
+        out
     }
 }
 
@@ -143,6 +192,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 println!("  {name}:\t{:.3} ms", report.ms(q));
             }
             println!("  max:\t{:.3} ms", report.latency_us.max() as f64 / 1000.0);
+            for (k, v) in &report.extra {
+                println!("  {k}:\t{v}");
+            }
         }
     }
     Ok(())
@@ -169,6 +221,22 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         channels.push(ch);
     }
     let workload = args.workload.clone();
+    if let Workload::ExpiryStorm {
+        ttl_secs,
+        prefix,
+        poll_ms,
+    } = &workload
+    {
+        return expiry_storm(args, &channels, *ttl_secs, prefix, *poll_ms).await;
+    }
+    if let Workload::ExpiryLag {
+        ttl_secs,
+        gap_ms,
+        prefix,
+    } = &workload
+    {
+        return expiry_lag(args, &channels[0], *ttl_secs, *gap_ms, prefix).await;
+    }
     if let Workload::Range { key, .. } = &workload {
         // Make sure there is something to read.
         KvClient::new(channels[0].clone())
@@ -184,55 +252,30 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..args.clients {
-        let mut kv = KvClient::new(channels[c % channels.len()].clone());
+        let channel = channels[c % channels.len()].clone();
         let issued = issued.clone();
         let workload = workload.clone();
         let total = args.total;
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new(3).expect("valid sigfig");
             let mut errors = 0u64;
-            let mut rng = (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let started =
+                tokio::time::timeout(OP_TIMEOUT, Actor::new(channel, &workload, c as u64));
+            let mut actor = match started.await.map_err(anyhow::Error::from).and_then(|r| r) {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("bench client {c} could not start: {e}");
+                    return (hist, 1);
+                }
+            };
             loop {
                 let n = issued.fetch_add(1, Ordering::Relaxed);
                 if n >= total || Instant::now() >= deadline {
                     break;
                 }
                 let t = Instant::now();
-                let ok = match &workload {
-                    Workload::Put {
-                        key_size,
-                        val_size,
-                        key_space_size,
-                        sequential_keys,
-                    } => {
-                        let k = if *sequential_keys {
-                            n % key_space_size
-                        } else {
-                            rng ^= rng << 13;
-                            rng ^= rng >> 7;
-                            rng ^= rng << 17;
-                            rng % key_space_size
-                        };
-                        let mut key = format!("{k:0width$}", width = *key_size).into_bytes();
-                        key.truncate((*key_size).max(1));
-                        kv.put(PutRequest {
-                            key,
-                            value: vec![b'x'; *val_size],
-                            ..Default::default()
-                        })
-                        .await
-                        .is_ok()
-                    }
-                    Workload::Range { key, consistency } => kv
-                        .range(RangeRequest {
-                            key: key.clone().into_bytes(),
-                            serializable: consistency == "s",
-                            ..Default::default()
-                        })
-                        .await
-                        .is_ok(),
-                };
-                if ok {
+                let ok = tokio::time::timeout(OP_TIMEOUT, actor.op(&workload, n)).await;
+                if ok == Ok(true) {
                     let _ = hist.record(t.elapsed().as_micros() as u64);
                 } else {
                     errors += 1;
@@ -250,14 +293,357 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
     }
     let elapsed = start.elapsed();
     Ok(Report {
-        workload: match workload {
-            Workload::Put { .. } => "put",
-            Workload::Range { .. } => "range",
-        },
+        workload: workload.name(),
         requests: latency_us.len(),
         errors,
         elapsed,
         latency_us,
+        extra: serde_json::Map::new(),
+    })
+}
+
+impl Workload {
+    fn name(&self) -> &'static str {
+        match self {
+            Workload::Put { .. } => "put",
+            Workload::Range { .. } => "range",
+            Workload::LeaseGrant => "lease-grant",
+            Workload::LeaseKeepalive => "lease-keepalive",
+            Workload::PutWithLease { .. } => "put-with-lease",
+            Workload::ExpiryStorm { .. } => "expiry-storm",
+            Workload::ExpiryLag { .. } => "expiry-lag",
+        }
+    }
+}
+
+/// One bench client's connections and state.
+struct Actor {
+    kv: KvClient<Channel>,
+    lease: LeaseClient<Channel>,
+    rng: u64,
+    /// For keepalive: this client's lease and its stream.
+    keepalive: Option<(
+        i64,
+        mpsc::Sender<LeaseKeepAliveRequest>,
+        tonic::Streaming<LeaseKeepAliveResponse>,
+    )>,
+    /// For put-with-lease: the lease the next keys attach to.
+    current_lease: i64,
+}
+
+impl Actor {
+    async fn new(channel: Channel, workload: &Workload, seed: u64) -> anyhow::Result<Actor> {
+        let mut lease = LeaseClient::new(channel.clone());
+        let keepalive = if let Workload::LeaseKeepalive = workload {
+            let id = lease
+                .lease_grant(LeaseGrantRequest { ttl: 100, id: 0 })
+                .await?
+                .into_inner()
+                .id;
+            // Queue the first request before opening the stream: some servers (etcd) send the
+            // response headers only with the first response.
+            let (tx, rx) = mpsc::channel(1);
+            tx.send(LeaseKeepAliveRequest { id }).await?;
+            let mut stream = lease
+                .lease_keep_alive(ReceiverStream::new(rx))
+                .await?
+                .into_inner();
+            stream.message().await?;
+            Some((id, tx, stream))
+        } else {
+            None
+        };
+        Ok(Actor {
+            kv: KvClient::new(channel),
+            lease,
+            rng: (seed + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            keepalive,
+            current_lease: 0,
+        })
+    }
+
+    fn next_random(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// Issues request number `n`; true when it succeeded.
+    async fn op(&mut self, workload: &Workload, n: u64) -> bool {
+        match workload {
+            Workload::Put {
+                key_size,
+                val_size,
+                key_space_size,
+                sequential_keys,
+            } => {
+                let k = if *sequential_keys {
+                    n % key_space_size
+                } else {
+                    self.next_random() % key_space_size
+                };
+                let mut key = format!("{k:0width$}", width = *key_size).into_bytes();
+                key.truncate((*key_size).max(1));
+                self.kv
+                    .put(PutRequest {
+                        key,
+                        value: vec![b'x'; *val_size],
+                        ..Default::default()
+                    })
+                    .await
+                    .is_ok()
+            }
+            Workload::Range { key, consistency } => self
+                .kv
+                .range(RangeRequest {
+                    key: key.clone().into_bytes(),
+                    serializable: consistency == "s",
+                    ..Default::default()
+                })
+                .await
+                .is_ok(),
+            Workload::LeaseGrant => self
+                .lease
+                .lease_grant(LeaseGrantRequest { ttl: 100, id: 0 })
+                .await
+                .is_ok(),
+            Workload::LeaseKeepalive => {
+                let Some((id, tx, stream)) = &mut self.keepalive else {
+                    return false;
+                };
+                if tx.send(LeaseKeepAliveRequest { id: *id }).await.is_err() {
+                    return false;
+                }
+                matches!(stream.message().await, Ok(Some(r)) if r.ttl > 0)
+            }
+            Workload::PutWithLease {
+                keys_per_lease,
+                val_size,
+            } => {
+                if self.current_lease == 0 || n.is_multiple_of(*keys_per_lease.max(&1)) {
+                    match self
+                        .lease
+                        .lease_grant(LeaseGrantRequest { ttl: 100, id: 0 })
+                        .await
+                    {
+                        Ok(r) => self.current_lease = r.into_inner().id,
+                        Err(_) => return false,
+                    }
+                }
+                let key = format!("lease-key/{n:010}").into_bytes();
+                self.kv
+                    .put(PutRequest {
+                        key,
+                        value: vec![b'x'; *val_size],
+                        lease: self.current_lease,
+                        ..Default::default()
+                    })
+                    .await
+                    .is_ok()
+            }
+            Workload::ExpiryStorm { .. } | Workload::ExpiryLag { .. } => false,
+        }
+    }
+}
+
+/// Grants leases one by one, `gap_ms` apart, each with one key, and measures for each the time
+/// from its deadline (taken at the client: grant sent + TTL, an upper bound on the server's
+/// deadline... so the lag is an upper bound too) to the first poll that finds its key gone. A key
+/// gone before that deadline is an early expiry and counts as an error.
+async fn expiry_lag(
+    args: &BenchArgs,
+    channel: &Channel,
+    ttl_secs: i64,
+    gap_ms: u64,
+    prefix: &str,
+) -> anyhow::Result<Report> {
+    let mut lease = LeaseClient::new(channel.clone());
+    let mut kv = KvClient::new(channel.clone());
+    let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
+    let poll = Duration::from_millis(1);
+    let started = Instant::now();
+    // Keys with their deadlines, in deadline order.
+    let mut pending: std::collections::VecDeque<(Vec<u8>, Instant)> = Default::default();
+    let mut latency_us = Histogram::<u64>::new(3).expect("valid sigfig");
+    let mut errors = 0;
+    let mut next_grant = Instant::now();
+    let mut granted = 0;
+    let give_up = Instant::now() + Duration::from_secs(args.timeout_secs);
+    while (granted < args.total || !pending.is_empty()) && Instant::now() < give_up {
+        let now = Instant::now();
+        if granted < args.total && now >= next_grant {
+            let sent = Instant::now();
+            let id = lease
+                .lease_grant(LeaseGrantRequest {
+                    ttl: ttl_secs,
+                    id: 0,
+                })
+                .await?
+                .into_inner()
+                .id;
+            let key = format!("{prefix}{granted:08}").into_bytes();
+            kv.put(PutRequest {
+                key: key.clone(),
+                lease: id,
+                ..Default::default()
+            })
+            .await?;
+            pending.push_back((key, sent + ttl));
+            granted += 1;
+            next_grant = sent + Duration::from_millis(gap_ms);
+            continue;
+        }
+        if let Some((key, deadline)) = pending.front().cloned() {
+            let resp = kv
+                .range(RangeRequest {
+                    key,
+                    count_only: true,
+                    ..Default::default()
+                })
+                .await?;
+            let gone = resp.into_inner().count == 0;
+            let now = Instant::now();
+            if gone {
+                if now < deadline {
+                    errors += 1;
+                } else {
+                    let _ = latency_us.record((now - deadline).as_micros() as u64);
+                }
+                pending.pop_front();
+                continue;
+            }
+        }
+        tokio::time::sleep(poll).await;
+    }
+    errors += pending.len() as u64;
+    Ok(Report {
+        workload: "expiry-lag",
+        requests: latency_us.len(),
+        errors,
+        elapsed: started.elapsed(),
+        latency_us,
+        extra: serde_json::Map::new(),
+    })
+}
+
+/// Grants `--total` leases of `ttl_secs` with one key each, then counts the keys until they are
+/// gone. Deadlines are taken from the client's side: a lease's deadline is at the earliest its
+/// grant was sent plus the TTL, so a key missing before the first grant was sent plus the TTL is
+/// an early expiry (a correctness failure), and lag is measured to the last grant's answer plus
+/// the TTL (an upper bound on the server's deadline).
+async fn expiry_storm(
+    args: &BenchArgs,
+    channels: &[Channel],
+    ttl_secs: i64,
+    prefix: &str,
+    poll_ms: u64,
+) -> anyhow::Result<Report> {
+    let total = args.total;
+    let issued = Arc::new(AtomicU64::new(0));
+    let first_sent = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..args.clients {
+        let channel = channels[c % channels.len()].clone();
+        let issued = issued.clone();
+        let prefix = prefix.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut lease = LeaseClient::new(channel.clone());
+            let mut kv = KvClient::new(channel);
+            loop {
+                let n = issued.fetch_add(1, Ordering::Relaxed);
+                if n >= total {
+                    return Ok::<_, tonic::Status>(());
+                }
+                let id = lease
+                    .lease_grant(LeaseGrantRequest {
+                        ttl: ttl_secs,
+                        id: 0,
+                    })
+                    .await?
+                    .into_inner()
+                    .id;
+                kv.put(PutRequest {
+                    key: format!("{prefix}{n:08}").into_bytes(),
+                    lease: id,
+                    ..Default::default()
+                })
+                .await?;
+            }
+        }));
+    }
+    let grants = async {
+        for t in tasks {
+            t.await??;
+        }
+        Ok::<(), anyhow::Error>(())
+    };
+    tokio::time::timeout(Duration::from_secs(args.timeout_secs), grants).await??;
+    let last_granted = Instant::now();
+    let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
+    let earliest_deadline = first_sent + ttl;
+    let latest_deadline = last_granted + ttl;
+    let mut kv = KvClient::new(channels[0].clone());
+    let mut end = prefix.as_bytes().to_vec();
+    *end.last_mut().expect("non-empty prefix") += 1;
+    let count_req = RangeRequest {
+        key: prefix.as_bytes().to_vec(),
+        range_end: end,
+        count_only: true,
+        ..Default::default()
+    };
+    let give_up = latest_deadline + Duration::from_secs(args.timeout_secs.min(120));
+    let mut early = 0u64;
+    let mut first_delete = None;
+    let mut last_delete = None;
+    while Instant::now() < give_up {
+        let now = Instant::now();
+        let count = kv.range(count_req.clone()).await?.into_inner().count as u64;
+        if count < total {
+            if now < earliest_deadline {
+                early = early.max(total - count);
+            }
+            first_delete.get_or_insert(now);
+        }
+        if count == 0 {
+            last_delete = Some(now);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(poll_ms)).await;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let signed_ms =
+        |a: Option<Instant>, b: Instant| a.map(|a| if a >= b { ms(a - b) } else { -ms(b - a) });
+    let mut extra = serde_json::Map::new();
+    extra.insert("leases".into(), total.into());
+    extra.insert("ttl_s".into(), ttl_secs.into());
+    extra.insert(
+        "grant_phase_s".into(),
+        (last_granted - first_sent).as_secs_f64().into(),
+    );
+    extra.insert(
+        "first_delete_after_earliest_deadline_ms".into(),
+        signed_ms(first_delete, earliest_deadline).into(),
+    );
+    extra.insert(
+        "last_delete_after_latest_deadline_ms".into(),
+        signed_ms(last_delete, latest_deadline).into(),
+    );
+    extra.insert("all_deleted".into(), last_delete.is_some().into());
+    extra.insert("early_deletes".into(), early.into());
+    if let (Some(a), Some(b)) = (first_delete, last_delete) {
+        let span = (b - a)
+            .as_secs_f64()
+            .max(ms(Duration::from_millis(poll_ms)) / 1000.0);
+        extra.insert("deletes_per_s".into(), (total as f64 / span).into());
+    }
+    Ok(Report {
+        workload: "expiry-storm",
+        requests: total,
+        errors: u64::from(last_delete.is_none()) + early,
+        elapsed: last_granted - first_sent,
+        latency_us: Histogram::<u64>::new(3).expect("valid sigfig"),
+        extra,
     })
 }
 
@@ -287,6 +673,7 @@ mod tests {
             errors: 0,
             elapsed: Duration::from_secs(2),
             latency_us: h,
+            extra: serde_json::Map::new(),
         };
         assert!((r.ms(0.5) - 500.0).abs() < 1.0);
         assert!((r.ms(0.99) - 990.0).abs() < 1.0);

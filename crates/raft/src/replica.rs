@@ -232,6 +232,13 @@ impl Replica {
         Ok(state_machine::read_leases(&self.shared, f))
     }
 
+    /// Lease events applied since this member started: what etcd exports as
+    /// `etcd_debugging_lease_{granted,revoked,renewed}_total` and
+    /// `etcd_debugging_server_lease_expired_total`.
+    pub fn lease_counters(&self) -> leasehold_lease::Counters {
+        state_machine::read_leases(&self.shared, |t| t.counters())
+    }
+
     /// Completes after the next apply that touched a lease (the earliest deadline may have moved).
     pub async fn leases_changed(&self) {
         self.shared.leases_changed.notified().await;
