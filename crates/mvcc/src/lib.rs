@@ -13,11 +13,11 @@ mod store;
 mod types;
 
 pub use error::Error;
-pub use store::{Store, Written};
+pub use store::{Store, Written, key_in_range};
 pub use types::{
-    Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse,
-    KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record, RequestOp,
-    ResponseOp, Revision, SortOrder, SortTarget, TxnRequest, TxnResponse,
+    Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,
+    EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,
+    RequestOp, ResponseOp, Revision, SortOrder, SortTarget, TxnRequest, TxnResponse,
 };
 
 #[cfg(test)]

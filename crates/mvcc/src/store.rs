@@ -15,9 +15,9 @@ use std::ops::Bound;
 
 use crate::error::Error;
 use crate::types::{
-    Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse,
-    KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record, RequestOp,
-    ResponseOp, Revision, SortOrder, SortTarget, TxnRequest, TxnResponse,
+    Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,
+    EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,
+    RequestOp, ResponseOp, Revision, SortOrder, SortTarget, TxnRequest, TxnResponse,
 };
 
 /// One entry of a key's history: a value, or a tombstone (`kv == None`).
@@ -32,6 +32,8 @@ struct Version {
 #[derive(Clone, Debug)]
 pub struct Store {
     keys: BTreeMap<Vec<u8>, Vec<Version>>,
+    /// Every stored version by revision: the index that replays history (watch) in order.
+    by_revision: BTreeMap<Revision, Vec<u8>>,
     current_revision: i64,
     /// `-1` until the first compaction, as in etcd.
     compact_revision: i64,
@@ -51,6 +53,7 @@ impl Store {
     pub fn new() -> Store {
         Store {
             keys: BTreeMap::new(),
+            by_revision: BTreeMap::new(),
             current_revision: 1,
             compact_revision: -1,
         }
@@ -78,15 +81,18 @@ impl Store {
         let mut records: Vec<(Revision, Record)> = records.into_iter().collect();
         records.sort_by_key(|(rev, _)| *rev);
         let mut keys: BTreeMap<Vec<u8>, Vec<Version>> = BTreeMap::new();
+        let mut by_revision = BTreeMap::new();
         for (rev, record) in records {
             let (key, kv) = match record {
                 Record::Put(kv) => (kv.key.clone(), Some(kv)),
                 Record::Tombstone { key } => (key, None),
             };
+            by_revision.insert(rev, key.clone());
             keys.entry(key).or_default().push(Version { rev, kv });
         }
         let store = Store {
             keys,
+            by_revision,
             current_revision,
             compact_revision,
         };
@@ -110,6 +116,52 @@ impl Store {
             })
             .collect();
         out.sort_by_key(|(rev, _)| *rev);
+        out
+    }
+
+    /// The changes made at revisions `from..=to`, in revision order, as watch events, stopping
+    /// after `revisions_max` distinct revisions. Only revisions above the compaction point are
+    /// complete; the caller checks that first.
+    pub fn events(&self, from: i64, to: i64, revisions_max: usize) -> Vec<Event> {
+        let start = Revision { main: from, sub: 0 };
+        let end = Revision {
+            main: to,
+            sub: i64::MAX,
+        };
+        let mut out = Vec::new();
+        let mut revisions = 0;
+        let mut last_main = None;
+        for (rev, key) in self.by_revision.range(start..=end) {
+            if last_main != Some(rev.main) {
+                if revisions == revisions_max {
+                    break;
+                }
+                revisions += 1;
+                last_main = Some(rev.main);
+            }
+            let history = &self.keys[key];
+            let at = history
+                .binary_search_by_key(rev, |v| v.rev)
+                .expect("the revision index names a stored version");
+            let prev_kv = at.checked_sub(1).and_then(|i| history[i].kv.clone());
+            out.push(match &history[at].kv {
+                Some(kv) => Event {
+                    kind: EventKind::Put,
+                    kv: kv.clone(),
+                    prev_kv,
+                },
+                // A delete carries only the key and the revision, as in etcd.
+                None => Event {
+                    kind: EventKind::Delete,
+                    kv: KeyValue {
+                        key: key.clone(),
+                        mod_revision: rev.main,
+                        ..KeyValue::default()
+                    },
+                    prev_kv,
+                },
+            });
+        }
         out
     }
 
@@ -280,6 +332,7 @@ impl Store {
             return Err(Error::FutureRevision);
         }
         let mut changes = Vec::new();
+        let by_revision = &mut self.by_revision;
         self.keys.retain(|_, history| {
             let at_or_below = history.partition_point(|v| v.rev.main <= revision);
             if at_or_below == 0 {
@@ -292,11 +345,10 @@ impl Store {
             } else {
                 at_or_below
             };
-            changes.extend(
-                history
-                    .drain(..keep_from)
-                    .map(|v| Change::Remove { rev: v.rev }),
-            );
+            for v in history.drain(..keep_from) {
+                by_revision.remove(&v.rev);
+                changes.push(Change::Remove { rev: v.rev });
+            }
             !history.is_empty()
         });
         self.compact_revision = revision;
@@ -383,6 +435,12 @@ impl Store {
             "compact revision {} above current {}",
             self.compact_revision,
             self.current_revision
+        );
+        let versions: usize = self.keys.values().map(Vec::len).sum();
+        assert_eq!(
+            versions,
+            self.by_revision.len(),
+            "revision index covers every version"
         );
         for (key, history) in &self.keys {
             assert!(!history.is_empty(), "empty history for {key:?}");
@@ -499,6 +557,7 @@ impl<'s> Writer<'s> {
                 rev,
                 kv: Some(kv.clone()),
             });
+        self.store.by_revision.insert(rev, req.key.clone());
         self.changes.push(Change::Write {
             rev,
             record: Record::Put(kv),
@@ -524,6 +583,7 @@ impl<'s> Writer<'s> {
                 .get_mut(&kv.key)
                 .expect("a visible key has a history");
             history.push(Version { rev, kv: None });
+            self.store.by_revision.insert(rev, kv.key.clone());
             self.changes.push(Change::Write {
                 rev,
                 record: Record::Tombstone {
@@ -612,6 +672,16 @@ fn check_read_revision(revision: i64, current: i64, compacted: i64) -> Result<()
 fn visible_at(history: &[Version], rev: i64) -> Option<&KeyValue> {
     let newer = history.partition_point(|v| v.rev.main <= rev);
     history.get(newer.checked_sub(1)?)?.kv.as_ref()
+}
+
+/// Whether `candidate` is in the range `key`/`range_end` under etcd's rules (empty end: the key
+/// itself; `[0]`: every key from `key` on; otherwise `[key, range_end)`).
+pub fn key_in_range(key: &[u8], range_end: &[u8], candidate: &[u8]) -> bool {
+    match range_end {
+        [] => candidate == key,
+        [0] => candidate >= key,
+        end => candidate >= key && candidate < end,
+    }
 }
 
 /// Bounds of a key range over the key map.

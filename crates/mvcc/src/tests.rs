@@ -485,6 +485,52 @@ fn restore_from_records_gives_the_same_store() {
     );
 }
 
+#[test]
+fn events_replay_history_in_revision_order_with_prev_kv() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1"); // 2
+    put(&mut s, "b", "1"); // 3
+    put(&mut s, "a", "2"); // 4
+    s.delete_keys([&b"a"[..], b"b"]); // 5: two deletes
+    let evs = s.events(3, 5, usize::MAX);
+    type Summary<'a> = (EventKind, &'a [u8], i64, Option<&'a [u8]>);
+    let summary: Vec<Summary<'_>> = evs
+        .iter()
+        .map(|e| {
+            (
+                e.kind,
+                e.kv.key.as_slice(),
+                e.kv.mod_revision,
+                e.prev_kv.as_ref().map(|p| p.value.as_slice()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (EventKind::Put, &b"b"[..], 3, None),
+            (EventKind::Put, &b"a"[..], 4, Some(&b"1"[..])),
+            (EventKind::Delete, &b"a"[..], 5, Some(&b"2"[..])),
+            (EventKind::Delete, &b"b"[..], 5, Some(&b"1"[..])),
+        ]
+    );
+    assert_eq!(
+        evs[2].kv,
+        KeyValue {
+            key: b"a".to_vec(),
+            mod_revision: 5,
+            ..Default::default()
+        },
+        "a delete carries only key and revision"
+    );
+    assert_eq!(s.events(2, 5, 2).len(), 2, "bounded by revisions: 2 and 3");
+    assert!(
+        key_in_range(b"a", b"\0", b"zz")
+            && !key_in_range(b"b", b"c", b"c")
+            && key_in_range(b"k", b"", b"k")
+    );
+}
+
 // --- Property test against a simple model: a full copy of the key space at every revision. ---
 
 #[derive(Clone, Debug)]

@@ -179,6 +179,21 @@ pub struct TxnResponse {
     pub responses: Vec<ResponseOp>,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// One change as a watcher sees it (etcd's `mvccpb.Event`). A delete's `kv` holds only the key
+/// and the revision of the delete; `prev_kv` is the version before, if it is still stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub kind: EventKind,
+    pub kv: KeyValue,
+    pub prev_kv: Option<KeyValue>,
+}
+
 /// A change to persist, in the order made. The storage layer writes these to its revision table;
 /// later the watch hub turns them into events.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// Time (in milliseconds) for an election to timeout.
     #[arg(long, default_value_t = 1000)]
     pub election_timeout: u64,
+    /// How often idle watchers that asked for progress notifications get one, e.g. `10m`, `5s`,
+    /// `500ms`.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub experimental_watch_progress_notify_interval: std::time::Duration,
     /// Raft entries between snapshots of the state machine (etcd's --snapshot-count).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_count: u64,
@@ -206,6 +210,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.election_timeout,
         ),
         lease_ids: leasehold_server::LeaseIdGenerator::new(identity.member_id, unix_ms()),
+        watch_progress_interval: args.experimental_watch_progress_notify_interval,
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = Vec::new();
@@ -237,6 +242,26 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     replica.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Durations as etcd writes them: a number and a unit (`ms`, `s`, `m`, `h`).
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("not a duration: {s:?}"))?;
+    let ms = match unit {
+        "ms" => n,
+        "s" => n * 1000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        _ => return Err(format!("unknown unit in {s:?} (use ms, s, m or h)")),
+    };
+    if ms == 0 {
+        return Err("a duration must be positive".into());
+    }
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 fn unix_ms() -> u64 {
@@ -321,6 +346,20 @@ mod tests {
                 .member_id
         );
         assert_ne!(a.member_id, 0);
+    }
+
+    #[test]
+    fn durations_parse_like_etcds() {
+        assert_eq!(
+            parse_duration("10m"),
+            Ok(std::time::Duration::from_secs(600))
+        );
+        assert_eq!(
+            parse_duration("500ms"),
+            Ok(std::time::Duration::from_millis(500))
+        );
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("0s").is_err());
     }
 
     #[test]

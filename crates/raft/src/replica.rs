@@ -232,6 +232,11 @@ impl Replica {
         Ok(state_machine::read_leases(&self.shared, f))
     }
 
+    /// Follows the applied store revision: changes after every apply that wrote something.
+    pub fn subscribe_revisions(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.shared.revision.subscribe()
+    }
+
     /// Lease events applied since this member started: what etcd exports as
     /// `etcd_debugging_lease_{granted,revoked,renewed}_total` and
     /// `etcd_debugging_server_lease_expired_total`.

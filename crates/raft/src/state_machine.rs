@@ -76,12 +76,34 @@ impl SmState {
     }
 }
 
-/// The state, plus a signal for the leader's expiry driver.
-#[derive(Debug, Default)]
+/// The state, plus signals for those who follow it.
+#[derive(Debug)]
 pub(crate) struct SharedState {
     pub(crate) state: RwLock<SmState>,
     /// Notified after every apply that touched a lease: the earliest deadline may have moved.
     pub(crate) leases_changed: tokio::sync::Notify,
+    /// The store revision after the latest apply: what watchers wait on.
+    pub(crate) revision: tokio::sync::watch::Sender<i64>,
+}
+
+impl SharedState {
+    fn new(state: SmState) -> SharedState {
+        let (revision, _) = tokio::sync::watch::channel(state.store.current_revision());
+        SharedState {
+            state: RwLock::new(state),
+            leases_changed: tokio::sync::Notify::new(),
+            revision,
+        }
+    }
+
+    /// Publishes the store revision (after an apply or a snapshot install).
+    fn publish_revision(&self, revision: i64) {
+        self.revision.send_if_modified(|r| {
+            let changed = *r != revision;
+            *r = revision;
+            changed
+        });
+    }
 }
 
 pub(crate) type Shared = Arc<SharedState>;
@@ -155,10 +177,7 @@ impl StateMachine {
         let state = SmState::assemble(store, lease_clock_ms, leases, last_applied, membership);
         Ok(StateMachine {
             db,
-            shared: Arc::new(SharedState {
-                state: RwLock::new(state),
-                leases_changed: tokio::sync::Notify::new(),
-            }),
+            shared: Arc::new(SharedState::new(state)),
             current: Arc::new(Mutex::new(None)),
         })
     }
@@ -368,6 +387,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if !lease_rows.is_empty() {
             self.shared.leases_changed.notify_one();
         }
+        self.shared.publish_revision(meta.current_revision);
         // No commit of its own: the log already holds these entries durably, and the changes are
         // written with the next log commit (see `Db::stage_sm`).
         self.db.stage_sm(fx.changes, lease_rows, meta);
@@ -437,8 +457,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         .and_then(|r| r)
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         let bytes = snapshot.into_inner();
+        let revision = state.store.current_revision();
         *self.shared.state.write().expect("state lock poisoned") = state;
         self.shared.leases_changed.notify_one();
+        self.shared.publish_revision(revision);
         *self.current.lock().expect("snapshot lock poisoned") = Some(StoredSnapshot {
             meta: meta.clone(),
             bytes,

@@ -17,6 +17,8 @@ pub struct ServerContext {
     /// etcd's minimum TTL for this member's timing (see `validate::lease_ttl_secs_min`).
     pub lease_ttl_secs_min: i64,
     pub lease_ids: LeaseIdGenerator,
+    /// How often idle watchers that asked for progress notifications get one (etcd: 10 min).
+    pub watch_progress_interval: std::time::Duration,
 }
 
 impl ServerContext {

@@ -7,6 +7,7 @@
 //!   gRPC request ─► validate ─► convert ─► Replica::{read, write} ─► convert ─► gRPC response
 //!                                    errors ─► error.rs ─► tonic::Status
 //!   expiry driver (leader): sleep until the next deadline ─► propose LeaseExpire { due leases }
+//!   watch stream: new revision published ─► read unseen events from history ─► responses
 //! ```
 
 mod cluster;
@@ -18,6 +19,7 @@ mod kv;
 mod lease;
 mod maintenance;
 mod validate;
+mod watch;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use leasehold_api::etcdserverpb::cluster_server::ClusterServer;
 use leasehold_api::etcdserverpb::kv_server::KvServer;
 use leasehold_api::etcdserverpb::lease_server::LeaseServer;
 use leasehold_api::etcdserverpb::maintenance_server::MaintenanceServer;
+use leasehold_api::etcdserverpb::watch_server::WatchServer;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -64,6 +67,10 @@ pub async fn serve(
                 .max_decoding_message_size(DECODE_BYTES_MAX),
         )
         .add_service(LeaseServer::new(lease::LeaseService::new(ctx.clone())))
+        .add_service(
+            WatchServer::new(watch::WatchService::new(ctx.clone()))
+                .max_decoding_message_size(DECODE_BYTES_MAX),
+        )
         .add_service(MaintenanceServer::new(
             maintenance::MaintenanceService::new(ctx.clone()),
         ))

@@ -1,0 +1,443 @@
+//! The Watch service. One bidi stream multiplexes any number of watchers; one task per stream
+//! reads requests and delivers events.
+//!
+//! Delivery is *pulled from history*: writers only publish the new store revision; a stream
+//! reads the events its watchers have not seen from the MVCC store's revision index, at most
+//! `REVISIONS_PER_PASS_MAX` revisions per pass, and sends them. So a slow client never blocks a
+//! writer and never loses an event: its watchers fall behind and catch up from history, and the
+//! memory they hold is bounded by the response queue. A watcher whose next revision has been
+//! compacted away is cancelled with the compaction revision, as in etcd.
+//!
+//! Grouping follows etcd: a watcher that is caught up gets one response per revision (header
+//! revision = that revision); one catching up from history gets its events in one response per
+//! pass (header revision = the current revision).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use leasehold_api::etcdserverpb::{self as pb, watch_server::Watch};
+use leasehold_api::mvccpb;
+use leasehold_mvcc::{Event, EventKind, key_in_range};
+use pb::watch_create_request::FilterType;
+use pb::watch_request::RequestUnion;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::context::ServerContext;
+use crate::convert::key_value;
+use crate::error::ApiError;
+use crate::validate::REQUEST_BYTES_MAX;
+
+/// Revisions read from history per pass (etcd's `watchBatchMaxRevs`).
+const REVISIONS_PER_PASS_MAX: usize = 1000;
+/// Responses a stream may have queued for its client.
+const RESPONSE_QUEUE_LEN_MAX: usize = 128;
+/// Watchers one stream may hold.
+const WATCHERS_PER_STREAM_MAX: usize = 100_000;
+/// etcd's id for responses that belong to no watcher (progress for the whole stream).
+const NO_WATCH_ID: i64 = -1;
+
+struct Watcher {
+    key: Vec<u8>,
+    range_end: Vec<u8>,
+    /// The next revision this watcher has not been sent.
+    next_revision: i64,
+    /// Caught up: events go out one revision per response.
+    synced: bool,
+    no_put: bool,
+    no_delete: bool,
+    prev_kv: bool,
+    fragment: bool,
+    progress_notify: bool,
+    /// Whether anything was sent since the last progress notification.
+    sent_since_progress: bool,
+}
+
+impl Watcher {
+    fn wants(&self, ev: &Event) -> bool {
+        ev.kv.mod_revision >= self.next_revision
+            && key_in_range(&self.key, &self.range_end, &ev.kv.key)
+            && match ev.kind {
+                EventKind::Put => !self.no_put,
+                EventKind::Delete => !self.no_delete,
+            }
+    }
+
+    fn to_wire(&self, ev: &Event) -> mvccpb::Event {
+        mvccpb::Event {
+            r#type: match ev.kind {
+                EventKind::Put => mvccpb::event::EventType::Put as i32,
+                EventKind::Delete => mvccpb::event::EventType::Delete as i32,
+            },
+            kv: Some(key_value(ev.kv.clone())),
+            prev_kv: if self.prev_kv {
+                ev.prev_kv.clone().map(key_value)
+            } else {
+                None
+            },
+        }
+    }
+}
+
+/// The client went away: stop the stream.
+struct Closed;
+
+pub struct WatchService {
+    ctx: Arc<ServerContext>,
+}
+
+impl WatchService {
+    pub fn new(ctx: Arc<ServerContext>) -> WatchService {
+        WatchService { ctx }
+    }
+}
+
+#[tonic::async_trait]
+impl Watch for WatchService {
+    async fn watch(
+        &self,
+        req: Request<Streaming<pb::WatchRequest>>,
+    ) -> Result<Response<BoxStream<pb::WatchResponse>>, Status> {
+        let (tx, rx) = mpsc::channel(RESPONSE_QUEUE_LEN_MAX);
+        let stream = WatchStream {
+            ctx: self.ctx.clone(),
+            tx,
+            watchers: BTreeMap::new(),
+            next_id: 0,
+        };
+        tokio::spawn(stream.run(req.into_inner()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+struct WatchStream {
+    ctx: Arc<ServerContext>,
+    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    watchers: BTreeMap<i64, Watcher>,
+    next_id: i64,
+}
+
+impl WatchStream {
+    async fn run(mut self, mut inbound: Streaming<pb::WatchRequest>) {
+        let mut revisions = self.ctx.replica.subscribe_revisions();
+        let mut progress = tokio::time::interval(self.ctx.watch_progress_interval);
+        progress.tick().await;
+        loop {
+            let behind = match self.pump().await {
+                Ok(behind) => behind,
+                Err(Closed) => return,
+            };
+            tokio::select! {
+                msg = inbound.message() => match msg {
+                    Ok(Some(req)) => {
+                        if self.handle(req).await.is_err() {
+                            return;
+                        }
+                    }
+                    // The client closed its side or the stream broke.
+                    Ok(None) | Err(_) => return,
+                },
+                changed = revisions.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = progress.tick() => {
+                    if self.notify_progress().await.is_err() {
+                        return;
+                    }
+                }
+                () = std::future::ready(()), if behind => {}
+            }
+        }
+    }
+
+    async fn send(&self, resp: pb::WatchResponse) -> Result<(), Closed> {
+        self.tx.send(Ok(resp)).await.map_err(|_| Closed)
+    }
+
+    async fn current_revision(&self) -> Result<i64, Closed> {
+        match self.ctx.replica.read(false, |s| s.current_revision()).await {
+            Ok(rev) => Ok(rev),
+            Err(e) => {
+                let _ = self.tx.send(Err(ApiError::from(e).into())).await;
+                Err(Closed)
+            }
+        }
+    }
+
+    async fn handle(&mut self, req: pb::WatchRequest) -> Result<(), Closed> {
+        match req.request_union {
+            Some(RequestUnion::CreateRequest(create)) => self.create(create).await,
+            Some(RequestUnion::CancelRequest(cancel)) => {
+                if self.watchers.remove(&cancel.watch_id).is_some() {
+                    let rev = self.current_revision().await?;
+                    self.send(pb::WatchResponse {
+                        header: self.ctx.header().at(rev),
+                        watch_id: cancel.watch_id,
+                        canceled: true,
+                        ..Default::default()
+                    })
+                    .await?;
+                }
+                Ok(())
+            }
+            Some(RequestUnion::ProgressRequest(_)) => {
+                let rev = self.current_revision().await?;
+                self.send(pb::WatchResponse {
+                    header: self.ctx.header().at(rev),
+                    watch_id: NO_WATCH_ID,
+                    ..Default::default()
+                })
+                .await
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn create(&mut self, create: pb::WatchCreateRequest) -> Result<(), Closed> {
+        let rev = self.current_revision().await?;
+        let refuse = |reason: &str| pb::WatchResponse {
+            header: self.ctx.header().at(rev),
+            watch_id: NO_WATCH_ID,
+            created: true,
+            canceled: true,
+            cancel_reason: reason.to_owned(),
+            ..Default::default()
+        };
+        if self.watchers.len() >= WATCHERS_PER_STREAM_MAX {
+            return self
+                .send(refuse("leasehold: too many watchers on one stream"))
+                .await;
+        }
+        let id = if create.watch_id == 0 {
+            while self.watchers.contains_key(&self.next_id) {
+                self.next_id += 1;
+            }
+            self.next_id += 1;
+            self.next_id - 1
+        } else if self.watchers.contains_key(&create.watch_id) {
+            return self
+                .send(refuse(
+                    "mvcc: duplicate watch ID provided on the WatchStream",
+                ))
+                .await;
+        } else {
+            create.watch_id
+        };
+        // An empty key means the smallest key, as in etcd.
+        let key = if create.key.is_empty() {
+            vec![0]
+        } else {
+            create.key
+        };
+        let next_revision = if create.start_revision <= 0 {
+            rev + 1
+        } else {
+            create.start_revision
+        };
+        let filters = |f: FilterType| create.filters.contains(&(f as i32));
+        self.watchers.insert(
+            id,
+            Watcher {
+                key,
+                range_end: create.range_end,
+                next_revision,
+                synced: next_revision > rev,
+                no_put: filters(FilterType::Noput),
+                no_delete: filters(FilterType::Nodelete),
+                prev_kv: create.prev_kv,
+                fragment: create.fragment,
+                progress_notify: create.progress_notify,
+                sent_since_progress: false,
+            },
+        );
+        self.send(pb::WatchResponse {
+            header: self.ctx.header().at(rev),
+            watch_id: id,
+            created: true,
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// One delivery pass. Returns whether some watcher is still behind.
+    async fn pump(&mut self) -> Result<bool, Closed> {
+        let Some(from) = self.watchers.values().map(|w| w.next_revision).min() else {
+            return Ok(false);
+        };
+        let read = self
+            .ctx
+            .replica
+            .read(false, |s| {
+                let current = s.current_revision();
+                let compacted = s.compact_revision();
+                let from = from.max(compacted);
+                let events = if from <= current {
+                    s.events(from, current, REVISIONS_PER_PASS_MAX)
+                } else {
+                    Vec::new()
+                };
+                (current, compacted, events)
+            })
+            .await;
+        let (current, compacted, events) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                let _ = self.tx.send(Err(ApiError::from(e).into())).await;
+                return Err(Closed);
+            }
+        };
+        // The pass covers every revision up to `upto` (all of them unless the batch was cut).
+        let distinct = {
+            let mut revs: Vec<i64> = events.iter().map(|e| e.kv.mod_revision).collect();
+            revs.dedup();
+            revs
+        };
+        let upto = if distinct.len() == REVISIONS_PER_PASS_MAX {
+            *distinct.last().expect("non-empty")
+        } else {
+            current
+        };
+        let ids: Vec<i64> = self.watchers.keys().copied().collect();
+        for id in ids {
+            let w = &self.watchers[&id];
+            if w.next_revision > upto {
+                continue;
+            }
+            if w.next_revision < compacted {
+                self.watchers.remove(&id);
+                self.send(pb::WatchResponse {
+                    header: self.ctx.header().at(0),
+                    watch_id: id,
+                    canceled: true,
+                    compact_revision: compacted,
+                    ..Default::default()
+                })
+                .await?;
+                continue;
+            }
+            let mine: Vec<&Event> = events.iter().filter(|e| w.wants(e)).collect();
+            let mut responses = Vec::new();
+            if w.synced {
+                for group in mine.chunk_by(|a, b| a.kv.mod_revision == b.kv.mod_revision) {
+                    let revision = group[0].kv.mod_revision;
+                    responses.push((revision, group.iter().map(|e| w.to_wire(e)).collect()));
+                }
+            } else if !mine.is_empty() {
+                responses.push((current, mine.iter().map(|e| w.to_wire(e)).collect()));
+            }
+            let fragment = w.fragment;
+            let any = !responses.is_empty();
+            for (revision, events) in responses {
+                let resp = pb::WatchResponse {
+                    header: self.ctx.header().at(revision),
+                    watch_id: id,
+                    events,
+                    ..Default::default()
+                };
+                for part in fragments(resp, fragment) {
+                    self.send(part).await?;
+                }
+            }
+            let w = self.watchers.get_mut(&id).expect("still here");
+            w.next_revision = upto + 1;
+            w.synced = upto >= current;
+            w.sent_since_progress |= any;
+        }
+        Ok(upto < current)
+    }
+
+    /// Tells idle, caught-up watchers that asked for it how far the store has come.
+    async fn notify_progress(&mut self) -> Result<(), Closed> {
+        let rev = self.current_revision().await?;
+        let due: Vec<i64> = self
+            .watchers
+            .iter()
+            .filter(|(_, w)| w.progress_notify && w.synced && !w.sent_since_progress)
+            .map(|(id, _)| *id)
+            .collect();
+        for w in self.watchers.values_mut() {
+            w.sent_since_progress = false;
+        }
+        for id in due {
+            self.send(pb::WatchResponse {
+                header: self.ctx.header().at(rev),
+                watch_id: id,
+                ..Default::default()
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits a response too big for one message into fragments, if the watcher allows it (etcd's
+/// rule: only above the request size limit, and never inside one event).
+fn fragments(resp: pb::WatchResponse, allowed: bool) -> Vec<pb::WatchResponse> {
+    if !allowed || resp.encoded_len() < REQUEST_BYTES_MAX || resp.events.len() < 2 {
+        return vec![resp];
+    }
+    let mut parts = Vec::new();
+    let mut current = pb::WatchResponse {
+        events: Vec::new(),
+        ..resp.clone()
+    };
+    for ev in resp.events {
+        if !current.events.is_empty()
+            && current.encoded_len() + ev.encoded_len() > REQUEST_BYTES_MAX
+        {
+            let next = pb::WatchResponse {
+                events: Vec::new(),
+                ..current.clone()
+            };
+            parts.push(std::mem::replace(&mut current, next));
+        }
+        current.events.push(ev);
+    }
+    parts.push(current);
+    let last = parts.len() - 1;
+    for (i, part) in parts.iter_mut().enumerate() {
+        part.fragment = i != last;
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_responses_split_between_events_and_small_ones_do_not() {
+        let ev = |n: usize| mvccpb::Event {
+            kv: Some(mvccpb::KeyValue {
+                key: vec![b'k'; 8],
+                value: vec![b'v'; n],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let small = pb::WatchResponse {
+            events: vec![ev(10), ev(10)],
+            ..Default::default()
+        };
+        assert_eq!(fragments(small.clone(), true).len(), 1);
+        let big = pb::WatchResponse {
+            events: (0..4).map(|_| ev(600 * 1024)).collect(),
+            ..Default::default()
+        };
+        assert_eq!(
+            fragments(big.clone(), false).len(),
+            1,
+            "not asked to fragment"
+        );
+        let parts = fragments(big, true);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts.iter().map(|p| p.events.len()).sum::<usize>(), 4);
+        assert!(parts[0].fragment && !parts[1].fragment);
+        assert!(parts.iter().all(|p| p.encoded_len() <= REQUEST_BYTES_MAX));
+    }
+}
