@@ -46,6 +46,7 @@ workloads=(
   "put-with-lease --clients 64 --conns 8 --total 20000 --keys-per-lease 10"
   "expiry-storm --clients 64 --conns 8 --total 10000 --ttl-secs 3"
   "expiry-lag --total 50 --ttl-secs 2 --gap-ms 100"
+  "watch-latency --watchers 100 --conns 8 --total 200 --interval-ms 10"
 )
 # Only some workloads, e.g. WORKLOADS="lease-|expiry" scripts/bench-compare.sh 1
 if [ -n "${WORKLOADS:-}" ]; then

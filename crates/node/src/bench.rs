@@ -14,7 +14,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
 use leasehold_api::etcdserverpb::{
     LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, PutRequest, RangeRequest,
-    kv_client::KvClient, lease_client::LeaseClient,
+    WatchCreateRequest, WatchRequest, kv_client::KvClient, lease_client::LeaseClient,
+    watch_client::WatchClient, watch_request,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -95,6 +96,17 @@ enum Workload {
         gap_ms: u64,
         #[arg(long, default_value = "lag/")]
         prefix: String,
+    },
+    /// Put-to-event latency: `--watchers` streams each watch one key; one writer puts it
+    /// `--total` times, `--interval-ms` apart; every event's delay from its put being sent is
+    /// recorded.
+    WatchLatency {
+        #[arg(long, default_value_t = 100)]
+        watchers: usize,
+        #[arg(long, default_value_t = 10)]
+        interval_ms: u64,
+        #[arg(long, default_value = "watch-bench")]
+        key: String,
     },
     /// Mass expiry: `--total` leases with one key each and the same TTL; then watch the keys go
     /// (by polling a count-only range) and report the lag from deadline to delete. `--clients`
@@ -229,6 +241,14 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
     {
         return expiry_storm(args, &channels, *ttl_secs, prefix, *poll_ms).await;
     }
+    if let Workload::WatchLatency {
+        watchers,
+        interval_ms,
+        key,
+    } = &workload
+    {
+        return watch_latency(args, &channels, *watchers, *interval_ms, key).await;
+    }
     if let Workload::ExpiryLag {
         ttl_secs,
         gap_ms,
@@ -312,6 +332,7 @@ impl Workload {
             Workload::PutWithLease { .. } => "put-with-lease",
             Workload::ExpiryStorm { .. } => "expiry-storm",
             Workload::ExpiryLag { .. } => "expiry-lag",
+            Workload::WatchLatency { .. } => "watch-latency",
         }
     }
 }
@@ -442,9 +463,106 @@ impl Actor {
                     .await
                     .is_ok()
             }
-            Workload::ExpiryStorm { .. } | Workload::ExpiryLag { .. } => false,
+            Workload::ExpiryStorm { .. }
+            | Workload::ExpiryLag { .. }
+            | Workload::WatchLatency { .. } => false,
         }
     }
+}
+
+/// Opens `watchers` watch streams on `key`, then puts it `--total` times; records for every
+/// event the time from its put being sent to its arrival.
+async fn watch_latency(
+    args: &BenchArgs,
+    channels: &[Channel],
+    watchers: usize,
+    interval_ms: u64,
+    key: &str,
+) -> anyhow::Result<Report> {
+    let total = args.total;
+    let mut arrivals = Vec::new();
+    for w in 0..watchers {
+        let mut client = WatchClient::new(channels[w % channels.len()].clone());
+        let (tx, rx) = mpsc::channel(1);
+        // The create request goes first: etcd answers the stream's headers with its first response.
+        tx.send(WatchRequest {
+            request_union: Some(watch_request::RequestUnion::CreateRequest(
+                WatchCreateRequest {
+                    key: key.as_bytes().to_vec(),
+                    ..Default::default()
+                },
+            )),
+        })
+        .await?;
+        let mut stream = tokio::time::timeout(OP_TIMEOUT, client.watch(ReceiverStream::new(rx)))
+            .await??
+            .into_inner();
+        let created = tokio::time::timeout(OP_TIMEOUT, stream.message()).await??;
+        anyhow::ensure!(
+            created.is_some_and(|r| r.created),
+            "watch {w} was not created"
+        );
+        arrivals.push(tokio::spawn(async move {
+            let _keep_open = tx;
+            let mut seen: Vec<(i64, Instant)> = Vec::new();
+            while (seen.len() as u64) < total {
+                match tokio::time::timeout(OP_TIMEOUT, stream.message()).await {
+                    Ok(Ok(Some(resp))) => {
+                        let now = Instant::now();
+                        seen.extend(
+                            resp.events
+                                .iter()
+                                .filter_map(|e| e.kv.as_ref())
+                                .map(|kv| (kv.mod_revision, now)),
+                        );
+                    }
+                    _ => break,
+                }
+            }
+            seen
+        }));
+    }
+    let mut kv = KvClient::new(channels[0].clone());
+    let mut sent_at = std::collections::HashMap::new();
+    let started = Instant::now();
+    for n in 0..total {
+        let t = Instant::now();
+        let resp = kv
+            .put(PutRequest {
+                key: key.as_bytes().to_vec(),
+                value: n.to_string().into_bytes(),
+                ..Default::default()
+            })
+            .await?;
+        let rev = resp.into_inner().header.map_or(0, |h| h.revision);
+        sent_at.insert(rev, t);
+        tokio::time::sleep(Duration::from_millis(interval_ms)).await;
+    }
+    let mut latency_us = Histogram::<u64>::new(3).expect("valid sigfig");
+    let mut errors = 0u64;
+    for a in arrivals {
+        let seen = a.await?;
+        errors += total.saturating_sub(seen.len() as u64);
+        for (rev, at) in seen {
+            match sent_at.get(&rev) {
+                Some(t) => {
+                    let _ = latency_us.record(at.saturating_duration_since(*t).as_micros() as u64);
+                }
+                None => errors += 1,
+            }
+        }
+    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("watchers".into(), watchers.into());
+    extra.insert("events_expected".into(), (total * watchers as u64).into());
+    Ok(Report {
+        workload: "watch-latency",
+        requests: latency_us.len(),
+        errors,
+        elapsed: started.elapsed(),
+        latency_us,
+        extra,
+    })
 }
 
 /// Grants leases one by one, `gap_ms` apart, each with one key, and measures for each the time
