@@ -13,9 +13,10 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
 use leasehold_api::etcdserverpb::{
-    LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, PutRequest, RangeRequest,
-    WatchCreateRequest, WatchRequest, kv_client::KvClient, lease_client::LeaseClient,
-    watch_client::WatchClient, watch_request,
+    LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest,
+    PutRequest, RangeRequest, RequestOp, StatusRequest, TxnRequest, WatchCreateRequest,
+    WatchRequest, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient, request_op, watch_client::WatchClient, watch_request,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -40,6 +41,13 @@ pub struct BenchArgs {
     /// Total number of requests.
     #[arg(long, global = true, default_value_t = 10_000)]
     total: u64,
+    /// Run for this many seconds instead of a fixed `--total` (still bounded by
+    /// `--timeout-secs`).
+    #[arg(long, global = true)]
+    duration: Option<u64>,
+    /// Send only to the endpoint(s) of the current leader (asked with Maintenance.Status).
+    #[arg(long, global = true)]
+    target_leader: bool,
     /// Stop after this many seconds even if `--total` is not reached.
     #[arg(long, global = true, default_value_t = 300)]
     timeout_secs: u64,
@@ -73,6 +81,23 @@ enum Workload {
         /// `l` for linearizable, `s` for serializable.
         #[arg(long, default_value = "l")]
         consistency: String,
+    },
+    /// Txns of `--txn-ops` puts each (etcd's `benchmark txn-put`).
+    TxnPut {
+        #[arg(long, default_value_t = 8)]
+        key_size: usize,
+        #[arg(long, default_value_t = 256)]
+        val_size: usize,
+        #[arg(long, default_value_t = 10_000)]
+        key_space_size: u64,
+        #[arg(long, default_value_t = 1)]
+        txn_ops: u64,
+    },
+    /// TimeToLive with keys: each client grants a lease, attaches `--keys-per-lease` keys and
+    /// asks for its time to live (with keys) over and over.
+    LeaseTimetolive {
+        #[arg(long, default_value_t = 10)]
+        keys_per_lease: u64,
     },
     /// Lease grants (TTL 100 s; the leases are left to expire).
     LeaseGrant,
@@ -222,6 +247,11 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
     if args.clients == 0 || args.conns == 0 {
         bail!("--clients and --conns must be at least 1");
     }
+    let endpoints = if args.target_leader {
+        leader_endpoints(&endpoints).await?
+    } else {
+        endpoints
+    };
     let mut channels: Vec<Channel> = Vec::new();
     for i in 0..args.conns {
         let url = &endpoints[i % endpoints.len()];
@@ -268,14 +298,24 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
             .await?;
     }
     let issued = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    let bound = Duration::from_secs(
+        args.duration
+            .unwrap_or(args.timeout_secs)
+            .min(args.timeout_secs),
+    );
+    let deadline = Instant::now() + bound;
+    let total = if args.duration.is_some() {
+        u64::MAX
+    } else {
+        args.total
+    };
     let start = Instant::now();
+    let progress = tokio::spawn(show_progress(issued.clone(), total, deadline));
     let mut tasks = Vec::new();
     for c in 0..args.clients {
         let channel = channels[c % channels.len()].clone();
         let issued = issued.clone();
         let workload = workload.clone();
-        let total = args.total;
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new(3).expect("valid sigfig");
             let mut errors = 0u64;
@@ -312,6 +352,7 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         errors += e;
     }
     let elapsed = start.elapsed();
+    progress.abort();
     Ok(Report {
         workload: workload.name(),
         requests: latency_us.len(),
@@ -327,6 +368,8 @@ impl Workload {
         match self {
             Workload::Put { .. } => "put",
             Workload::Range { .. } => "range",
+            Workload::TxnPut { .. } => "txn-put",
+            Workload::LeaseTimetolive { .. } => "lease-timetolive",
             Workload::LeaseGrant => "lease-grant",
             Workload::LeaseKeepalive => "lease-keepalive",
             Workload::PutWithLease { .. } => "put-with-lease",
@@ -335,6 +378,52 @@ impl Workload {
             Workload::WatchLatency { .. } => "watch-latency",
         }
     }
+}
+
+/// A progress line on stderr while the run goes (only when stderr is a terminal).
+async fn show_progress(issued: Arc<AtomicU64>, total: u64, deadline: Instant) {
+    use std::io::{IsTerminal, Write};
+    if !std::io::stderr().is_terminal() {
+        return;
+    }
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let done = issued.load(Ordering::Relaxed);
+        let line = if total == u64::MAX {
+            let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+            format!("{done} requests, {left} s left")
+        } else {
+            let pct = done.min(total) * 100 / total.max(1);
+            format!("{}/{total} ({pct}%)", done.min(total))
+        };
+        let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        eprint!("\r  {line}, {rate:.0}/s   ");
+        let _ = std::io::stderr().flush();
+    }
+}
+
+/// The endpoints whose member is the leader, asked of each endpoint with Maintenance.Status.
+async fn leader_endpoints(endpoints: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut leaders = Vec::new();
+    for e in endpoints {
+        let channel = Endpoint::from_shared(e.clone())?
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .with_context(|| format!("connect to {e}"))?;
+        let status = MaintenanceClient::new(channel)
+            .status(StatusRequest {})
+            .await?
+            .into_inner();
+        if status.header.is_some_and(|h| h.member_id == status.leader) {
+            leaders.push(e.clone());
+        }
+    }
+    if leaders.is_empty() {
+        bail!("--target-leader: no endpoint is the leader");
+    }
+    Ok(leaders)
 }
 
 /// One bench client's connections and state.
@@ -348,7 +437,8 @@ struct Actor {
         mpsc::Sender<LeaseKeepAliveRequest>,
         tonic::Streaming<LeaseKeepAliveResponse>,
     )>,
-    /// For put-with-lease: the lease the next keys attach to.
+    /// For put-with-lease: the lease the next keys attach to; for lease-timetolive: the lease
+    /// asked about.
     current_lease: i64,
 }
 
@@ -374,12 +464,29 @@ impl Actor {
         } else {
             None
         };
+        let mut kv = KvClient::new(channel);
+        let mut current_lease = 0;
+        if let Workload::LeaseTimetolive { keys_per_lease } = workload {
+            current_lease = lease
+                .lease_grant(LeaseGrantRequest { ttl: 100, id: 0 })
+                .await?
+                .into_inner()
+                .id;
+            for k in 0..*keys_per_lease {
+                kv.put(PutRequest {
+                    key: format!("ttl-key/{seed}/{k}").into_bytes(),
+                    lease: current_lease,
+                    ..Default::default()
+                })
+                .await?;
+            }
+        }
         Ok(Actor {
-            kv: KvClient::new(channel),
+            kv,
             lease,
             rng: (seed + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             keepalive,
-            current_lease: 0,
+            current_lease,
         })
     }
 
@@ -424,6 +531,41 @@ impl Actor {
                 })
                 .await
                 .is_ok(),
+            Workload::TxnPut {
+                key_size,
+                val_size,
+                key_space_size,
+                txn_ops,
+            } => {
+                let ops = (0..*txn_ops)
+                    .map(|i| {
+                        let k = (n * txn_ops + i) % key_space_size;
+                        let mut key = format!("{k:0width$}", width = *key_size).into_bytes();
+                        key.truncate((*key_size).max(1));
+                        RequestOp {
+                            request: Some(request_op::Request::RequestPut(PutRequest {
+                                key,
+                                value: vec![b'x'; *val_size],
+                                ..Default::default()
+                            })),
+                        }
+                    })
+                    .collect();
+                self.kv
+                    .txn(TxnRequest {
+                        compare: vec![],
+                        success: ops,
+                        failure: vec![],
+                    })
+                    .await
+                    .is_ok()
+            }
+            Workload::LeaseTimetolive { .. } => matches!(
+                self.lease
+                    .lease_time_to_live(LeaseTimeToLiveRequest { id: self.current_lease, keys: true })
+                    .await,
+                Ok(r) if r.get_ref().ttl > 0
+            ),
             Workload::LeaseGrant => self
                 .lease
                 .lease_grant(LeaseGrantRequest { ttl: 100, id: 0 })
