@@ -612,6 +612,30 @@ impl Actor {
     }
 }
 
+/// Grants a lease of `ttl_secs` and puts `key` attached to it; returns the lease id.
+async fn grant_with_key(
+    lease: &mut LeaseClient<Channel>,
+    kv: &mut KvClient<Channel>,
+    ttl_secs: i64,
+    key: Vec<u8>,
+) -> Result<i64, tonic::Status> {
+    let id = lease
+        .lease_grant(LeaseGrantRequest {
+            ttl: ttl_secs,
+            id: 0,
+        })
+        .await?
+        .into_inner()
+        .id;
+    kv.put(PutRequest {
+        key,
+        lease: id,
+        ..Default::default()
+    })
+    .await?;
+    Ok(id)
+}
+
 /// Opens `watchers` watch streams on `key`, then puts it `--total` times; records for every
 /// event the time from its put being sent to its arrival.
 async fn watch_latency(
@@ -734,21 +758,8 @@ async fn expiry_lag(
         let now = Instant::now();
         if granted < args.total && now >= next_grant {
             let sent = Instant::now();
-            let id = lease
-                .lease_grant(LeaseGrantRequest {
-                    ttl: ttl_secs,
-                    id: 0,
-                })
-                .await?
-                .into_inner()
-                .id;
             let key = format!("{prefix}{granted:08}").into_bytes();
-            kv.put(PutRequest {
-                key: key.clone(),
-                lease: id,
-                ..Default::default()
-            })
-            .await?;
+            grant_with_key(&mut lease, &mut kv, ttl_secs, key.clone()).await?;
             pending.push_back((key, sent + ttl));
             granted += 1;
             next_grant = sent + Duration::from_millis(gap_ms);
@@ -815,20 +826,8 @@ async fn expiry_storm(
                 if n >= total {
                     return Ok::<_, tonic::Status>(());
                 }
-                let id = lease
-                    .lease_grant(LeaseGrantRequest {
-                        ttl: ttl_secs,
-                        id: 0,
-                    })
-                    .await?
-                    .into_inner()
-                    .id;
-                kv.put(PutRequest {
-                    key: format!("{prefix}{n:08}").into_bytes(),
-                    lease: id,
-                    ..Default::default()
-                })
-                .await?;
+                let key = format!("{prefix}{n:08}").into_bytes();
+                grant_with_key(&mut lease, &mut kv, ttl_secs, key).await?;
             }
         }));
     }
