@@ -9,8 +9,8 @@
 //! compacted away is cancelled with the compaction revision, as in etcd.
 //!
 //! Grouping follows etcd: a watcher that is caught up gets one response per revision (header
-//! revision = that revision); one catching up from history gets its events in one response per
-//! pass (header revision = the current revision).
+//! revision = that revision); one catching up from history gets its events in responses of up to
+//! 1000 of its own revisions (header revision = the current revision).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,8 +31,11 @@ use crate::convert::key_value;
 use crate::error::ApiError;
 use crate::validate::REQUEST_BYTES_MAX;
 
-/// Revisions read from history per pass (etcd's `watchBatchMaxRevs`).
-const REVISIONS_PER_PASS_MAX: usize = 1000;
+/// Store revisions read from history per pass: bounds the memory one pass holds.
+const REVISIONS_PER_PASS_MAX: usize = 10_000;
+/// Revisions of its own events a catching-up watcher gets per response (etcd's
+/// `watchBatchMaxRevs`).
+const REVISIONS_PER_RESPONSE_MAX: usize = 1000;
 /// Responses a stream may have queued for its client.
 const RESPONSE_QUEUE_LEN_MAX: usize = 128;
 /// Watchers one stream may hold.
@@ -107,6 +110,7 @@ impl Watch for WatchService {
             tx,
             watchers: BTreeMap::new(),
             next_id: 0,
+            dirty: false,
         };
         tokio::spawn(stream.run(req.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -118,6 +122,10 @@ struct WatchStream {
     tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
     watchers: BTreeMap<i64, Watcher>,
     next_id: i64,
+    /// Some watcher may have events to send: the revision moved, a watcher asked for history,
+    /// or the last pass did not finish. Without it a burst of creates would rescan every watcher
+    /// per request.
+    dirty: bool,
 }
 
 impl WatchStream {
@@ -126,10 +134,13 @@ impl WatchStream {
         let mut progress = tokio::time::interval(self.ctx.watch_progress_interval);
         progress.tick().await;
         loop {
-            let behind = match self.pump().await {
-                Ok(behind) => behind,
-                Err(Closed) => return,
-            };
+            if self.dirty {
+                match self.pump().await {
+                    Ok(behind) => self.dirty = behind,
+                    Err(Closed) => return,
+                }
+            }
+            let behind = self.dirty;
             tokio::select! {
                 msg = inbound.message() => match msg {
                     Ok(Some(req)) => {
@@ -144,6 +155,7 @@ impl WatchStream {
                     if changed.is_err() {
                         return;
                     }
+                    self.dirty = true;
                 }
                 _ = progress.tick() => {
                     if self.notify_progress().await.is_err() {
@@ -213,6 +225,16 @@ impl WatchStream {
                 .send(refuse("leasehold: too many watchers on one stream"))
                 .await;
         }
+        // An empty key means the smallest key, as in etcd.
+        let key = if create.key.is_empty() {
+            vec![0]
+        } else {
+            create.key
+        };
+        // `[0]` means every key from `key` on; any other end must lie above the key.
+        if !create.range_end.is_empty() && create.range_end != [0] && key >= create.range_end {
+            return self.send(refuse("mvcc: watcher range is empty")).await;
+        }
         let id = if create.watch_id == 0 {
             while self.watchers.contains_key(&self.next_id) {
                 self.next_id += 1;
@@ -227,12 +249,6 @@ impl WatchStream {
                 .await;
         } else {
             create.watch_id
-        };
-        // An empty key means the smallest key, as in etcd.
-        let key = if create.key.is_empty() {
-            vec![0]
-        } else {
-            create.key
         };
         let next_revision = if create.start_revision <= 0 {
             rev + 1
@@ -255,6 +271,8 @@ impl WatchStream {
                 sent_since_progress: false,
             },
         );
+        // History to replay: the next pass has work.
+        self.dirty |= next_revision <= rev;
         self.send(pb::WatchResponse {
             header: self.ctx.header().at(rev),
             watch_id: id,
@@ -302,6 +320,7 @@ impl WatchStream {
         } else {
             current
         };
+        let mut behind = false;
         let ids: Vec<i64> = self.watchers.keys().copied().collect();
         for id in ids {
             let w = &self.watchers[&id];
@@ -322,13 +341,27 @@ impl WatchStream {
             }
             let mine: Vec<&Event> = events.iter().filter(|e| w.wants(e)).collect();
             let mut responses = Vec::new();
+            // Where this watcher continues: after the pass, unless its own batch was cut.
+            let mut next_revision = upto + 1;
             if w.synced {
                 for group in mine.chunk_by(|a, b| a.kv.mod_revision == b.kv.mod_revision) {
                     let revision = group[0].kv.mod_revision;
                     responses.push((revision, group.iter().map(|e| w.to_wire(e)).collect()));
                 }
             } else if !mine.is_empty() {
-                responses.push((current, mine.iter().map(|e| w.to_wire(e)).collect()));
+                let groups: Vec<&[&Event]> = mine
+                    .chunk_by(|a, b| a.kv.mod_revision == b.kv.mod_revision)
+                    .collect();
+                let take = groups.len().min(REVISIONS_PER_RESPONSE_MAX);
+                if take < groups.len() {
+                    next_revision = groups[take][0].kv.mod_revision;
+                }
+                let batch = groups[..take]
+                    .iter()
+                    .flat_map(|g| g.iter())
+                    .map(|e| w.to_wire(e))
+                    .collect();
+                responses.push((current, batch));
             }
             let fragment = w.fragment;
             let any = !responses.is_empty();
@@ -344,11 +377,12 @@ impl WatchStream {
                 }
             }
             let w = self.watchers.get_mut(&id).expect("still here");
-            w.next_revision = upto + 1;
-            w.synced = upto >= current;
+            w.next_revision = next_revision;
+            w.synced = next_revision > current;
             w.sent_since_progress |= any;
+            behind |= next_revision <= current;
         }
-        Ok(upto < current)
+        Ok(behind)
     }
 
     /// Tells idle, caught-up watchers that asked for it how far the store has come.
