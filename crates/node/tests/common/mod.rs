@@ -37,6 +37,7 @@ use etcd_client::{
     Client, CompactionResponse, ConnectOptions, DeleteResponse, Error as EtcdError, GetResponse,
     KeyValue, LeaseGrantResponse, LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeResponse,
     LeaseTimeToLiveResponse, PutResponse, ResponseHeader, TxnOpResponse, TxnResponse,
+    WatchResponse, WatchStream,
 };
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -51,6 +52,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ETCDCTL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one side of a differential scenario may take.
 pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a test waits for the next message of a watch stream.
+pub const WATCH_MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 const READY_POLL_INTERVAL: Duration = Duration::from_millis(50);
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
@@ -840,6 +843,45 @@ impl Record for LeaseLeasesResponse {
     }
 }
 
+/// One watch event: its type, every field of its kv and of its prev_kv.
+pub fn watch_event_json(event: &etcd_client::Event) -> Value {
+    json!({
+        "type": format!("{:?}", event.event_type()),
+        "kv": event.kv().map_or(Value::Null, kv_json),
+        "prev_kv": event.prev_kv().map_or(Value::Null, kv_json),
+    })
+}
+
+/// Every field etcd-client exposes of a watch response (it has no accessor for `fragment`).
+/// The watch ID is recorded as-is: both servers number the watchers of a stream from 0.
+impl Record for WatchResponse {
+    fn to_json(&self) -> Value {
+        let events: Vec<Value> = self.events().iter().map(watch_event_json).collect();
+        json!({ "watch": {
+            "header": header_json(self.header()),
+            "watch_id": self.watch_id(),
+            "created": self.created(),
+            "canceled": self.canceled(),
+            "compact_revision": self.compact_revision(),
+            "cancel_reason": self.cancel_reason(),
+            "events": events,
+        }})
+    }
+}
+
+/// The next message of a watch stream, waiting at most [`WATCH_MESSAGE_TIMEOUT`]. Anything but
+/// a message (time-out, end of stream, error) comes back as a recordable `Err`.
+pub async fn next_watch_message(stream: &mut WatchStream) -> Result<WatchResponse, Value> {
+    match tokio::time::timeout(WATCH_MESSAGE_TIMEOUT, stream.message()).await {
+        Ok(Ok(Some(response))) => Ok(response),
+        Ok(Ok(None)) => Err(json!({ "watch stream": "ended" })),
+        Ok(Err(error)) => Err(error_json(&error)),
+        Err(_) => Err(json!({
+            "watch stream": format!("no message within {WATCH_MESSAGE_TIMEOUT:?}")
+        })),
+    }
+}
+
 /// The masked results of one run of a scenario, step by step.
 #[derive(Debug, Default)]
 pub struct Recorder {
@@ -887,6 +929,25 @@ impl Recorder {
             }
             Err(error) => {
                 self.note(label, error_json(&error));
+                None
+            }
+        }
+    }
+
+    /// Waits (bounded, [`next_watch_message`]) for the next message of `stream` and records it,
+    /// or records why there was none.
+    pub async fn record_watch(
+        &mut self,
+        label: impl Into<String>,
+        stream: &mut WatchStream,
+    ) -> Option<WatchResponse> {
+        match next_watch_message(stream).await {
+            Ok(response) => {
+                self.note(label, response.to_json());
+                Some(response)
+            }
+            Err(why) => {
+                self.note(label, why);
                 None
             }
         }
