@@ -910,6 +910,51 @@ async fn expiry_storm(
 mod tests {
     use super::*;
 
+    #[derive(clap::Parser)]
+    struct P {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> BenchArgs {
+        use clap::Parser;
+        P::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .unwrap()
+            .bench
+    }
+
+    #[test]
+    fn workload_flags_parse() {
+        let a = parse(&[
+            "--clients",
+            "64",
+            "--conns",
+            "8",
+            "txn-put",
+            "--txn-ops",
+            "4",
+            "-w",
+            "json",
+        ]);
+        assert_eq!((a.clients, a.conns, a.write_out), (64, 8, Output::Json));
+        assert!(matches!(a.workload, Workload::TxnPut { txn_ops: 4, .. }));
+        let a = parse(&[
+            "expiry-storm",
+            "--ttl-secs",
+            "3",
+            "--total",
+            "10000",
+            "--duration",
+            "5",
+        ]);
+        assert!(matches!(
+            a.workload,
+            Workload::ExpiryStorm { ttl_secs: 3, .. }
+        ));
+        assert_eq!((a.total, a.duration), (10_000, Some(5)));
+        assert!(<P as clap::Parser>::try_parse_from(["bench", "no-such-workload"]).is_err());
+    }
+
     #[test]
     fn only_loopback_without_the_flag() {
         let e = |s: &str| vec![s.to_string()];
