@@ -26,6 +26,15 @@ impl LeaseClock {
         self.base_ms + u64::try_from(running.as_millis()).unwrap_or(u64::MAX / 2)
     }
 
+    /// Lease time at `now`, rounded up to the next whole millisecond: what deadlines are counted
+    /// from, so that a lease never ends before its TTL has fully passed in real time (`now_ms`
+    /// rounds down, so expiry checks never run ahead either).
+    pub fn now_ms_ceil(&self, now: Instant) -> u64 {
+        let running = now.saturating_duration_since(self.promoted);
+        let ms = running.as_nanos().div_ceil(1_000_000);
+        self.base_ms + u64::try_from(ms).unwrap_or(u64::MAX / 2)
+    }
+
     /// The instant at which lease time reaches `lease_ms` (what a driver sleeps until).
     pub fn instant_at(&self, lease_ms: u64) -> Instant {
         self.promoted + Duration::from_millis(lease_ms.saturating_sub(self.base_ms))

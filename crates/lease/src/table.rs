@@ -172,12 +172,15 @@ impl LeaseTable {
     }
 
     /// Pushes the deadline to `now_ms + ttl`, unless the lease is unknown or already expired.
+    /// `now_ms` is the rounded-up lease time (see `LeaseClock::now_ms_ceil`).
     pub fn renew(&mut self, id: LeaseId, now_ms: u64) -> Renewal {
         self.advance(now_ms);
         let Some(lease) = self.leases.get_mut(&id) else {
             return Renewal::NotFound;
         };
-        if lease.record.deadline_ms <= now_ms {
+        // `now_ms` counts deadlines (rounded up, `LeaseClock::now_ms_ceil`), so only a deadline
+        // strictly before it has certainly passed; expiry itself is decided by `expired`.
+        if lease.record.deadline_ms < now_ms {
             return Renewal::Expired;
         }
         let old = (lease.record.deadline_ms, lease.record.grant_seq);

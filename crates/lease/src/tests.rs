@@ -31,12 +31,17 @@ fn renew_moves_the_deadline_and_expired_leases_cannot_be_renewed() {
     assert_eq!(t.by_deadline(), vec![id(2), id(1)]);
     assert_eq!(t.expired(10_000, 10), vec![id(2)]);
     assert_eq!(
-        t.renew(id(2), 10_000),
+        t.renew(id(2), 10_001),
         Renewal::Expired,
-        "at the deadline it is too late"
+        "past the deadline it is too late"
+    );
+    assert_eq!(
+        t.renew(id(2), 10_000),
+        Renewal::Renewed { ttl_secs: 10 },
+        "at the (rounded-up) deadline it may still be renewed"
     );
     assert_eq!(t.renew(id(9), 10_000), Renewal::NotFound);
-    assert_eq!(t.counters().renewed, 1);
+    assert_eq!(t.counters().renewed, 2);
     t.validate();
 }
 
@@ -185,6 +190,24 @@ fn the_leader_clock_continues_from_the_replicated_clock() {
         clock.instant_at(42_000),
         wall.now + Duration::from_millis(500)
     );
+}
+
+#[test]
+fn deadlines_count_from_the_next_millisecond_and_expiry_from_the_last() {
+    // Regression: deadlines counted from a truncated millisecond let a lease expire up to 1 ms
+    // before its TTL had passed (seen as early deletes in the expiry-storm benchmark).
+    let start = Instant::now();
+    let clock = LeaseClock::promote(0, start);
+    let granted_at = start + Duration::from_micros(1_400);
+    let mut t = LeaseTable::new();
+    t.grant(id(1), 3, clock.now_ms_ceil(granted_at)).unwrap();
+    let just_before = granted_at + Duration::from_millis(3_000) - Duration::from_micros(1);
+    assert!(
+        t.expired(clock.now_ms(just_before), 10).is_empty(),
+        "not before the TTL has passed"
+    );
+    let after = granted_at + Duration::from_millis(3_000) + Duration::from_micros(600);
+    assert_eq!(t.expired(clock.now_ms(after), 10), vec![id(1)]);
 }
 
 #[test]

@@ -16,7 +16,8 @@ use leasehold_api::etcdserverpb::{
     LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest,
     PutRequest, RangeRequest, RequestOp, StatusRequest, TxnRequest, WatchCreateRequest,
     WatchRequest, kv_client::KvClient, lease_client::LeaseClient,
-    maintenance_client::MaintenanceClient, request_op, watch_client::WatchClient, watch_request,
+    maintenance_client::MaintenanceClient, request_op, watch_client::WatchClient,
+    watch_create_request, watch_request,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -133,16 +134,16 @@ enum Workload {
         #[arg(long, default_value = "watch-bench")]
         key: String,
     },
-    /// Mass expiry: `--total` leases with one key each and the same TTL; then watch the keys go
-    /// (by polling a count-only range) and report the lag from deadline to delete. `--clients`
-    /// set the grant concurrency.
+    /// Mass expiry: `--total` leases with one key each and the same TTL, granted by `--clients`
+    /// at once, while a watch on the prefix time-stamps every delete; the latency histogram is
+    /// the lag from each key's deadline to its delete.
     ExpiryStorm {
         #[arg(long, default_value_t = 3)]
         ttl_secs: i64,
         #[arg(long, default_value = "storm/")]
         prefix: String,
-        /// How often to count the remaining keys.
-        #[arg(long, default_value_t = 5)]
+        /// Unused (the storm is observed with a watch); kept so old command lines still parse.
+        #[arg(long, default_value_t = 5, hide = true)]
         poll_ms: u64,
     },
 }
@@ -798,25 +799,74 @@ async fn expiry_lag(
     })
 }
 
-/// Grants `--total` leases of `ttl_secs` with one key each, then counts the keys until they are
-/// gone. Deadlines are taken from the client's side: a lease's deadline is at the earliest its
-/// grant was sent plus the TTL, so a key missing before the first grant was sent plus the TTL is
-/// an early expiry (a correctness failure), and lag is measured to the last grant's answer plus
-/// the TTL (an upper bound on the server's deadline).
+/// Grants `--total` leases of `ttl_secs` with one key each while a watch on the prefix
+/// time-stamps every DELETE. A key's deadline is taken at the client: its grant was sent, plus the
+/// TTL (the server's deadline is no earlier), so a delete before it is an early expiry (a
+/// correctness failure) and the lag is an upper bound.
 async fn expiry_storm(
     args: &BenchArgs,
     channels: &[Channel],
     ttl_secs: i64,
     prefix: &str,
-    poll_ms: u64,
+    _poll_ms: u64,
 ) -> anyhow::Result<Report> {
     let total = args.total;
+    let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
+    let mut end = prefix.as_bytes().to_vec();
+    *end.last_mut().expect("non-empty prefix") += 1;
+    // The watch first, so that no delete can be missed.
+    let mut watch = WatchClient::new(channels[0].clone());
+    let (watch_tx, watch_rx) = mpsc::channel(1);
+    watch_tx
+        .send(WatchRequest {
+            request_union: Some(watch_request::RequestUnion::CreateRequest(
+                WatchCreateRequest {
+                    key: prefix.as_bytes().to_vec(),
+                    range_end: end,
+                    filters: vec![watch_create_request::FilterType::Noput as i32],
+                    ..Default::default()
+                },
+            )),
+        })
+        .await?;
+    let mut events = tokio::time::timeout(OP_TIMEOUT, watch.watch(ReceiverStream::new(watch_rx)))
+        .await??
+        .into_inner();
+    let created = tokio::time::timeout(OP_TIMEOUT, events.message()).await??;
+    anyhow::ensure!(
+        created.is_some_and(|r| r.created),
+        "the storm's watch was not created"
+    );
+    let give_up = Duration::from_secs(args.timeout_secs.min(300));
+    let deletes = tokio::spawn(async move {
+        let _keep_open = watch_tx;
+        let mut seen: Vec<(Vec<u8>, Instant)> = Vec::new();
+        let stop = Instant::now() + give_up;
+        while (seen.len() as u64) < total {
+            let left = stop.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, events.message()).await {
+                Ok(Ok(Some(resp))) => {
+                    let now = Instant::now();
+                    seen.extend(
+                        resp.events
+                            .into_iter()
+                            .filter_map(|e| e.kv)
+                            .map(|kv| (kv.key, now)),
+                    );
+                }
+                _ => break,
+            }
+        }
+        seen
+    });
+    let sent_at = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
     let issued = Arc::new(AtomicU64::new(0));
     let first_sent = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..args.clients {
         let channel = channels[c % channels.len()].clone();
         let issued = issued.clone();
+        let sent_at = sent_at.clone();
         let prefix = prefix.to_owned();
         tasks.push(tokio::spawn(async move {
             let mut lease = LeaseClient::new(channel.clone());
@@ -827,6 +877,10 @@ async fn expiry_storm(
                     return Ok::<_, tonic::Status>(());
                 }
                 let key = format!("{prefix}{n:08}").into_bytes();
+                sent_at
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(key.clone(), Instant::now());
                 grant_with_key(&mut lease, &mut kv, ttl_secs, key).await?;
             }
         }));
@@ -839,40 +893,29 @@ async fn expiry_storm(
     };
     tokio::time::timeout(Duration::from_secs(args.timeout_secs), grants).await??;
     let last_granted = Instant::now();
-    let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
-    let earliest_deadline = first_sent + ttl;
-    let latest_deadline = last_granted + ttl;
-    let mut kv = KvClient::new(channels[0].clone());
-    let mut end = prefix.as_bytes().to_vec();
-    *end.last_mut().expect("non-empty prefix") += 1;
-    let count_req = RangeRequest {
-        key: prefix.as_bytes().to_vec(),
-        range_end: end,
-        count_only: true,
-        ..Default::default()
-    };
-    let give_up = latest_deadline + Duration::from_secs(args.timeout_secs.min(120));
+    let seen = deletes.await?;
+    let sent_at = sent_at.lock().expect("not poisoned");
+    let mut latency_us = Histogram::<u64>::new(3).expect("valid sigfig");
     let mut early = 0u64;
-    let mut first_delete = None;
-    let mut last_delete = None;
-    while Instant::now() < give_up {
-        let now = Instant::now();
-        let count = kv.range(count_req.clone()).await?.into_inner().count as u64;
-        if count < total {
-            if now < earliest_deadline {
-                early = early.max(total - count);
+    let mut early_by_max = Duration::ZERO;
+    for (key, at) in &seen {
+        let deadline = sent_at.get(key).map_or(first_sent, |t| *t + ttl);
+        match at.checked_duration_since(deadline) {
+            Some(lag) => {
+                let _ = latency_us.record(lag.as_micros() as u64);
             }
-            first_delete.get_or_insert(now);
+            None => {
+                early += 1;
+                early_by_max = early_by_max.max(deadline - *at);
+            }
         }
-        if count == 0 {
-            last_delete = Some(now);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(poll_ms)).await;
     }
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let signed_ms =
         |a: Option<Instant>, b: Instant| a.map(|a| if a >= b { ms(a - b) } else { -ms(b - a) });
+    let first_delete = seen.iter().map(|(_, t)| *t).min();
+    let last_delete = seen.iter().map(|(_, t)| *t).max();
+    let all_deleted = seen.len() as u64 == total;
     let mut extra = serde_json::Map::new();
     extra.insert("leases".into(), total.into());
     extra.insert("ttl_s".into(), ttl_secs.into());
@@ -882,26 +925,25 @@ async fn expiry_storm(
     );
     extra.insert(
         "first_delete_after_earliest_deadline_ms".into(),
-        signed_ms(first_delete, earliest_deadline).into(),
+        signed_ms(first_delete, first_sent + ttl).into(),
     );
     extra.insert(
         "last_delete_after_latest_deadline_ms".into(),
-        signed_ms(last_delete, latest_deadline).into(),
+        signed_ms(last_delete, last_granted + ttl).into(),
     );
-    extra.insert("all_deleted".into(), last_delete.is_some().into());
+    extra.insert("all_deleted".into(), all_deleted.into());
     extra.insert("early_deletes".into(), early.into());
+    extra.insert("early_by_ms_max".into(), ms(early_by_max).into());
     if let (Some(a), Some(b)) = (first_delete, last_delete) {
-        let span = (b - a)
-            .as_secs_f64()
-            .max(ms(Duration::from_millis(poll_ms)) / 1000.0);
-        extra.insert("deletes_per_s".into(), (total as f64 / span).into());
+        let span = (b - a).as_secs_f64().max(1e-3);
+        extra.insert("deletes_per_s".into(), (seen.len() as f64 / span).into());
     }
     Ok(Report {
         workload: "expiry-storm",
-        requests: total,
-        errors: u64::from(last_delete.is_none()) + early,
+        requests: latency_us.len(),
+        errors: total - seen.len() as u64 + early,
         elapsed: last_granted - first_sent,
-        latency_us: Histogram::<u64>::new(3).expect("valid sigfig"),
+        latency_us,
         extra,
     })
 }

@@ -215,6 +215,13 @@ impl Replica {
             .ok_or(ReplicaError::NoLeader)
     }
 
+    /// The lease time new deadlines count from (rounded up, see `LeaseClock::now_ms_ceil`).
+    pub fn lease_deadline_base_ms(&self) -> Result<u64, ReplicaError> {
+        self.lease_clock()
+            .map(|c| c.now_ms_ceil(Instant::now()))
+            .ok_or(ReplicaError::NoLeader)
+    }
+
     /// The leader's lease clock, if this member leads.
     pub fn lease_clock(&self) -> Option<LeaseClock> {
         *self.lease_clock.lock().expect("lease clock lock poisoned")

@@ -67,7 +67,7 @@ async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
     let Some(id) = LeaseId::from_wire(id) else {
         return Ok(0);
     };
-    let now_ms = ctx.replica.lease_now_ms()?;
+    let now_ms = ctx.replica.lease_deadline_base_ms()?;
     match ctx
         .replica
         .write(Command::LeaseRenew { id, now_ms })
@@ -88,7 +88,11 @@ impl Lease for LeaseService {
         validate::proposal_size(&req)?;
         let ttl_secs = validate::lease_ttl(req.ttl, self.ctx.lease_ttl_secs_min)?;
         let id = LeaseId::from_wire(req.id).unwrap_or_else(|| self.ctx.lease_ids.next_id());
-        let now_ms = self.ctx.replica.lease_now_ms().map_err(ApiError::from)?;
+        let now_ms = self
+            .ctx
+            .replica
+            .lease_deadline_base_ms()
+            .map_err(ApiError::from)?;
         let applied = self
             .ctx
             .replica
