@@ -15,7 +15,7 @@ use hdrhistogram::Histogram;
 use leasehold_api::etcdserverpb::{
     LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest,
     PutRequest, RangeRequest, RequestOp, StatusRequest, TxnRequest, WatchCreateRequest,
-    WatchRequest, kv_client::KvClient, lease_client::LeaseClient,
+    WatchRequest, WatchResponse, kv_client::KvClient, lease_client::LeaseClient,
     maintenance_client::MaintenanceClient, request_op, watch_client::WatchClient,
     watch_create_request, watch_request,
 };
@@ -613,6 +613,30 @@ impl Actor {
     }
 }
 
+/// Opens a watch stream with one watcher and waits for it to be created. The create request is
+/// queued before the stream opens: etcd answers a stream's headers with its first response. The
+/// sender must be kept alive as long as the stream is read.
+async fn open_watch(
+    channel: Channel,
+    create: WatchCreateRequest,
+) -> anyhow::Result<(mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>)> {
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(WatchRequest {
+        request_union: Some(watch_request::RequestUnion::CreateRequest(create)),
+    })
+    .await?;
+    let mut client = WatchClient::new(channel);
+    let mut stream = tokio::time::timeout(OP_TIMEOUT, client.watch(ReceiverStream::new(rx)))
+        .await??
+        .into_inner();
+    let created = tokio::time::timeout(OP_TIMEOUT, stream.message()).await??;
+    anyhow::ensure!(
+        created.is_some_and(|r| r.created),
+        "the watch was not created"
+    );
+    Ok((tx, stream))
+}
+
 /// Grants a lease of `ttl_secs` and puts `key` attached to it; returns the lease id.
 async fn grant_with_key(
     lease: &mut LeaseClient<Channel>,
@@ -649,26 +673,11 @@ async fn watch_latency(
     let total = args.total;
     let mut arrivals = Vec::new();
     for w in 0..watchers {
-        let mut client = WatchClient::new(channels[w % channels.len()].clone());
-        let (tx, rx) = mpsc::channel(1);
-        // The create request goes first: etcd answers the stream's headers with its first response.
-        tx.send(WatchRequest {
-            request_union: Some(watch_request::RequestUnion::CreateRequest(
-                WatchCreateRequest {
-                    key: key.as_bytes().to_vec(),
-                    ..Default::default()
-                },
-            )),
-        })
-        .await?;
-        let mut stream = tokio::time::timeout(OP_TIMEOUT, client.watch(ReceiverStream::new(rx)))
-            .await??
-            .into_inner();
-        let created = tokio::time::timeout(OP_TIMEOUT, stream.message()).await??;
-        anyhow::ensure!(
-            created.is_some_and(|r| r.created),
-            "watch {w} was not created"
-        );
+        let create = WatchCreateRequest {
+            key: key.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        let (tx, mut stream) = open_watch(channels[w % channels.len()].clone(), create).await?;
         arrivals.push(tokio::spawn(async move {
             let _keep_open = tx;
             let mut seen: Vec<(i64, Instant)> = Vec::new();
@@ -815,28 +824,13 @@ async fn expiry_storm(
     let mut end = prefix.as_bytes().to_vec();
     *end.last_mut().expect("non-empty prefix") += 1;
     // The watch first, so that no delete can be missed.
-    let mut watch = WatchClient::new(channels[0].clone());
-    let (watch_tx, watch_rx) = mpsc::channel(1);
-    watch_tx
-        .send(WatchRequest {
-            request_union: Some(watch_request::RequestUnion::CreateRequest(
-                WatchCreateRequest {
-                    key: prefix.as_bytes().to_vec(),
-                    range_end: end,
-                    filters: vec![watch_create_request::FilterType::Noput as i32],
-                    ..Default::default()
-                },
-            )),
-        })
-        .await?;
-    let mut events = tokio::time::timeout(OP_TIMEOUT, watch.watch(ReceiverStream::new(watch_rx)))
-        .await??
-        .into_inner();
-    let created = tokio::time::timeout(OP_TIMEOUT, events.message()).await??;
-    anyhow::ensure!(
-        created.is_some_and(|r| r.created),
-        "the storm's watch was not created"
-    );
+    let create = WatchCreateRequest {
+        key: prefix.as_bytes().to_vec(),
+        range_end: end,
+        filters: vec![watch_create_request::FilterType::Noput as i32],
+        ..Default::default()
+    };
+    let (watch_tx, mut events) = open_watch(channels[0].clone(), create).await?;
     let give_up = Duration::from_secs(args.timeout_secs.min(300));
     let deletes = tokio::spawn(async move {
         let _keep_open = watch_tx;
