@@ -64,13 +64,8 @@ pub struct BenchArgs {
 enum Workload {
     /// Puts of fixed-size values.
     Put {
-        #[arg(long, default_value_t = 8)]
-        key_size: usize,
-        #[arg(long, default_value_t = 256)]
-        val_size: usize,
-        /// Number of distinct keys (random keys are drawn from this space).
-        #[arg(long, default_value_t = 10_000)]
-        key_space_size: u64,
+        #[command(flatten)]
+        keys: KeySpace,
         /// Use keys in sequence instead of spread over the key space.
         #[arg(long)]
         sequential_keys: bool,
@@ -80,18 +75,14 @@ enum Workload {
         #[arg(long, default_value = "bench-key")]
         key: String,
         /// `l` for linearizable, `s` for serializable.
-        #[arg(long, default_value = "l")]
+        #[arg(long, default_value = "l", value_parser = ["l", "s"])]
         consistency: String,
     },
     /// Txns of `--txn-ops` puts each (etcd's `benchmark txn-put`).
     TxnPut {
-        #[arg(long, default_value_t = 8)]
-        key_size: usize,
-        #[arg(long, default_value_t = 256)]
-        val_size: usize,
-        #[arg(long, default_value_t = 10_000)]
-        key_space_size: u64,
-        #[arg(long, default_value_t = 1)]
+        #[command(flatten)]
+        keys: KeySpace,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
         txn_ops: u64,
     },
     /// TimeToLive with keys: each client grants a lease, attaches `--keys-per-lease` keys and
@@ -140,12 +131,57 @@ enum Workload {
     ExpiryStorm {
         #[arg(long, default_value_t = 3)]
         ttl_secs: i64,
-        #[arg(long, default_value = "storm/")]
+        /// The keys' common prefix (not empty: the storm watches exactly this prefix).
+        #[arg(long, default_value = "storm/", value_parser = non_empty)]
         prefix: String,
-        /// Unused (the storm is observed with a watch); kept so old command lines still parse.
-        #[arg(long, default_value_t = 5, hide = true)]
-        poll_ms: u64,
     },
+}
+
+/// The keys and values of the put workloads.
+#[derive(Args, Debug, Clone)]
+struct KeySpace {
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    key_size: u64,
+    #[arg(long, default_value_t = 256)]
+    val_size: usize,
+    /// Number of distinct keys (random keys are drawn from this space).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    key_space_size: u64,
+}
+
+impl KeySpace {
+    /// Key number `k` (taken modulo the key space), zero-padded to the key size.
+    fn key(&self, k: u64) -> Vec<u8> {
+        let width = usize::try_from(self.key_size).unwrap_or(usize::MAX);
+        let mut key = format!("{:0width$}", k % self.key_space_size).into_bytes();
+        key.truncate(width);
+        key
+    }
+
+    fn value(&self) -> Vec<u8> {
+        vec![b'x'; self.val_size]
+    }
+}
+
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
+/// The end of the range holding every key that starts with `prefix` (etcd's prefix rule: bump
+/// the last byte that is not 0xff and cut after it; all 0xff means "to the end", `[0]`).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,13 +300,8 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         channels.push(ch);
     }
     let workload = args.workload.clone();
-    if let Workload::ExpiryStorm {
-        ttl_secs,
-        prefix,
-        poll_ms,
-    } = &workload
-    {
-        return expiry_storm(args, &channels, *ttl_secs, prefix, *poll_ms).await;
+    if let Workload::ExpiryStorm { ttl_secs, prefix } = &workload {
+        return expiry_storm(args, &channels, *ttl_secs, prefix).await;
     }
     if let Workload::WatchLatency {
         watchers,
@@ -502,22 +533,18 @@ impl Actor {
     async fn op(&mut self, workload: &Workload, n: u64) -> bool {
         match workload {
             Workload::Put {
-                key_size,
-                val_size,
-                key_space_size,
+                keys,
                 sequential_keys,
             } => {
                 let k = if *sequential_keys {
-                    n % key_space_size
+                    n
                 } else {
-                    self.next_random() % key_space_size
+                    self.next_random()
                 };
-                let mut key = format!("{k:0width$}", width = *key_size).into_bytes();
-                key.truncate((*key_size).max(1));
                 self.kv
                     .put(PutRequest {
-                        key,
-                        value: vec![b'x'; *val_size],
+                        key: keys.key(k),
+                        value: keys.value(),
                         ..Default::default()
                     })
                     .await
@@ -532,21 +559,14 @@ impl Actor {
                 })
                 .await
                 .is_ok(),
-            Workload::TxnPut {
-                key_size,
-                val_size,
-                key_space_size,
-                txn_ops,
-            } => {
+            Workload::TxnPut { keys, txn_ops } => {
                 let ops = (0..*txn_ops)
                     .map(|i| {
-                        let k = (n * txn_ops + i) % key_space_size;
-                        let mut key = format!("{k:0width$}", width = *key_size).into_bytes();
-                        key.truncate((*key_size).max(1));
+                        let key = keys.key(n.wrapping_mul(*txn_ops).wrapping_add(i));
                         RequestOp {
                             request: Some(request_op::Request::RequestPut(PutRequest {
                                 key,
-                                value: vec![b'x'; *val_size],
+                                value: keys.value(),
                                 ..Default::default()
                             })),
                         }
@@ -817,12 +837,10 @@ async fn expiry_storm(
     channels: &[Channel],
     ttl_secs: i64,
     prefix: &str,
-    _poll_ms: u64,
 ) -> anyhow::Result<Report> {
     let total = args.total;
     let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
-    let mut end = prefix.as_bytes().to_vec();
-    *end.last_mut().expect("non-empty prefix") += 1;
+    let end = prefix_end(prefix.as_bytes());
     // The watch first, so that no delete can be missed.
     let create = WatchCreateRequest {
         key: prefix.as_bytes().to_vec(),
@@ -989,6 +1007,38 @@ mod tests {
         ));
         assert_eq!((a.total, a.duration), (10_000, Some(5)));
         assert!(<P as clap::Parser>::try_parse_from(["bench", "no-such-workload"]).is_err());
+    }
+
+    #[test]
+    fn bad_workload_arguments_are_refused_not_panicked_on() {
+        for args in [
+            &["put", "--key-space-size", "0"][..],
+            &["put", "--key-size", "0"],
+            &["txn-put", "--txn-ops", "0"],
+            &["range", "--consistency", "x"],
+            &["expiry-storm", "--prefix", ""],
+        ] {
+            assert!(
+                <P as clap::Parser>::try_parse_from(
+                    std::iter::once("bench").chain(args.iter().copied())
+                )
+                .is_err(),
+                "{args:?} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_fill_the_key_space_and_prefixes_end_like_etcds() {
+        let a = parse(&["put", "--key-size", "4", "--key-space-size", "10"]);
+        let Workload::Put { keys, .. } = a.workload else {
+            panic!()
+        };
+        assert_eq!(keys.key(7), b"0007");
+        assert_eq!(keys.key(17), b"0007", "modulo the key space");
+        assert_eq!(prefix_end(b"storm/"), b"storm0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
     }
 
     #[test]
