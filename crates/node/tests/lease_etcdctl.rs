@@ -65,29 +65,16 @@ struct Session<'a> {
 impl Session<'_> {
     /// `<lease-N>` for a known random ID, hex or decimal; every other word unchanged.
     fn mask_ids(&self, text: &str) -> String {
-        let mut out = String::with_capacity(text.len());
-        let mut word = String::new();
-        let flush = |word: &mut String, out: &mut String| {
+        common::map_words(text, |word| {
             let known = self
                 .ids
                 .iter()
-                .position(|id| *word == format!("{id:016x}") || *word == id.to_string());
+                .position(|id| word == format!("{id:016x}") || word == id.to_string());
             match known {
-                Some(n) => out.push_str(&format!("<lease-{n}>")),
-                None => out.push_str(word),
+                Some(n) => format!("<lease-{n}>"),
+                None => word.to_owned(),
             }
-            word.clear();
-        };
-        for c in text.chars() {
-            if c.is_ascii_alphanumeric() {
-                word.push(c);
-            } else {
-                flush(&mut word, &mut out);
-                out.push(c);
-            }
-        }
-        flush(&mut word, &mut out);
-        out
+        })
     }
 
     /// Runs etcdctl with `args` (`{N}` stands for random lease N, as `%016x` like etcdctl prints it) and records exit code

@@ -40,16 +40,17 @@ impl LogStore {
         key.get(&table)
     }
 
-    /// Runs one write transaction on a blocking thread: redb's commit waits on fsync, which must
-    /// not stall a runtime worker (there are only two on this machine).
-    async fn write<F>(&self, durability: Durability, f: F) -> Result<(), std::io::Error>
+    /// Runs one fsync'd write transaction (with the staged state-machine rows) on a blocking
+    /// thread: redb's commit waits on fsync, which must not stall a runtime worker (there are
+    /// only two on this machine).
+    async fn write<F>(&self, f: F) -> Result<(), std::io::Error>
     where
         F: FnOnce(&redb::WriteTransaction) -> Result<(), std::io::Error> + Send + 'static,
     {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
             let mut txn = db.begin_write().map_err(io_err)?;
-            txn.set_durability(durability).map_err(io_err)?;
+            txn.set_durability(Durability::Immediate).map_err(io_err)?;
             // Every log commit also carries the state machine's applied-but-unwritten changes:
             // this is the group commit of log and state machine (see `Db::stage_sm`).
             db.write_staged_sm(&txn)?;
@@ -123,11 +124,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
         let vote = *vote;
-        self.write(Durability::Immediate, move |txn| {
-            Self::write_meta(txn, &VOTE, &vote)
-        })
-        .await
-        .map_err(|e| StorageIOError::write_vote(&e).into())
+        self.write(move |txn| Self::write_meta(txn, &VOTE, &vote))
+            .await
+            .map_err(|e| StorageIOError::write_vote(&e).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {
@@ -165,7 +164,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .collect();
         let committed = *self.committed.lock().expect("committed lock poisoned");
         let result = self
-            .write(Durability::Immediate, move |txn| {
+            .write(move |txn| {
                 Self::write_meta(txn, &COMMITTED, &committed)?;
                 let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
                 for (index, bytes) in &rows {
@@ -189,7 +188,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        self.write(Durability::Immediate, move |txn| {
+        self.write(move |txn| {
             let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
             table
                 .retain_in(log_id.index.., |_, _| false)
@@ -203,7 +202,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
         // Immediate: this commit also makes every earlier (unsynced) state-machine commit
         // durable before the log entries it was built from disappear.
-        self.write(Durability::Immediate, move |txn| {
+        self.write(move |txn| {
             Self::write_meta(txn, &LAST_PURGED, &log_id)?;
             let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
             table

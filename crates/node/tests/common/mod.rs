@@ -584,29 +584,41 @@ fn mask_json_numbers(text: &str, fields: &[&str]) -> String {
     text
 }
 
-/// Lowercase hex words of 10 to 16 digits (member IDs as etcdctl prints them) -> `<id>`.
-fn mask_hex_ids(text: &str) -> String {
+/// Rewrites every alphanumeric word of `text` with `f`, keeping everything between words.
+pub fn map_words(text: &str, mut f: impl FnMut(&str) -> String) -> String {
     let mut out = String::with_capacity(text.len());
     let mut word = String::new();
-    let flush = |word: &mut String, out: &mut String| {
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            word.push(c);
+        } else {
+            if !word.is_empty() {
+                out.push_str(&f(&word));
+                word.clear();
+            }
+            out.push(c);
+        }
+    }
+    if !word.is_empty() {
+        out.push_str(&f(&word));
+    }
+    out
+}
+
+/// Lowercase hex words of 10 to 16 digits (member IDs as etcdctl prints them) -> `<id>`.
+fn mask_hex_ids(text: &str) -> String {
+    map_words(text, |word| {
         let is_id = (10..=16).contains(&word.len())
             && word
                 .chars()
                 .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
             && word.chars().any(|c| c.is_ascii_digit());
-        out.push_str(if is_id { "<id>" } else { word.as_str() });
-        word.clear();
-    };
-    for c in text.chars() {
-        if c.is_ascii_alphanumeric() {
-            word.push(c);
+        if is_id {
+            "<id>".to_owned()
         } else {
-            flush(&mut word, &mut out);
-            out.push(c);
+            word.to_owned()
         }
-    }
-    flush(&mut word, &mut out);
-    out
+    })
 }
 
 /// Runs the same etcdctl invocations, in order, against a fresh etcd and a fresh leasehold and
