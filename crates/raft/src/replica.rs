@@ -239,6 +239,19 @@ impl Replica {
         Ok(state_machine::read_leases(&self.shared, f))
     }
 
+    /// Reads the store and the lease table as one applied state (what a check that a key and
+    /// its lease are both still there needs); linearizable as [`Replica::read`].
+    pub async fn read_state<T>(
+        &self,
+        linearizable: bool,
+        f: impl FnOnce(&Store, &LeaseTable) -> T,
+    ) -> Result<T, ReplicaError> {
+        if linearizable {
+            self.ensure_linearizable().await?;
+        }
+        Ok(state_machine::read_state(&self.shared, f))
+    }
+
     /// Follows the applied store revision: changes after every apply that wrote something.
     pub fn subscribe_revisions(&self) -> tokio::sync::watch::Receiver<i64> {
         self.shared.revision.subscribe()

@@ -496,3 +496,8 @@ pub(crate) fn read_leases<T>(shared: &Shared, f: impl FnOnce(&LeaseTable) -> T) 
     let state = shared.state.read().expect("state lock poisoned");
     f(&state.leases)
 }
+
+pub(crate) fn read_state<T>(shared: &Shared, f: impl FnOnce(&Store, &LeaseTable) -> T) -> T {
+    let state = shared.state.read().expect("state lock poisoned");
+    f(&state.store, &state.leases)
+}

@@ -62,6 +62,23 @@ async fn current_revision(ctx: &ServerContext) -> Result<i64, ApiError> {
     Ok(ctx.replica.read(false, |s| s.current_revision()).await?)
 }
 
+/// Grants lease `id` for `ttl_secs` (already validated), counting from the leader's lease time.
+pub(crate) async fn grant(ctx: &ServerContext, id: LeaseId, ttl_secs: i64) -> Result<(), ApiError> {
+    let now_ms = ctx.replica.lease_deadline_base_ms()?;
+    match ctx
+        .replica
+        .write(Command::LeaseGrant {
+            id,
+            ttl_secs,
+            now_ms,
+        })
+        .await?
+    {
+        Applied::LeaseGrant(result) => Ok(result?),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
 /// One renewal: the TTL renewed for, or 0 for an unknown (or expired, now revoked) lease.
 async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
     let Some(id) = LeaseId::from_wire(id) else {
@@ -88,34 +105,14 @@ impl Lease for LeaseService {
         validate::proposal_size(&req)?;
         let ttl_secs = validate::lease_ttl(req.ttl, self.ctx.lease_ttl_secs_min)?;
         let id = LeaseId::from_wire(req.id).unwrap_or_else(|| self.ctx.lease_ids.next_id());
-        let now_ms = self
-            .ctx
-            .replica
-            .lease_deadline_base_ms()
-            .map_err(ApiError::from)?;
-        let applied = self
-            .ctx
-            .replica
-            .write(Command::LeaseGrant {
-                id,
-                ttl_secs,
-                now_ms,
-            })
-            .await
-            .map_err(ApiError::from)?;
-        match applied {
-            Applied::LeaseGrant(result) => {
-                result.map_err(ApiError::from)?;
-                let revision = current_revision(&self.ctx).await?;
-                Ok(Response::new(pb::LeaseGrantResponse {
-                    header: self.ctx.header().at(revision),
-                    id: id.get(),
-                    ttl: ttl_secs,
-                    error: String::new(),
-                }))
-            }
-            other => Err(ApiError::unexpected(&other).into()),
-        }
+        grant(&self.ctx, id, ttl_secs).await?;
+        let revision = current_revision(&self.ctx).await?;
+        Ok(Response::new(pb::LeaseGrantResponse {
+            header: self.ctx.header().at(revision),
+            id: id.get(),
+            ttl: ttl_secs,
+            error: String::new(),
+        }))
     }
 
     async fn lease_revoke(

@@ -8,16 +8,21 @@
 //!                                    errors ─► error.rs ─► tonic::Status
 //!   expiry driver (leader): sleep until the next deadline ─► propose LeaseExpire { due leases }
 //!   watch stream: new revision published ─► read unseen events from history ─► responses
+//!   lock / election: queue a key per lease by create revision ─► wait for the older key to go
+//!                    ─► fencing check (key still ours, lease has time left) ─► answer
 //! ```
 
 mod cluster;
 mod context;
 mod convert;
+mod election;
 mod error;
 mod expiry;
 mod kv;
 mod lease;
+mod lock;
 mod maintenance;
+mod recipe;
 mod validate;
 mod watch;
 
@@ -30,6 +35,8 @@ use leasehold_api::etcdserverpb::kv_server::KvServer;
 use leasehold_api::etcdserverpb::lease_server::LeaseServer;
 use leasehold_api::etcdserverpb::maintenance_server::MaintenanceServer;
 use leasehold_api::etcdserverpb::watch_server::WatchServer;
+use leasehold_api::v3electionpb::election_server::ElectionServer;
+use leasehold_api::v3lockpb::lock_server::LockServer;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -74,7 +81,11 @@ pub async fn serve(
         .add_service(MaintenanceServer::new(
             maintenance::MaintenanceService::new(ctx.clone()),
         ))
-        .add_service(ClusterServer::new(cluster::ClusterService::new(ctx)))
+        .add_service(ClusterServer::new(cluster::ClusterService::new(
+            ctx.clone(),
+        )))
+        .add_service(LockServer::new(lock::LockService::new(ctx.clone())))
+        .add_service(ElectionServer::new(election::ElectionService::new(ctx)))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -34,10 +34,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, CompactionResponse, ConnectOptions, DeleteResponse, Error as EtcdError, GetResponse,
-    KeyValue, LeaseGrantResponse, LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeResponse,
-    LeaseTimeToLiveResponse, PutResponse, ResponseHeader, TxnOpResponse, TxnResponse,
-    WatchResponse, WatchStream,
+    CampaignResponse, Client, CompactionResponse, ConnectOptions, DeleteResponse,
+    Error as EtcdError, GetResponse, KeyValue, LeaderKey, LeaderResponse, LeaseGrantResponse,
+    LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeResponse, LeaseTimeToLiveResponse,
+    LockResponse, ProclaimResponse, PutResponse, ResignResponse, ResponseHeader, TxnOpResponse,
+    TxnResponse, UnlockResponse, WatchResponse, WatchStream,
 };
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -852,6 +853,58 @@ impl Record for LeaseLeasesResponse {
     fn to_json(&self) -> Value {
         let ids: Vec<i64> = self.leases().iter().map(|l| l.id()).collect();
         json!({ "lease_leases": { "header": header_json(self.header()), "ids": ids } })
+    }
+}
+
+impl Record for LockResponse {
+    fn to_json(&self) -> Value {
+        json!({ "lock": { "header": header_json(self.header()), "key": bytes_json(self.key()) } })
+    }
+}
+
+impl Record for UnlockResponse {
+    fn to_json(&self) -> Value {
+        json!({ "unlock": { "header": header_json(self.header()) } })
+    }
+}
+
+/// Every field of an election's leader key.
+pub fn leader_key_json(leader: &LeaderKey) -> Value {
+    json!({
+        "name": bytes_json(leader.name()),
+        "key": bytes_json(leader.key()),
+        "rev": leader.rev(),
+        "lease": leader.lease(),
+    })
+}
+
+impl Record for CampaignResponse {
+    fn to_json(&self) -> Value {
+        json!({ "campaign": {
+            "header": header_json(self.header()),
+            "leader": self.leader().map_or(Value::Null, leader_key_json),
+        }})
+    }
+}
+
+impl Record for ProclaimResponse {
+    fn to_json(&self) -> Value {
+        json!({ "proclaim": { "header": header_json(self.header()) } })
+    }
+}
+
+impl Record for LeaderResponse {
+    fn to_json(&self) -> Value {
+        json!({ "leader": {
+            "header": header_json(self.header()),
+            "kv": self.kv().map_or(Value::Null, kv_json),
+        }})
+    }
+}
+
+impl Record for ResignResponse {
+    fn to_json(&self) -> Value {
+        json!({ "resign": { "header": header_json(self.header()) } })
     }
 }
 

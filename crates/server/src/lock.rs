@@ -1,0 +1,130 @@
+//! The v3lock service (`v3lockpb.Lock`): a mutex per name, queued by create revision (see
+//! `recipe.rs`). Lock blocks until the caller's key is the oldest under `<name>/`, then answers
+//! only if the caller still holds its key and its lease has time left.
+
+use std::sync::Arc;
+
+use leasehold_api::v3lockpb::{self as pb, lock_server::Lock};
+use leasehold_mvcc as mvcc;
+use tonic::{Request, Response, Status};
+
+use crate::context::ServerContext;
+use crate::recipe::{self, RecipeError, ReleaseOnDrop};
+
+/// What etcd's mutex reports when the caller's key went away while it waited.
+const SESSION_EXPIRED: &str = "mutex: session is expired";
+
+pub struct LockService {
+    ctx: Arc<ServerContext>,
+}
+
+impl LockService {
+    pub fn new(ctx: Arc<ServerContext>) -> LockService {
+        LockService { ctx }
+    }
+
+    async fn acquire(&self, req: pb::LockRequest) -> Result<pb::LockResponse, RecipeError> {
+        let ctx = &self.ctx;
+        let lease = recipe::session_lease(ctx, req.lease).await?;
+        let prefix = recipe::queue_prefix(&req.name);
+        let key = recipe::lease_key(&prefix, lease);
+        // Queue the key unless this lease already has one (the lock is re-entrant per lease),
+        // and see who is first, in one transaction.
+        let first = mvcc::RequestOp::Range(recipe::first_created(&prefix));
+        let queued = recipe::txn(
+            ctx,
+            mvcc::TxnRequest {
+                compare: vec![recipe::create_revision_is(&key, 0)],
+                success: vec![
+                    mvcc::RequestOp::Put(mvcc::PutRequest {
+                        key: key.clone(),
+                        lease: Some(lease),
+                        ..mvcc::PutRequest::default()
+                    }),
+                    first.clone(),
+                ],
+                failure: vec![recipe::get(&key), first],
+            },
+        )
+        .await?;
+        let my_rev = if queued.succeeded {
+            queued.revision
+        } else {
+            match queued.responses.first() {
+                Some(mvcc::ResponseOp::Range(r)) if !r.kvs.is_empty() => r.kvs[0].create_revision,
+                _ => return Err(RecipeError::SessionExpired),
+            }
+        };
+        let release = ReleaseOnDrop::arm(ctx.clone(), delete_key(&key));
+        let owned_at_once = match queued.responses.get(1) {
+            Some(mvcc::ResponseOp::Range(r)) => {
+                r.kvs.first().is_none_or(|kv| kv.create_revision == my_rev)
+            }
+            _ => false,
+        };
+        if !owned_at_once {
+            recipe::wait_for_turn(ctx, &prefix, &key, my_rev).await?;
+        }
+        let checked_at = recipe::confirm_owner(ctx, &prefix, &key, my_rev, lease).await?;
+        release.disarm();
+        // etcd: the header of the queueing txn when the lock was free, else of the read after
+        // the wait.
+        let revision = if owned_at_once {
+            queued.revision
+        } else {
+            checked_at
+        };
+        Ok(pb::LockResponse {
+            header: ctx.header().at(revision),
+            key,
+        })
+    }
+}
+
+fn delete_key(key: &[u8]) -> mvcc::TxnRequest {
+    mvcc::TxnRequest {
+        compare: Vec::new(),
+        success: vec![mvcc::RequestOp::DeleteRange(mvcc::DeleteRangeRequest {
+            key: key.to_vec(),
+            ..mvcc::DeleteRangeRequest::default()
+        })],
+        failure: Vec::new(),
+    }
+}
+
+fn status(e: RecipeError) -> Status {
+    match e {
+        RecipeError::Api(e) => recipe::recipe_status(e.into()),
+        RecipeError::SessionExpired => Status::unknown(SESSION_EXPIRED),
+    }
+}
+
+#[tonic::async_trait]
+impl Lock for LockService {
+    async fn lock(
+        &self,
+        req: Request<pb::LockRequest>,
+    ) -> Result<Response<pb::LockResponse>, Status> {
+        self.acquire(req.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(status)
+    }
+
+    async fn unlock(
+        &self,
+        req: Request<pb::UnlockRequest>,
+    ) -> Result<Response<pb::UnlockResponse>, Status> {
+        let req = req.into_inner();
+        if req.key.is_empty() {
+            return Err(Status::unknown("etcdserver: key is not provided"));
+        }
+        // Deleting a key that is not there succeeds, as in etcd.
+        let deleted = recipe::txn(&self.ctx, delete_key(&req.key))
+            .await
+            .map_err(|e| recipe::recipe_status(e.into()))?;
+        Ok(Response::new(pb::UnlockResponse {
+            header: self.ctx.header().at(deleted.revision),
+        }))
+    }
+}
