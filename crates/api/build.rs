@@ -1,12 +1,13 @@
 //! Generates the etcd v3 wire types and gRPC stubs from `proto/` with protox
 //! (pure Rust, no `protoc` needed) and tonic-prost-build.
 
-const PROTOS: [&str; 5] = [
+const PROTOS: [&str; 6] = [
     "proto/mvccpb/kv.proto",
     "proto/authpb/auth.proto",
     "proto/etcdserverpb/rpc.proto",
     "proto/v3lockpb/v3lock.proto",
     "proto/v3electionpb/v3election.proto",
+    "proto/leaseholdpeerpb/peer.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

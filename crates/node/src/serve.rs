@@ -26,7 +26,7 @@ pub struct ServeArgs {
     /// Comma-separated client URLs to advertise (defaults to the listen URLs).
     #[arg(long)]
     pub advertise_client_urls: Option<String>,
-    /// Comma-separated URLs to listen on for peer traffic (used once clusters have several members).
+    /// Comma-separated URLs to listen on for peer traffic (Raft and forwarding between members).
     #[arg(long, default_value = "http://127.0.0.1:2380")]
     pub listen_peer_urls: String,
     /// This member's peer URLs to advertise to the rest of the cluster.
@@ -62,6 +62,8 @@ pub struct Identity {
     pub member_id: u64,
     pub cluster_id: u64,
     pub peer_urls: Vec<String>,
+    /// The other members of the initial cluster: id → first peer URL.
+    pub peers: std::collections::BTreeMap<u64, String>,
 }
 
 /// FNV-1a: a stable hash, so IDs survive restarts and rebuilds.
@@ -101,36 +103,48 @@ impl ServeArgs {
             };
             members.push((name.to_owned(), url.to_owned()));
         }
-        let mut mine: Vec<String> = members
-            .iter()
-            .filter(|(n, _)| *n == self.name)
-            .map(|(_, u)| u.clone())
-            .collect();
-        if mine.is_empty() {
+        let mut by_name: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+        for (name, url) in &members {
+            by_name.entry(name.as_str()).or_default().push(url.clone());
+        }
+        let Some(mine) = by_name.get(self.name.as_str()).cloned() else {
             bail!(
                 "couldn't find local name {:?} in the initial cluster configuration",
                 self.name
             );
+        };
+        let token = self.initial_cluster_token.as_bytes();
+        // A member's id: its sorted peer URLs and the token, as etcd derives it.
+        let id_of = |urls: &[String]| {
+            let mut urls = urls.to_vec();
+            urls.sort();
+            let mut parts: Vec<&[u8]> = urls.iter().map(|u| u.as_bytes()).collect();
+            parts.push(token);
+            (fnv1a(&parts), urls)
+        };
+        let (member_id, mine) = id_of(&mine);
+        let mut ids = Vec::new();
+        let mut peers = std::collections::BTreeMap::new();
+        for (name, urls) in &by_name {
+            let (id, urls) = id_of(urls);
+            ids.push(id);
+            if *name != self.name {
+                peers.insert(id, urls[0].clone());
+            }
         }
-        let names: std::collections::BTreeSet<&str> =
-            members.iter().map(|(n, _)| n.as_str()).collect();
-        if names.len() > 1 {
-            bail!(
-                "multi-member clusters are not supported yet: --initial-cluster must name only this member"
-            );
+        if peers.contains_key(&member_id) {
+            bail!("--initial-cluster: two members share the peer URLs {mine:?}");
         }
-        mine.sort();
-        let mut parts: Vec<&[u8]> = mine.iter().map(|u| u.as_bytes()).collect();
-        parts.push(self.initial_cluster_token.as_bytes());
-        let member_id = fnv1a(&parts);
-        let cluster_id = fnv1a(&[
-            &member_id.to_be_bytes(),
-            self.initial_cluster_token.as_bytes(),
-        ]);
+        ids.sort_unstable();
+        let id_bytes: Vec<[u8; 8]> = ids.iter().map(|id| id.to_be_bytes()).collect();
+        let mut parts: Vec<&[u8]> = id_bytes.iter().map(|b| b.as_slice()).collect();
+        parts.push(token);
+        let cluster_id = fnv1a(&parts);
         Ok(Identity {
             member_id,
             cluster_id,
             peer_urls: mine,
+            peers,
         })
     }
 
@@ -172,6 +186,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("listen on {addr}"))?;
         listeners.push(l);
     }
+    let mut peer_listeners = Vec::new();
+    for url in split_urls(&args.listen_peer_urls) {
+        let addr = parse_http_url(&url).with_context(|| format!("--listen-peer-urls {url:?}"))?;
+        let l = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listen on {addr} for peers"))?;
+        peer_listeners.push(l);
+    }
     let data_dir = std::path::absolute(&args.data_dir).unwrap_or(args.data_dir.clone());
     tracing::info!(
         name = %args.name,
@@ -181,14 +203,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION"),
         if fresh { "new data dir" } else { "recovering from data dir" },
     );
-    let replica = Replica::start(ReplicaConfig {
-        member_id: identity.member_id,
-        peer_url: identity.peer_urls[0].clone(),
-        data_dir: data_dir.clone(),
-        heartbeat_interval_ms: args.heartbeat_interval,
-        election_timeout_ms: args.election_timeout,
-        snapshot_log_entries_max: args.snapshot_count,
-    })
+    let network = leasehold_peer::PeerNetwork::new();
+    let forwarder = Arc::new(leasehold_peer::PeerForwarder::new(network.clone()));
+    let replica = Replica::start_with(
+        ReplicaConfig {
+            member_id: identity.member_id,
+            peer_url: identity.peer_urls[0].clone(),
+            initial_peers: identity.peers.clone(),
+            data_dir: data_dir.clone(),
+            heartbeat_interval_ms: args.heartbeat_interval,
+            election_timeout_ms: args.election_timeout,
+            snapshot_log_entries_max: args.snapshot_count,
+        },
+        network,
+        forwarder,
+    )
     .await
     .with_context(|| format!("open data dir {}", data_dir.display()))?;
     let client_urls = match &args.advertise_client_urls {
@@ -225,6 +254,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             };
             leasehold_server::serve(ctx, listener, shutdown).await
         }));
+    }
+    for listener in peer_listeners {
+        let addr = listener.local_addr()?;
+        tracing::info!("serving peers on http://{addr}");
+        let mut stop = stop_rx.clone();
+        let replica = replica.clone();
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = leasehold_peer::serve_peers(replica, listener, shutdown).await {
+                tracing::error!("peer transport on {addr}: {e}");
+            }
+        });
     }
     let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
         replica.clone(),
@@ -363,6 +406,27 @@ mod tests {
     }
 
     #[test]
+    fn every_member_derives_the_same_ids() {
+        let cluster = "a=http://127.0.0.1:1,b=http://127.0.0.1:2,c=http://127.0.0.1:3";
+        let ids: Vec<Identity> = ["a", "b", "c"]
+            .iter()
+            .map(|n| {
+                parse(&["--name", n, "--initial-cluster", cluster])
+                    .identity()
+                    .unwrap()
+            })
+            .collect();
+        for id in &ids {
+            assert_eq!(id.cluster_id, ids[0].cluster_id);
+            assert_eq!(id.peers.len(), 2);
+            assert!(!id.peers.contains_key(&id.member_id));
+        }
+        // a's view of b is b's own id.
+        assert_eq!(ids[0].peers[&ids[1].member_id], "http://127.0.0.1:2");
+        assert_ne!(ids[0].member_id, ids[1].member_id);
+    }
+
+    #[test]
     fn bad_cluster_configs_are_refused() {
         assert!(
             parse(&["--name", "x", "--initial-cluster", "y=http://127.0.0.1:1"])
@@ -372,10 +436,11 @@ mod tests {
         assert!(
             parse(&[
                 "--initial-cluster",
-                "default=http://127.0.0.1:1,b=http://127.0.0.1:2"
+                "default=http://127.0.0.1:1,b=http://127.0.0.1:1"
             ])
             .identity()
-            .is_err()
+            .is_err(),
+            "two members with the same peer URL"
         );
         assert!(
             parse(&["--listen-client-urls", "https://127.0.0.1:1"])

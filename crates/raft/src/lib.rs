@@ -19,7 +19,11 @@ use std::io::Cursor;
 
 pub use command::{Applied, Command, Proposal};
 pub use leasehold_lease::{LEASE_TTL_SECS_MAX, LeaseClock, LeaseError, LeaseId, LeaseTable};
-pub use replica::{RaftStatus, Replica, ReplicaConfig, ReplicaError};
+pub use network::NoPeers;
+pub use replica::{
+    BoxFuture, Forwarded, Forwarder, NoForwarding, RaftStatus, ReadIndex, Replica, ReplicaConfig,
+    ReplicaError,
+};
 
 openraft::declare_raft_types!(
     /// The Raft type configuration of leasehold.

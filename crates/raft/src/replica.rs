@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use leasehold_lease::{LeaseClock, LeaseTable};
 use leasehold_mvcc::Store;
 use openraft::error::{ClientWriteError, RaftError};
+use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use tokio::sync::{mpsc, oneshot};
 
@@ -23,6 +24,9 @@ use crate::{TypeConfig, storage};
 pub struct ReplicaConfig {
     pub member_id: u64,
     pub peer_url: String,
+    /// The other members of the initial cluster (id → peer URL), to bootstrap a new cluster
+    /// with; empty for a one-member cluster. Ignored once the data dir holds a cluster.
+    pub initial_peers: BTreeMap<u64, String>,
     pub data_dir: PathBuf,
     pub heartbeat_interval_ms: u64,
     pub election_timeout_ms: u64,
@@ -47,7 +51,7 @@ struct Pending {
 
 /// Why a request could not be served. `NoLeader` is transient (clients retry it); `Stopped` and
 /// `Storage` mean this member cannot serve any more.
-#[derive(Clone, Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ReplicaError {
     #[error("no leader")]
     NoLeader,
@@ -56,6 +60,63 @@ pub enum ReplicaError {
     #[error("storage: {0}")]
     Storage(String),
 }
+
+/// A boxed future, for the object-safe [`Forwarder`].
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// What a follower's forwarded batch came back with: one result per command, and the log index
+/// it was committed at (the follower answers once it has applied that far itself).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Forwarded {
+    pub log_index: u64,
+    pub applied: Vec<Applied>,
+}
+
+/// The leader's answer to a read-index request.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ReadIndex {
+    /// Apply this far, then read.
+    pub index: u64,
+    /// The leader's lease time when it confirmed its leadership (`None` until it has promoted
+    /// itself).
+    pub lease_now_ms: Option<u64>,
+}
+
+/// How a follower reaches the leader for what only the leader can do: commit writes and give a
+/// read index. The peer transport implements it; a one-member cluster never forwards.
+pub trait Forwarder: Send + Sync + 'static {
+    /// Has the leader (`leader`, at peer URL `addr`) commit `proposal`.
+    fn forward(
+        &self,
+        leader: u64,
+        addr: String,
+        proposal: Proposal,
+    ) -> BoxFuture<Result<Forwarded, ReplicaError>>;
+    /// Asks the leader for a read index: a log index that covers every write acknowledged
+    /// before the call, and the leader's lease time at that point.
+    fn read_index(&self, leader: u64, addr: String) -> BoxFuture<Result<ReadIndex, ReplicaError>>;
+}
+
+/// The forwarder of a member without peers.
+pub struct NoForwarding;
+
+impl Forwarder for NoForwarding {
+    fn forward(
+        &self,
+        _: u64,
+        _: String,
+        _: Proposal,
+    ) -> BoxFuture<Result<Forwarded, ReplicaError>> {
+        Box::pin(async { Err(ReplicaError::NoLeader) })
+    }
+
+    fn read_index(&self, _: u64, _: String) -> BoxFuture<Result<ReadIndex, ReplicaError>> {
+        Box::pin(async { Err(ReplicaError::NoLeader) })
+    }
+}
+
+/// How long a follower waits to apply what the leader committed for it.
+const APPLY_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// A snapshot of Raft's progress, for headers and Status.
 #[derive(Clone, Copy, Debug, Default)]
@@ -70,7 +131,7 @@ pub struct Replica {
     raft: Raft<TypeConfig>,
     /// This member's mapping from real time to lease time; `Some` while it leads (and so times
     /// leases). A single member leads from start-up on.
-    lease_clock: std::sync::Mutex<Option<LeaseClock>>,
+    lease_clock: SharedClock,
     election_timeout: Duration,
     proposals: mpsc::Sender<Pending>,
     /// Fires once openraft's tasks have let go of the database and the file is closed.
@@ -78,13 +139,18 @@ pub struct Replica {
     shared: Shared,
     member_id: u64,
     db_path: PathBuf,
+    forwarder: Arc<dyn Forwarder>,
 }
 
 /// Takes whatever writes are queued (at least one, at most a batch), proposes them as one log
 /// entry, and answers each caller with its own result. Several of these run at once, so a batch
-/// forms while the previous one is being made durable.
+/// forms while the previous one is being made durable. On a follower the batch goes to the
+/// leader, and the callers are answered once this member has applied it too.
 async fn propose_batches(
     raft: Raft<TypeConfig>,
+    member_id: u64,
+    clock: SharedClock,
+    forwarder: Arc<dyn Forwarder>,
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
 ) {
     loop {
@@ -109,23 +175,19 @@ async fn propose_batches(
         let (commands, replies): (Vec<Command>, Vec<_>) =
             batch.into_iter().map(|p| (p.command, p.reply)).unzip();
         let count = commands.len();
-        match raft.client_write(Proposal { commands }).await {
-            Ok(resp) => {
-                debug_assert_eq!(resp.data.len(), count, "one result per command");
-                for (reply, applied) in replies.into_iter().zip(resp.data) {
+        let proposal = Proposal { commands };
+        let result = match leader_elsewhere(&raft, member_id) {
+            Some((leader, addr)) => forward(&raft, &*forwarder, leader, addr, proposal).await,
+            None => commit(&raft, &clock, proposal).await.map(|f| f.applied),
+        };
+        match result {
+            Ok(applied) => {
+                debug_assert_eq!(applied.len(), count, "one result per command");
+                for (reply, applied) in replies.into_iter().zip(applied) {
                     let _ = reply.send(Ok(applied));
                 }
             }
-            Err(e) => {
-                let err = match e {
-                    RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
-                        ReplicaError::NoLeader
-                    }
-                    RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-                        ReplicaError::Storage(e.to_string())
-                    }
-                    RaftError::Fatal(_) => ReplicaError::Stopped,
-                };
+            Err(err) => {
                 for reply in replies {
                     let _ = reply.send(Err(err.clone()));
                 }
@@ -134,10 +196,119 @@ async fn propose_batches(
     }
 }
 
+/// The leader and its peer URL, if another member leads.
+fn leader_elsewhere(raft: &Raft<TypeConfig>, member_id: u64) -> Option<(u64, String)> {
+    let m = raft.metrics().borrow().clone();
+    let leader = m.current_leader.filter(|l| *l != member_id)?;
+    let addr = m
+        .membership_config
+        .nodes()
+        .find(|(id, _)| **id == leader)?
+        .1
+        .addr
+        .clone();
+    Some((leader, addr))
+}
+
+/// The lease clock a leader times leases with, shared by the replica and its proposers.
+#[derive(Clone, Default)]
+struct SharedClock(Arc<std::sync::Mutex<Option<LeaseClock>>>);
+
+impl SharedClock {
+    fn get(&self) -> Option<LeaseClock> {
+        *self.0.lock().expect("lease clock lock poisoned")
+    }
+
+    fn set(&self, clock: Option<LeaseClock>) {
+        *self.0.lock().expect("lease clock lock poisoned") = clock;
+    }
+}
+
+/// Gives every grant and renewal in `proposal` the leader's lease time, rounded up so that a
+/// deadline never falls before its TTL has run (`LeaseClock::now_ms_ceil`). Commands are stamped
+/// here, by the member that commits them, so a follower's forwarded grants and renewals count
+/// from the leader's clock too.
+fn stamp_lease_times(clock: &SharedClock, proposal: &mut Proposal) -> Result<(), ReplicaError> {
+    let mut now = None;
+    for command in &mut proposal.commands {
+        if let Command::LeaseGrant { now_ms, .. } | Command::LeaseRenew { now_ms, .. } = command {
+            let stamp = match now {
+                Some(stamp) => stamp,
+                None => {
+                    let clock = clock.get().ok_or(ReplicaError::NoLeader)?;
+                    let stamp = clock.now_ms_ceil(Instant::now());
+                    now = Some(stamp);
+                    stamp
+                }
+            };
+            *now_ms = stamp;
+        }
+    }
+    Ok(())
+}
+
+/// Commits `proposal` through this member's Raft (which must lead).
+async fn commit(
+    raft: &Raft<TypeConfig>,
+    clock: &SharedClock,
+    mut proposal: Proposal,
+) -> Result<Forwarded, ReplicaError> {
+    stamp_lease_times(clock, &mut proposal)?;
+    match raft.client_write(proposal).await {
+        Ok(resp) => Ok(Forwarded {
+            log_index: resp.log_id.index,
+            applied: resp.data,
+        }),
+        Err(e) => Err(match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ReplicaError::NoLeader,
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                ReplicaError::Storage(e.to_string())
+            }
+            RaftError::Fatal(_) => ReplicaError::Stopped,
+        }),
+    }
+}
+
+/// Has the leader commit `proposal`, then waits until this member has applied it, so a read
+/// here after the answer sees the write.
+async fn forward(
+    raft: &Raft<TypeConfig>,
+    forwarder: &dyn Forwarder,
+    leader: u64,
+    addr: String,
+    proposal: Proposal,
+) -> Result<Vec<Applied>, ReplicaError> {
+    let forwarded = forwarder.forward(leader, addr, proposal).await?;
+    wait_applied(raft, forwarded.log_index).await?;
+    Ok(forwarded.applied)
+}
+
+async fn wait_applied(raft: &Raft<TypeConfig>, index: u64) -> Result<(), ReplicaError> {
+    raft.wait(Some(APPLY_WAIT_MAX))
+        .applied_index_at_least(Some(index), "apply what the leader committed")
+        .await
+        .map(|_| ())
+        .map_err(|e| match e {
+            openraft::metrics::WaitError::Timeout(..) => ReplicaError::NoLeader,
+            openraft::metrics::WaitError::ShuttingDown => ReplicaError::Stopped,
+        })
+}
+
 impl Replica {
     /// Opens storage, starts Raft and, on a new data dir, bootstraps a one-member cluster. Waits
-    /// (bounded) until this member leads and has applied everything committed.
+    /// (bounded) until this member leads and times leases.
     pub async fn start(cfg: ReplicaConfig) -> Result<Arc<Replica>, std::io::Error> {
+        Replica::start_with(cfg, NoPeers, Arc::new(NoForwarding)).await
+    }
+
+    /// Like [`Replica::start`], with a peer transport: `network` carries openraft's RPCs and
+    /// `forwarder` takes follower writes and reads to the leader. A member of a cluster with
+    /// peers does not wait for a leader: the others may not be up yet.
+    pub async fn start_with<N: RaftNetworkFactory<TypeConfig>>(
+        cfg: ReplicaConfig,
+        network: N,
+        forwarder: Arc<dyn Forwarder>,
+    ) -> Result<Arc<Replica>, std::io::Error> {
         let db = storage::open(&cfg.data_dir)?;
         let sm = StateMachine::open(db.clone())?;
         let shared = sm.shared();
@@ -153,42 +324,57 @@ impl Replica {
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(storage::io_err)?);
-        let raft = Raft::new(cfg.member_id, config, NoPeers, log, sm)
+        let raft = Raft::new(cfg.member_id, config, network, log, sm)
             .await
             .map_err(storage::io_err)?;
         if !raft.is_initialized().await.map_err(storage::io_err)? {
-            let members = BTreeMap::from([(cfg.member_id, BasicNode::new(&cfg.peer_url))]);
+            let mut members = BTreeMap::from([(cfg.member_id, BasicNode::new(&cfg.peer_url))]);
+            for (id, url) in &cfg.initial_peers {
+                members.insert(*id, BasicNode::new(url));
+            }
             raft.initialize(members).await.map_err(storage::io_err)?;
         }
         let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
         let queue = Arc::new(tokio::sync::Mutex::new(queue));
+        let lease_clock = SharedClock::default();
         for _ in 0..PROPOSERS {
-            tokio::spawn(propose_batches(raft.clone(), queue.clone()));
+            tokio::spawn(propose_batches(
+                raft.clone(),
+                cfg.member_id,
+                lease_clock.clone(),
+                forwarder.clone(),
+                queue.clone(),
+            ));
         }
         let replica = Arc::new(Replica {
             raft,
-            lease_clock: std::sync::Mutex::new(None),
+            lease_clock,
             election_timeout: Duration::from_millis(cfg.election_timeout_ms),
             proposals,
             db_closed,
             shared,
             member_id: cfg.member_id,
             db_path: cfg.data_dir.join("leasehold.redb"),
+            forwarder,
         });
-        let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
-        replica
-            .raft
-            .wait(Some(bound))
-            .metrics(|m| m.current_leader == Some(cfg.member_id), "become leader")
-            .await
-            .map_err(storage::io_err)?;
-        replica
-            .raft
-            .ensure_linearizable()
-            .await
-            .map_err(storage::io_err)?;
-        replica.promote().await.map_err(storage::io_err)?;
+        tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
+        if cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
+            let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
+            let start = tokio::time::Instant::now();
+            while replica.lease_clock().is_none() {
+                if start.elapsed() > bound {
+                    return Err(storage::io_err("no leadership within 20 election timeouts"));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         Ok(replica)
+    }
+
+    /// Stops timing leases: another member leads (or nobody does).
+    fn demote(&self) {
+        self.lease_clock.set(None);
+        tracing::info!("demoted: no longer timing leases");
     }
 
     /// Starts timing leases: proposes the extension of every inherited lease by the election
@@ -197,13 +383,16 @@ impl Replica {
     async fn promote(&self) -> Result<(), ReplicaError> {
         let replicated_ms = state_machine::read_leases(&self.shared, |t| t.clock_ms());
         let extend_ms = u64::try_from(self.election_timeout.as_millis()).unwrap_or(u64::MAX);
-        self.write(Command::LeasePromote {
-            now_ms: replicated_ms,
-            extend_ms,
-        })
-        .await?;
+        // Straight to this member's Raft, never forwarded: only a leader promotes itself.
+        let proposal = Proposal {
+            commands: vec![Command::LeasePromote {
+                now_ms: replicated_ms,
+                extend_ms,
+            }],
+        };
+        commit(&self.raft, &self.lease_clock, proposal).await?;
         let clock = LeaseClock::promote(replicated_ms, Instant::now());
-        *self.lease_clock.lock().expect("lease clock lock poisoned") = Some(clock);
+        self.lease_clock.set(Some(clock));
         tracing::info!(lease_clock_ms = replicated_ms, "promoted: timing leases");
         Ok(())
     }
@@ -215,16 +404,9 @@ impl Replica {
             .ok_or(ReplicaError::NoLeader)
     }
 
-    /// The lease time new deadlines count from (rounded up, see `LeaseClock::now_ms_ceil`).
-    pub fn lease_deadline_base_ms(&self) -> Result<u64, ReplicaError> {
-        self.lease_clock()
-            .map(|c| c.now_ms_ceil(Instant::now()))
-            .ok_or(ReplicaError::NoLeader)
-    }
-
     /// The leader's lease clock, if this member leads.
     pub fn lease_clock(&self) -> Option<LeaseClock> {
-        *self.lease_clock.lock().expect("lease clock lock poisoned")
+        self.lease_clock.get()
     }
 
     /// Reads the lease table; linearizable reads first confirm leadership (read index).
@@ -237,19 +419,6 @@ impl Replica {
             self.ensure_linearizable().await?;
         }
         Ok(state_machine::read_leases(&self.shared, f))
-    }
-
-    /// Reads the store and the lease table as one applied state (what a check that a key and
-    /// its lease are both still there needs); linearizable as [`Replica::read`].
-    pub async fn read_state<T>(
-        &self,
-        linearizable: bool,
-        f: impl FnOnce(&Store, &LeaseTable) -> T,
-    ) -> Result<T, ReplicaError> {
-        if linearizable {
-            self.ensure_linearizable().await?;
-        }
-        Ok(state_machine::read_state(&self.shared, f))
     }
 
     /// Follows the applied store revision: changes after every apply that wrote something.
@@ -269,15 +438,54 @@ impl Replica {
         self.shared.leases_changed.notified().await;
     }
 
+    /// Read index: on the leader, confirms leadership and waits until everything committed is
+    /// applied; on a follower, asks the leader for its read index and waits to apply that far.
+    /// Returns the leader's lease time at that point, if it has one.
+    async fn read_index(&self) -> Result<Option<u64>, ReplicaError> {
+        if let Some((leader, addr)) = leader_elsewhere(&self.raft, self.member_id) {
+            let read = self.forwarder.read_index(leader, addr).await?;
+            wait_applied(&self.raft, read.index).await?;
+            return Ok(read.lease_now_ms);
+        }
+        self.leader_read_index().await.map(|read| read.lease_now_ms)
+    }
+
     async fn ensure_linearizable(&self) -> Result<(), ReplicaError> {
-        self.raft
-            .ensure_linearizable()
-            .await
-            .map(|_| ())
-            .map_err(|e| match e {
-                RaftError::APIError(_) => ReplicaError::NoLeader,
-                RaftError::Fatal(_) => ReplicaError::Stopped,
-            })
+        self.read_index().await.map(|_| ())
+    }
+
+    /// Reads the store and the lease table linearizably, with the leader's lease time (what
+    /// remaining TTLs and lease liveness are measured against), wherever this member is.
+    pub async fn read_at_lease_time<T>(
+        &self,
+        f: impl FnOnce(&Store, &LeaseTable, u64) -> T,
+    ) -> Result<T, ReplicaError> {
+        let now_ms = self.read_index().await?.ok_or(ReplicaError::NoLeader)?;
+        Ok(state_machine::read_state(&self.shared, |store, leases| {
+            f(store, leases, now_ms)
+        }))
+    }
+
+    /// The leader's side of [`Forwarder::read_index`].
+    pub async fn leader_read_index(&self) -> Result<ReadIndex, ReplicaError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(read) => Ok(ReadIndex {
+                index: read.map_or(0, |log_id| log_id.index),
+                lease_now_ms: self.lease_now_ms().ok(),
+            }),
+            Err(RaftError::APIError(_)) => Err(ReplicaError::NoLeader),
+            Err(RaftError::Fatal(_)) => Err(ReplicaError::Stopped),
+        }
+    }
+
+    /// The leader's side of [`Forwarder::forward`]: commits a follower's batch.
+    pub async fn leader_commit(&self, proposal: Proposal) -> Result<Forwarded, ReplicaError> {
+        commit(&self.raft, &self.lease_clock, proposal).await
+    }
+
+    /// openraft's handle, for the peer transport's server side (append, vote, snapshot).
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        &self.raft
     }
 
     pub fn member_id(&self) -> u64 {
@@ -345,6 +553,50 @@ impl Replica {
             .is_err()
         {
             tracing::warn!("storage still open 10 s after raft shutdown");
+        }
+    }
+}
+
+/// Promotes this member when it becomes leader (once it has applied everything committed
+/// before, so it inherits the latest lease deadlines) and demotes it as soon as it is not.
+async fn follow_leadership(replica: std::sync::Weak<Replica>) {
+    let (mut metrics, me) = match replica.upgrade() {
+        Some(r) => (r.raft.metrics(), r.member_id),
+        None => return,
+    };
+    let mut promoted_term: Option<u64> = None;
+    loop {
+        let (leading, term) = {
+            let m = metrics.borrow_and_update();
+            (
+                m.current_leader == Some(me) && m.state == openraft::ServerState::Leader,
+                m.current_term,
+            )
+        };
+        let Some(r) = replica.upgrade() else {
+            return;
+        };
+        if leading && promoted_term != Some(term) {
+            let promoted = match r.raft.ensure_linearizable().await {
+                Ok(_) => r.promote().await,
+                Err(_) => Err(ReplicaError::NoLeader),
+            };
+            match promoted {
+                Ok(()) => promoted_term = Some(term),
+                Err(e) => {
+                    tracing::warn!("promotion at term {term} failed: {e}; retrying");
+                    drop(r);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            }
+        } else if !leading && (promoted_term.is_some() || r.lease_clock().is_some()) {
+            r.demote();
+            promoted_term = None;
+        }
+        drop(r);
+        if metrics.changed().await.is_err() {
+            return;
         }
     }
 }

@@ -62,15 +62,19 @@ async fn current_revision(ctx: &ServerContext) -> Result<i64, ApiError> {
     Ok(ctx.replica.read(false, |s| s.current_revision()).await?)
 }
 
+/// The lease time in grants and renewals as proposed: the member that commits them (the leader)
+/// stamps its own lease time on them (see `Replica`), so they count from the leader's clock
+/// whichever member a client talks to.
+const STAMPED_BY_LEADER: u64 = 0;
+
 /// Grants lease `id` for `ttl_secs` (already validated), counting from the leader's lease time.
 pub(crate) async fn grant(ctx: &ServerContext, id: LeaseId, ttl_secs: i64) -> Result<(), ApiError> {
-    let now_ms = ctx.replica.lease_deadline_base_ms()?;
     match ctx
         .replica
         .write(Command::LeaseGrant {
             id,
             ttl_secs,
-            now_ms,
+            now_ms: STAMPED_BY_LEADER,
         })
         .await?
     {
@@ -84,10 +88,12 @@ async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
     let Some(id) = LeaseId::from_wire(id) else {
         return Ok(0);
     };
-    let now_ms = ctx.replica.lease_deadline_base_ms()?;
     match ctx
         .replica
-        .write(Command::LeaseRenew { id, now_ms })
+        .write(Command::LeaseRenew {
+            id,
+            now_ms: STAMPED_BY_LEADER,
+        })
         .await?
     {
         Applied::LeaseRenew(ttl) => Ok(ttl.unwrap_or(0)),
@@ -177,12 +183,12 @@ impl Lease for LeaseService {
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         let req = req.into_inner();
-        let now_ms = self.ctx.replica.lease_now_ms().map_err(ApiError::from)?;
+        // Measured against the leader's lease time, wherever the request arrives.
         let found = match LeaseId::from_wire(req.id) {
             Some(id) => self
                 .ctx
                 .replica
-                .read_leases(true, |t| t.time_to_live(id, now_ms, req.keys))
+                .read_at_lease_time(|_, leases, now_ms| leases.time_to_live(id, now_ms, req.keys))
                 .await
                 .map_err(ApiError::from)?,
             None => None,

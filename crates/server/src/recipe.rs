@@ -228,9 +228,8 @@ pub async fn confirm_owner(
     my_rev: i64,
     lease: LeaseId,
 ) -> Result<i64, RecipeError> {
-    let now_ms = ctx.replica.lease_now_ms()?;
     ctx.replica
-        .read_state(true, |store, leases| {
+        .read_at_lease_time(|store, leases, now_ms| {
             if !still_queued(store, key, my_rev) {
                 return Err(RecipeError::SessionExpired);
             }

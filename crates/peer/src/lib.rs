@@ -1,0 +1,329 @@
+//! leasehold's member-to-member transport over gRPC, on the peer URLs: openraft's three RPCs
+//! (append entries, vote, install snapshot) and the two things a follower asks the leader for
+//! (commit this batch of client writes; give me a read index).
+//!
+//! ```text
+//!   follower Replica ──Forwarder──► PeerClient ──gRPC Peer/Forward──► PeerService ──► leader Replica
+//!   openraft ──RaftNetwork──► PeerClient ──gRPC Peer/AppendEntries…──► PeerService ──► openraft
+//! ```
+//!
+//! Messages are openraft's own request and response types (and leasehold's `Proposal`), encoded
+//! with postcard inside a `Payload`. A remote Raft error comes back inside the payload; a
+//! transport failure is "unreachable", so openraft backs off and retries, and a forwarded client
+//! request fails with the transient "no leader" that clients retry.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_api::leaseholdpeerpb::Payload;
+use leasehold_api::leaseholdpeerpb::peer_client::PeerClient as GrpcClient;
+use leasehold_api::leaseholdpeerpb::peer_server::{Peer, PeerServer};
+use leasehold_raft::{
+    BoxFuture, Forwarded, Forwarder, Proposal, ReadIndex, Replica, ReplicaError, TypeConfig,
+};
+use openraft::BasicNode;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+/// Largest peer message accepted: a batch of log entries or a snapshot chunk.
+pub const PEER_MESSAGE_BYTES_MAX: usize = 256 * 1024 * 1024;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bound on a forwarded request (a commit or a read index) when openraft gives none.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+enum TransportError {
+    #[error("peer {addr}: {status}")]
+    Call { addr: String, status: Status },
+    #[error("peer {addr}: bad URL: {reason}")]
+    Url { addr: String, reason: String },
+    #[error("decoding a peer message: {0}")]
+    Decode(postcard::Error),
+    #[error("peer {addr}: no answer within {timeout:?}")]
+    Timeout { addr: String, timeout: Duration },
+}
+
+fn encode<T: Serialize>(value: &T) -> Payload {
+    Payload {
+        data: postcard::to_allocvec(value).expect("peer messages always encode"),
+    }
+}
+
+fn decode<T: DeserializeOwned>(payload: &Payload) -> Result<T, postcard::Error> {
+    postcard::from_bytes(&payload.data)
+}
+
+fn bad_request(e: postcard::Error) -> Status {
+    Status::invalid_argument(format!("undecodable peer message: {e}"))
+}
+
+/// Connections to the other members, one lazily connected channel per peer URL, shared by
+/// openraft's clients and the forwarder.
+#[derive(Clone, Default)]
+pub struct PeerNetwork {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl PeerNetwork {
+    pub fn new() -> PeerNetwork {
+        PeerNetwork::default()
+    }
+
+    fn client(&self, addr: &str) -> Result<GrpcClient<Channel>, TransportError> {
+        let mut channels = self.channels.lock().expect("peer channels lock poisoned");
+        let channel = match channels.get(addr) {
+            Some(channel) => channel.clone(),
+            None => {
+                let channel = Endpoint::from_shared(addr.to_owned())
+                    .map_err(|e| TransportError::Url {
+                        addr: addr.to_owned(),
+                        reason: e.to_string(),
+                    })?
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .tcp_nodelay(true)
+                    .connect_lazy();
+                channels.insert(addr.to_owned(), channel.clone());
+                channel
+            }
+        };
+        Ok(GrpcClient::new(channel)
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX))
+    }
+
+    /// One unary call to `addr`, bounded by `timeout`; returns the answer's payload.
+    async fn call(
+        &self,
+        addr: &str,
+        timeout: Duration,
+        payload: Payload,
+        rpc: Rpc,
+    ) -> Result<Payload, TransportError> {
+        let mut client = self.client(addr)?;
+        let call = async move {
+            match rpc {
+                Rpc::AppendEntries => client.append_entries(payload).await,
+                Rpc::Vote => client.vote(payload).await,
+                Rpc::InstallSnapshot => client.install_snapshot(payload).await,
+                Rpc::Forward => client.forward(payload).await,
+                Rpc::ReadIndex => client.read_index(payload).await,
+            }
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(TransportError::Call {
+                addr: addr.to_owned(),
+                status,
+            }),
+            Err(_) => Err(TransportError::Timeout {
+                addr: addr.to_owned(),
+                timeout,
+            }),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Rpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+    Forward,
+    ReadIndex,
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            target,
+            addr: node.addr.clone(),
+            network: self.clone(),
+        }
+    }
+}
+
+/// openraft's client for one peer.
+pub struct PeerClient {
+    target: u64,
+    addr: String,
+    network: PeerNetwork,
+}
+
+impl PeerClient {
+    /// Sends `request`, and turns the answer (the remote's `Result`) into openraft's error
+    /// shape: transport failures are "unreachable", remote Raft errors are remote errors.
+    async fn rpc<Req, Resp, E>(
+        &self,
+        rpc: Rpc,
+        request: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<u64, BasicNode, E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let answer = self
+            .network
+            .call(&self.addr, option.hard_ttl(), encode(request), rpc)
+            .await
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let result: Result<Resp, E> = decode(&answer)
+            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError::Decode(e))))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.rpc(Rpc::AppendEntries, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<u64>,
+        RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
+    > {
+        self.rpc(Rpc::InstallSnapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.rpc(Rpc::Vote, &rpc, &option).await
+    }
+}
+
+/// Takes a follower's writes and read-index requests to the leader.
+pub struct PeerForwarder {
+    network: PeerNetwork,
+}
+
+impl PeerForwarder {
+    pub fn new(network: PeerNetwork) -> PeerForwarder {
+        PeerForwarder { network }
+    }
+
+    fn ask<Req: Serialize, Resp: DeserializeOwned + Send + 'static>(
+        &self,
+        addr: String,
+        rpc: Rpc,
+        request: &Req,
+    ) -> BoxFuture<Result<Resp, ReplicaError>> {
+        let network = self.network.clone();
+        let payload = encode(request);
+        Box::pin(async move {
+            match network.call(&addr, FORWARD_TIMEOUT, payload, rpc).await {
+                Ok(answer) => decode::<Result<Resp, ReplicaError>>(&answer).unwrap_or_else(|e| {
+                    Err(ReplicaError::Storage(format!(
+                        "undecodable answer from the leader: {e}"
+                    )))
+                }),
+                Err(e) => {
+                    tracing::debug!("forwarding to the leader failed: {e}");
+                    Err(ReplicaError::NoLeader)
+                }
+            }
+        })
+    }
+}
+
+impl Forwarder for PeerForwarder {
+    fn forward(
+        &self,
+        _leader: u64,
+        addr: String,
+        proposal: Proposal,
+    ) -> BoxFuture<Result<Forwarded, ReplicaError>> {
+        self.ask(addr, Rpc::Forward, &proposal)
+    }
+
+    fn read_index(&self, _leader: u64, addr: String) -> BoxFuture<Result<ReadIndex, ReplicaError>> {
+        self.ask(addr, Rpc::ReadIndex, &())
+    }
+}
+
+/// The server side: hands each RPC to this member's Raft (or, for forwarded requests, to the
+/// replica as leader).
+pub struct PeerService {
+    replica: Arc<Replica>,
+}
+
+impl PeerService {
+    pub fn new(replica: Arc<Replica>) -> PeerService {
+        PeerService { replica }
+    }
+
+    pub fn into_server(self) -> PeerServer<PeerService> {
+        PeerServer::new(self)
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
+    }
+}
+
+#[tonic::async_trait]
+impl Peer for PeerService {
+    async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref()).map_err(bad_request)?;
+        let result = self.replica.raft().append_entries(rpc).await;
+        Ok(Response::new(encode(&result)))
+    }
+
+    async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let rpc: VoteRequest<u64> = decode(req.get_ref()).map_err(bad_request)?;
+        let result = self.replica.raft().vote(rpc).await;
+        Ok(Response::new(encode(&result)))
+    }
+
+    async fn install_snapshot(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req.get_ref()).map_err(bad_request)?;
+        let result = self.replica.raft().install_snapshot(rpc).await;
+        Ok(Response::new(encode(&result)))
+    }
+
+    async fn forward(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let proposal: Proposal = decode(req.get_ref()).map_err(bad_request)?;
+        let result = self.replica.leader_commit(proposal).await;
+        Ok(Response::new(encode(&result)))
+    }
+
+    async fn read_index(&self, _req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let result = self.replica.leader_read_index().await;
+        Ok(Response::new(encode(&result)))
+    }
+}
+
+/// Serves the peer transport on `listener` until `shutdown` completes.
+pub async fn serve_peers(
+    replica: Arc<Replica>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .add_service(PeerService::new(replica).into_server())
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
