@@ -216,6 +216,10 @@ pub struct Server {
     spawn_count: u32,
     /// Set once a panic message carried the log, so that drop does not print it again.
     log_shown: AtomicBool,
+    /// `--name`.
+    member_name: String,
+    /// `--initial-cluster` and `--initial-cluster-token`; `None`: a one-member cluster.
+    cluster: Option<(String, String)>,
 }
 
 impl Server {
@@ -241,13 +245,49 @@ impl Server {
             child: None,
             spawn_count: 0,
             log_shown: AtomicBool::new(false),
+            member_name: MEMBER_NAME.to_owned(),
+            cluster: None,
         };
         server.spawn();
         server.wait_ready().await;
         server
     }
 
-    fn spawn(&mut self) {
+    /// A member of a multi-member cluster, spawned but not yet waited for (a member cannot serve
+    /// before a quorum is up).
+    fn spawn_member(
+        kind: Kind,
+        name: &str,
+        [client_port, peer_port]: [u16; 2],
+        initial_cluster: &str,
+        token: &str,
+    ) -> Server {
+        let label = format!("{}-{name}", kind_label(kind));
+        let root = tempfile::Builder::new()
+            .prefix(&format!("{label}-test-"))
+            .tempdir()
+            .expect("create temp dir");
+        let data_dir = root.path().join("data");
+        let log_path = root.path().join(format!("{label}.log"));
+        let mut server = Server {
+            kind,
+            label,
+            root,
+            data_dir,
+            log_path,
+            client_port,
+            peer_port,
+            child: None,
+            spawn_count: 0,
+            log_shown: AtomicBool::new(false),
+            member_name: name.to_owned(),
+            cluster: Some((initial_cluster.to_owned(), token.to_owned())),
+        };
+        server.spawn();
+        server
+    }
+
+    pub fn spawn(&mut self) {
         assert!(self.child.is_none(), "{}: spawn while running", self.label);
         self.spawn_count += 1;
         let mut log = OpenOptions::new()
@@ -267,10 +307,14 @@ impl Server {
         .expect("write log file");
         let client_url = self.endpoint();
         let peer_url = self.peer_url();
-        let initial_cluster = format!("{MEMBER_NAME}={peer_url}");
-        let token = format!("{}-test-{}", self.label, self.peer_port);
+        let (initial_cluster, token) = self.cluster.clone().unwrap_or_else(|| {
+            (
+                format!("{MEMBER_NAME}={peer_url}"),
+                format!("{}-test-{}", self.label, self.peer_port),
+            )
+        });
         let child = Command::new(self.kind.binary())
-            .args(["--name", MEMBER_NAME])
+            .args(["--name", &self.member_name])
             .arg("--data-dir")
             .arg(&self.data_dir)
             .args(["--listen-client-urls", &client_url])
@@ -293,7 +337,7 @@ impl Server {
 
     /// Polls a gRPC Range until it succeeds; panics with the log after [`READY_TIMEOUT`] or if
     /// the process exits.
-    async fn wait_ready(&mut self) {
+    pub async fn wait_ready(&mut self) {
         let started = Instant::now();
         let mut last_error = String::from("(no attempt finished)");
         while started.elapsed() < READY_TIMEOUT {
@@ -452,6 +496,81 @@ impl Drop for Server {
                 eprintln!("{KEEP_VAR}=1: kept {} (log and data dir)", kept.display());
             }
         }
+    }
+}
+
+fn kind_label(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Leasehold => "leasehold",
+        Kind::Etcd => "etcd",
+    }
+}
+
+/// A multi-member cluster of real processes on loopback, every member with its own data dir
+/// and log; all are killed on drop.
+pub struct Cluster {
+    pub members: Vec<Server>,
+}
+
+impl Cluster {
+    /// Starts `size` members of `kind` with one `--initial-cluster` and waits until every
+    /// member serves a linearizable read (so a leader is elected).
+    pub async fn start(kind: Kind, size: usize) -> Cluster {
+        let mut ports = Vec::new();
+        for _ in 0..size {
+            ports.push(free_ports::<2>());
+        }
+        let names: Vec<String> = (1..=size).map(|i| format!("m{i}")).collect();
+        let initial_cluster = names
+            .iter()
+            .zip(&ports)
+            .map(|(name, [_, peer])| format!("{name}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let token = format!("{}-cluster-{}", kind_label(kind), ports[0][1]);
+        let mut members: Vec<Server> = names
+            .iter()
+            .zip(&ports)
+            .map(|(name, ports)| Server::spawn_member(kind, name, *ports, &initial_cluster, &token))
+            .collect();
+        for member in &mut members {
+            member.wait_ready().await;
+        }
+        Cluster { members }
+    }
+
+    /// The index of the member every running member names as leader, polled (bounded by
+    /// [`READY_TIMEOUT`]) until they agree.
+    pub async fn leader(&self) -> usize {
+        let started = Instant::now();
+        while started.elapsed() < READY_TIMEOUT {
+            let mut seen = Vec::new();
+            for member in self.members.iter().filter(|m| m.pid().is_some()) {
+                let mut client = member.client().await;
+                if let Ok(status) = client.status().await {
+                    seen.push((status.leader(), status.header().map(|h| h.member_id())));
+                }
+            }
+            let running = self.members.iter().filter(|m| m.pid().is_some()).count();
+            if seen.len() == running
+                && let Some((leader, _)) = seen.first()
+                && *leader != 0
+                && seen.iter().all(|(l, _)| l == leader)
+                && let Some(at) = seen.iter().position(|(_, me)| *me == Some(*leader))
+            {
+                let running: Vec<usize> = (0..self.members.len())
+                    .filter(|i| self.members[*i].pid().is_some())
+                    .collect();
+                return running[at];
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the members did not agree on a leader within {READY_TIMEOUT:?}");
+    }
+
+    /// Every client endpoint, for a client that may talk to any member.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(Server::endpoint).collect()
     }
 }
 

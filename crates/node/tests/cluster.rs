@@ -1,0 +1,199 @@
+//! A 3-member leasehold cluster of real processes on loopback ports: replication, forwarding
+//! from followers (writes, linearizable reads, lease grants, keep-alives, time-to-live), and a
+//! leader kill. Behaviour numbers refer to §6 of the lease specification.
+//!
+//! Every wait is a bounded poll for the condition checked; expiry waits are bounded by the
+//! promise under test (TTL + election timeout + 1 s after the last keep-alive).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Cluster, Kind};
+use etcd_client::{Client, ConnectOptions, GetOptions, LeaseGrantOptions, PutOptions};
+
+const ELECTION_TIMEOUT: Duration = Duration::from_millis(1000);
+const POLL: Duration = Duration::from_millis(50);
+const CATCH_UP_MAX: Duration = Duration::from_secs(10);
+
+async fn client_of(endpoint: &str) -> Client {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(10));
+    Client::connect([endpoint], Some(options))
+        .await
+        .expect("connect")
+}
+
+fn followers(leader: usize) -> (usize, usize) {
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    (others[0], others[1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_on_any_member_are_read_on_all() {
+    let cluster = Cluster::start(Kind::Leasehold, 3).await;
+    let mut clients = Vec::new();
+    for m in &cluster.members {
+        clients.push(m.client().await);
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.put(format!("k{i}"), format!("from member {i}"), None)
+            .await
+            .unwrap_or_else(|e| panic!("put via member {i}: {e}"));
+    }
+    let all = || Some(GetOptions::new().with_prefix());
+    for (i, c) in clients.iter_mut().enumerate() {
+        // Linearizable: every acknowledged write, at once, on every member.
+        let r = c.get("k", all()).await.expect("linearizable get");
+        assert_eq!(r.count(), 3, "member {i} misses writes: {:?}", r.kvs());
+        let revisions: Vec<i64> = r.kvs().iter().map(|kv| kv.mod_revision()).collect();
+        assert_eq!(revisions, vec![2, 3, 4], "member {i}: revisions differ");
+    }
+    // Serializable reads catch up on their own (bounded).
+    for (i, c) in clients.iter_mut().enumerate() {
+        let started = Instant::now();
+        loop {
+            let options = GetOptions::new().with_prefix().with_serializable();
+            let r = c.get("k", Some(options)).await.expect("serializable get");
+            if r.count() == 3 {
+                break;
+            }
+            assert!(
+                started.elapsed() < CATCH_UP_MAX,
+                "member {i} never caught up"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// 9, 19, 25: a grant through one follower, at once followed by a keep-alive and a
+/// time-to-live through the other, finds the lease; a revoke through a follower deletes its
+/// keys everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_work_through_followers() {
+    let cluster = Cluster::start(Kind::Leasehold, 3).await;
+    let leader = cluster.leader().await;
+    let (a, b) = followers(leader);
+    let mut ca = cluster.members[a].client().await;
+    let mut cb = cluster.members[b].client().await;
+    for round in 0..20 {
+        let id = 1000 + round;
+        let granted = ca
+            .lease_grant(30, Some(LeaseGrantOptions::new().with_id(id)))
+            .await
+            .expect("grant via follower a");
+        assert_eq!(granted.ttl(), 30);
+        let (mut keeper, mut stream) = cb.lease_keep_alive(id).await.expect("keep-alive stream");
+        keeper.keep_alive().await.expect("send keep-alive");
+        let renewed = stream
+            .message()
+            .await
+            .expect("keep-alive answer")
+            .expect("a message");
+        assert_eq!(
+            renewed.ttl(),
+            30,
+            "round {round}: keep-alive via b did not find the lease"
+        );
+        let ttl = cb
+            .lease_time_to_live(id, None)
+            .await
+            .expect("time-to-live via b");
+        assert!(
+            (28..=30).contains(&ttl.ttl()),
+            "round {round}: remaining {} of 30",
+            ttl.ttl()
+        );
+    }
+    ca.put("leased", "v", Some(PutOptions::new().with_lease(1000)))
+        .await
+        .expect("put with lease via a");
+    cb.lease_revoke(1000).await.expect("revoke via b");
+    for m in &cluster.members {
+        let r = m.client().await.get("leased", None).await.expect("get");
+        assert_eq!(r.count(), 0, "{}: the revoke left the key", m.label());
+    }
+}
+
+/// 45, 46 and the checkpointing promise: the leader is killed; a lease kept alive through a
+/// follower survives the failover and keeps its key; the new leader serves writes; once its
+/// client stops, the lease expires within TTL + election timeout + 1 s of the last keep-alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kill_keeps_a_kept_alive_lease_and_expires_an_abandoned_one() {
+    const TTL: i64 = 4;
+    let mut cluster = Cluster::start(Kind::Leasehold, 3).await;
+    let leader = cluster.leader().await;
+    let (a, b) = followers(leader);
+    let mut ca = client_of(&cluster.members[a].endpoint()).await;
+    let kept = ca.lease_grant(TTL, None).await.expect("grant").id();
+    let abandoned = ca.lease_grant(TTL, None).await.expect("grant").id();
+    ca.put("kept", "v", Some(PutOptions::new().with_lease(kept)))
+        .await
+        .expect("put");
+    ca.put(
+        "abandoned",
+        "v",
+        Some(PutOptions::new().with_lease(abandoned)),
+    )
+    .await
+    .expect("put");
+    let (mut keeper, mut answers) = ca.lease_keep_alive(kept).await.expect("keep-alive");
+    let abandoned_last_renewed = Instant::now();
+    cluster.members[leader].kill9();
+    // Keep `kept` alive through follower a for 2.5 TTLs across the failover.
+    let started = Instant::now();
+    let mut renewals_after_kill = 0;
+    while started.elapsed() < Duration::from_secs(TTL as u64 * 5 / 2) {
+        let renewed = keeper.keep_alive().await.is_ok()
+            && matches!(answers.message().await, Ok(Some(answer)) if answer.ttl() > 0);
+        if renewed {
+            renewals_after_kill += 1;
+        } else if let Ok((k, a)) = ca.lease_keep_alive(kept).await {
+            // The stream ended with "no leader" during the election: open a new one, as
+            // clientv3 does.
+            (keeper, answers) = (k, a);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        renewals_after_kill > 0,
+        "no keep-alive succeeded after the failover"
+    );
+    let new_leader = cluster.leader().await;
+    assert_ne!(new_leader, leader);
+    let mut cb = client_of(&cluster.members[b].endpoint()).await;
+    let r = cb.get("kept", None).await.expect("get");
+    assert_eq!(
+        r.count(),
+        1,
+        "the kept-alive lease lost its key in the failover"
+    );
+    cb.put("after", "failover", None)
+        .await
+        .expect("write after failover");
+    // The abandoned lease: gone within TTL + election timeout + 1 s of its last renewal.
+    let bound = Duration::from_secs(TTL as u64) + ELECTION_TIMEOUT + Duration::from_secs(1);
+    loop {
+        let r = cb.get("abandoned", None).await.expect("get");
+        if r.count() == 0 {
+            break;
+        }
+        assert!(
+            abandoned_last_renewed.elapsed() < bound,
+            "the abandoned lease outlived {bound:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    // The killed member comes back and catches up.
+    let old = &mut cluster.members[leader];
+    old.spawn();
+    old.wait_ready().await;
+    let mut co = old.client().await;
+    let r = co
+        .get("after", None)
+        .await
+        .expect("get on the restarted member");
+    assert_eq!(r.count(), 1, "the restarted member did not catch up");
+}
