@@ -1,7 +1,8 @@
 //! The `leasehold` binary: with no subcommand it serves (etcd's flags, etcd's meaning); `bench`
-//! drives any etcd-compatible endpoint. Wiring only: the behaviour lives in the library crates.
+//! drives any etcd-compatible endpoint; `cluster` starts a local multi-member cluster. Wiring only: the behaviour lives in the library crates.
 
 mod bench;
+mod cluster;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +24,8 @@ struct Cli {
 enum Command {
     /// Benchmark an etcd-compatible endpoint (leasehold or etcd) through the public API.
     Bench(bench::BenchArgs),
+    /// Start a local multi-member cluster on loopback (members on ports 2379, 12379, 22379, …).
+    Cluster(cluster::ClusterArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,6 +43,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         None => runtime.block_on(serve::run(cli.serve)),
         Some(Command::Bench(args)) => runtime.block_on(bench::run(args)),
+        Some(Command::Cluster(args)) => runtime.block_on(cluster::run(args)),
     }
 }
 
