@@ -197,3 +197,54 @@ async fn leader_kill_keeps_a_kept_alive_lease_and_expires_an_abandoned_one() {
         .expect("get on the restarted member");
     assert_eq!(r.count(), 1, "the restarted member did not catch up");
 }
+
+/// 20 (at stream creation): a member that has lost its quorum (and so its leader) refuses
+/// watch and keep-alive streams whose client requires a leader (etcd's `hasleader` metadata)
+/// with `Unavailable "etcdserver: no leader"`, exactly as etcd does; without the metadata the
+/// watch stream is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_that_require_a_leader_fail_without_one_same_as_etcd() {
+    let mut answers = Vec::new();
+    for kind in [Kind::Etcd, Kind::Leasehold] {
+        let mut cluster = Cluster::start(kind, 3).await;
+        let leader = cluster.leader().await;
+        let (survivor, other) = followers(leader);
+        let lease = cluster.members[survivor]
+            .client()
+            .await
+            .lease_grant(60, None)
+            .await
+            .expect("grant")
+            .id();
+        cluster.members[leader].kill9();
+        cluster.members[other].kill9();
+        let member = &cluster.members[survivor];
+        let mut plain = member.client().await;
+        let started = Instant::now();
+        while plain.status().await.map(|s| s.leader()).unwrap_or(0) != 0 {
+            assert!(started.elapsed() < CATCH_UP_MAX, "{kind:?}: still has a leader");
+            tokio::time::sleep(POLL).await;
+        }
+        let options = ConnectOptions::new()
+            .with_require_leader(true)
+            .with_timeout(Duration::from_secs(10));
+        let mut strict = Client::connect([member.endpoint()], Some(options))
+            .await
+            .expect("connect");
+        let describe = |r: Result<(), etcd_client::Error>| match r {
+            Ok(()) => "accepted".to_owned(),
+            Err(etcd_client::Error::GRpcStatus(s)) => format!("{:?} {}", s.code(), s.message()),
+            Err(e) => format!("client error: {e}"),
+        };
+        let watch = describe(strict.watch("k", None).await.map(|_| ()));
+        let keep_alive = describe(strict.lease_keep_alive(lease).await.map(|_| ()));
+        let plain_watch = describe(plain.watch("k", None).await.map(|_| ()));
+        answers.push((kind, watch, keep_alive, plain_watch));
+    }
+    let expected = "Unavailable etcdserver: no leader";
+    for (kind, watch, keep_alive, plain_watch) in &answers {
+        assert_eq!(watch, expected, "{kind:?}: watch requiring a leader");
+        assert_eq!(keep_alive, expected, "{kind:?}: keep-alive requiring a leader");
+        assert_eq!(plain_watch, "accepted", "{kind:?}: watch without the metadata");
+    }
+}

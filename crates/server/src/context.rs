@@ -31,3 +31,24 @@ impl ServerContext {
         }
     }
 }
+
+/// etcd's `hasleader` metadata: a stream that carries it wants to fail rather than be served by
+/// a member without a leader.
+const REQUIRE_LEADER_KEY: &str = "hasleader";
+
+impl ServerContext {
+    /// etcd's check for streams that require a leader: `Unavailable "etcdserver: no leader"` if
+    /// the request carries `hasleader: true` and this member knows no leader.
+    pub fn require_leader<T>(&self, req: &tonic::Request<T>) -> Result<(), tonic::Status> {
+        let required = req
+            .metadata()
+            .get(REQUIRE_LEADER_KEY)
+            .is_some_and(|v| v.as_bytes() == b"true");
+        if required && self.replica.status().leader.is_none() {
+            return Err(
+                crate::error::ApiError::from(leasehold_raft::ReplicaError::NoLeader).into(),
+            );
+        }
+        Ok(())
+    }
+}

@@ -320,6 +320,7 @@ impl Election for ElectionService {
         &self,
         req: Request<pb::LeaderRequest>,
     ) -> Result<Response<BoxStream<pb::LeaderResponse>>, Status> {
+        self.ctx.require_leader(&req)?;
         let prefix = recipe::queue_prefix(&req.into_inner().name);
         let (tx, rx) = mpsc::channel(OBSERVE_QUEUE_LEN_MAX);
         tokio::spawn(observe(self.ctx.clone(), prefix, tx));

@@ -150,6 +150,7 @@ impl Lease for LeaseService {
         &self,
         req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<pb::LeaseKeepAliveResponse>>, Status> {
+        self.ctx.require_leader(&req)?;
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(KEEPALIVE_QUEUE_LEN_MAX);
         let ctx = self.ctx.clone();

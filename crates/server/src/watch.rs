@@ -104,6 +104,7 @@ impl Watch for WatchService {
         &self,
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<BoxStream<pb::WatchResponse>>, Status> {
+        self.ctx.require_leader(&req)?;
         let (tx, rx) = mpsc::channel(RESPONSE_QUEUE_LEN_MAX);
         let stream = WatchStream {
             ctx: self.ctx.clone(),
