@@ -206,19 +206,17 @@ impl LeaseTable {
         Ok(lease.keys.into_iter().collect())
     }
 
-    /// What a new leader does to the leases it inherits: each gets `extend_ms` beyond what it had
-    /// left at `now_ms` (the replicated clock), so holders cut off by the leader change have time
-    /// to reach the new leader. Already-expired leases get just `extend_ms`.
+    /// What a new leader does to the leases it inherits: each has at least `extend_ms` left at
+    /// `now_ms` (the new leader's lease time), so holders cut off by the leader change have time
+    /// to reach the new leader. A lease with more left keeps its deadline: the extension does
+    /// not add up over repeated leader changes, so a dead client's lease still expires within
+    /// one extension of its TTL however often the leader changes.
     pub fn extend_all(&mut self, now_ms: u64, extend_ms: u64) {
         self.advance(now_ms);
-        let clock = self.clock_ms;
+        let floor = self.clock_ms.saturating_add(extend_ms);
         self.queue.clear();
         for (id, lease) in &mut self.leases {
-            lease.record.deadline_ms = lease
-                .record
-                .deadline_ms
-                .max(clock)
-                .saturating_add(extend_ms);
+            lease.record.deadline_ms = lease.record.deadline_ms.max(floor);
             self.queue
                 .insert((lease.record.deadline_ms, lease.record.grant_seq), *id);
         }

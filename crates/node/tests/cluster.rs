@@ -13,6 +13,10 @@ use common::{Cluster, Kind};
 use etcd_client::{Client, ConnectOptions, GetOptions, LeaseGrantOptions, PutOptions};
 
 const ELECTION_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The tests of this file run one at a time: each runs three or six server processes, and on
+/// two cores parallel clusters would slow each other's elections and muddy the timing bounds.
+static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const POLL: Duration = Duration::from_millis(50);
 const CATCH_UP_MAX: Duration = Duration::from_secs(10);
 
@@ -32,6 +36,7 @@ fn followers(leader: usize) -> (usize, usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_on_any_member_are_read_on_all() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
     let cluster = Cluster::start(Kind::Leasehold, 3).await;
     let mut clients = Vec::new();
     for m in &cluster.members {
@@ -73,6 +78,7 @@ async fn writes_on_any_member_are_read_on_all() {
 /// keys everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_work_through_followers() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
     let cluster = Cluster::start(Kind::Leasehold, 3).await;
     let leader = cluster.leader().await;
     let (a, b) = followers(leader);
@@ -122,6 +128,7 @@ async fn leases_work_through_followers() {
 /// client stops, the lease expires within TTL + election timeout + 1 s of the last keep-alive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_kill_keeps_a_kept_alive_lease_and_expires_an_abandoned_one() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
     const TTL: i64 = 4;
     let mut cluster = Cluster::start(Kind::Leasehold, 3).await;
     let leader = cluster.leader().await;
@@ -204,6 +211,7 @@ async fn leader_kill_keeps_a_kept_alive_lease_and_expires_an_abandoned_one() {
 /// watch stream is accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_that_require_a_leader_fail_without_one_same_as_etcd() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
     let mut answers = Vec::new();
     for kind in [Kind::Etcd, Kind::Leasehold] {
         let mut cluster = Cluster::start(kind, 3).await;
@@ -222,7 +230,10 @@ async fn streams_that_require_a_leader_fail_without_one_same_as_etcd() {
         let mut plain = member.client().await;
         let started = Instant::now();
         while plain.status().await.map(|s| s.leader()).unwrap_or(0) != 0 {
-            assert!(started.elapsed() < CATCH_UP_MAX, "{kind:?}: still has a leader");
+            assert!(
+                started.elapsed() < CATCH_UP_MAX,
+                "{kind:?}: still has a leader"
+            );
             tokio::time::sleep(POLL).await;
         }
         let options = ConnectOptions::new()
@@ -244,7 +255,85 @@ async fn streams_that_require_a_leader_fail_without_one_same_as_etcd() {
     let expected = "Unavailable etcdserver: no leader";
     for (kind, watch, keep_alive, plain_watch) in &answers {
         assert_eq!(watch, expected, "{kind:?}: watch requiring a leader");
-        assert_eq!(keep_alive, expected, "{kind:?}: keep-alive requiring a leader");
-        assert_eq!(plain_watch, "accepted", "{kind:?}: watch without the metadata");
+        assert_eq!(
+            keep_alive, expected,
+            "{kind:?}: keep-alive requiring a leader"
+        );
+        assert_eq!(
+            plain_watch, "accepted",
+            "{kind:?}: watch without the metadata"
+        );
     }
+}
+
+/// The checkpointing promise under churn: the leader is killed (and restarted as a follower)
+/// every TTL/2; a lease whose client stopped is gone no later than 1.1 × TTL + election timeout
+/// + 1 s after its last renewal, and never before its TTL. (etcd 3.4 resets remaining TTLs on
+/// every leader change, so under this churn it never expires such a lease; not run here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_lease_expires_in_time_while_the_leader_is_killed_every_half_ttl() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
+    const TTL: u64 = 6;
+    let mut cluster = Cluster::start(Kind::Leasehold, 3).await;
+    let endpoints = cluster.endpoints();
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(5));
+    let mut client = Client::connect(endpoints, Some(options))
+        .await
+        .expect("connect");
+    let lease = client
+        .lease_grant(TTL as i64, None)
+        .await
+        .expect("grant")
+        .id();
+    let last_renewal = Instant::now();
+    client
+        .put("abandoned", "v", Some(PutOptions::new().with_lease(lease)))
+        .await
+        .expect("put");
+    let bound =
+        Duration::from_secs_f64(1.1 * TTL as f64) + ELECTION_TIMEOUT + Duration::from_secs(1);
+    let mut kills = 0;
+    let mut next_kill = last_renewal + Duration::from_secs(TTL / 2);
+    let expired_after = loop {
+        assert!(
+            last_renewal.elapsed() < bound + Duration::from_secs(10),
+            "the lease outlived its bound by far ({kills} leader kills)"
+        );
+        if Instant::now() >= next_kill {
+            let leader = cluster.leader().await;
+            cluster.members[leader].kill9();
+            cluster.members[leader].spawn();
+            kills += 1;
+            next_kill += Duration::from_secs(TTL / 2);
+        }
+        // Any member that answers; during an election none may.
+        let mut gone = None;
+        for m in &cluster.members {
+            let options = ConnectOptions::new()
+                .with_connect_timeout(Duration::from_millis(500))
+                .with_timeout(Duration::from_secs(1));
+            if let Ok(mut c) = Client::connect([m.endpoint()], Some(options)).await
+                && let Ok(r) = c.get("abandoned", None).await
+            {
+                gone = Some(r.count() == 0);
+                break;
+            }
+        }
+        if gone == Some(true) {
+            break last_renewal.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("abandoned lease (TTL {TTL} s) gone after {expired_after:?}, {kills} leader kills");
+    assert!(kills >= 2, "the churn did not happen: {kills} kills");
+    assert!(
+        expired_after >= Duration::from_secs(TTL),
+        "expired early: {expired_after:?}"
+    );
+    assert!(
+        expired_after <= bound,
+        "outlived 1.1 × TTL + election timeout + 1 s = {bound:?}: {expired_after:?}"
+    );
 }

@@ -381,7 +381,9 @@ impl Replica {
     /// timeout, then runs the lease clock on from the replicated value. Called once everything
     /// committed is applied.
     async fn promote(&self) -> Result<(), ReplicaError> {
-        let replicated_ms = state_machine::read_leases(&self.shared, |t| t.clock_ms());
+        // The old leader's last lease time, plus what this member has seen pass since it
+        // applied it: the election gap counts, as it does for the clients.
+        let replicated_ms = state_machine::lease_time_now(&self.shared);
         let extend_ms = u64::try_from(self.election_timeout.as_millis()).unwrap_or(u64::MAX);
         // Straight to this member's Raft, never forwarded: only a leader promotes itself.
         let proposal = Proposal {

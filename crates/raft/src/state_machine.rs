@@ -84,6 +84,11 @@ pub(crate) struct SharedState {
     pub(crate) leases_changed: tokio::sync::Notify,
     /// The store revision after the latest apply: what watchers wait on.
     pub(crate) revision: tokio::sync::watch::Sender<i64>,
+    /// The replicated lease time after the latest apply that moved it, and when (on this
+    /// process's monotonic clock) that apply happened. A member that becomes leader counts the
+    /// time since then as lease time that has passed (a lower bound of what passed since the
+    /// old leader stamped it), so an election does not stop the lease clock.
+    pub(crate) lease_time_applied: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
 }
 
 impl SharedState {
@@ -93,6 +98,18 @@ impl SharedState {
             state: RwLock::new(state),
             leases_changed: tokio::sync::Notify::new(),
             revision,
+            lease_time_applied: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Records that the replicated lease time is `clock_ms` as of now, if that moved it.
+    fn note_lease_time(&self, clock_ms: u64) {
+        let mut seen = self
+            .lease_time_applied
+            .lock()
+            .expect("lease time lock poisoned");
+        if seen.is_none_or(|(ms, _)| clock_ms > ms) {
+            *seen = Some((clock_ms, std::time::Instant::now()));
         }
     }
 
@@ -356,7 +373,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut replies = Vec::new();
         let mut fx = Effects::default();
-        let (meta, lease_rows) = {
+        let (meta, lease_rows, lease_clock_ms) = {
             let mut guard = self.shared.state.write().expect("state lock poisoned");
             let state = &mut *guard;
             for entry in entries {
@@ -382,8 +399,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 .iter()
                 .map(|id| (*id, state.leases.record(*id)))
                 .collect();
-            (state.meta(), lease_rows)
+            (state.meta(), lease_rows, state.leases.clock_ms())
         };
+        self.shared.note_lease_time(lease_clock_ms);
         if !lease_rows.is_empty() {
             self.shared.leases_changed.notify_one();
         }
@@ -490,6 +508,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 pub(crate) fn read<T>(shared: &Shared, f: impl FnOnce(&Store) -> T) -> T {
     let state = shared.state.read().expect("state lock poisoned");
     f(&state.store)
+}
+
+/// The replicated lease time, advanced by the time this process has seen pass since that value
+/// was applied here (zero after a restart: nothing is known about the downtime).
+pub(crate) fn lease_time_now(shared: &Shared) -> u64 {
+    let replicated = read_leases(shared, |t| t.clock_ms());
+    let seen = *shared
+        .lease_time_applied
+        .lock()
+        .expect("lease time lock poisoned");
+    match seen {
+        Some((ms, at)) if ms == replicated => {
+            let passed = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+            replicated.saturating_add(passed)
+        }
+        _ => replicated,
+    }
 }
 
 pub(crate) fn read_leases<T>(shared: &Shared, f: impl FnOnce(&LeaseTable) -> T) -> T {
