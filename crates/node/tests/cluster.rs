@@ -337,3 +337,64 @@ async fn an_abandoned_lease_expires_in_time_while_the_leader_is_killed_every_hal
         "outlived 1.1 × TTL + election timeout + 1 s = {bound:?}: {expired_after:?}"
     );
 }
+
+/// A member that was down while the others compacted their log catches up through a snapshot
+/// (streamed over the peer transport), then follows the log again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_member_catches_up_through_a_snapshot() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
+    const SNAPSHOT_EVERY: usize = 20;
+    const WRITES: usize = 10 * SNAPSHOT_EVERY;
+    let mut cluster = Cluster::start_with(
+        Kind::Leasehold,
+        3,
+        &["--snapshot-count", &SNAPSHOT_EVERY.to_string()],
+    )
+    .await;
+    let leader = cluster.leader().await;
+    let (down, up) = followers(leader);
+    cluster.members[down].kill9();
+    let mut c = cluster.members[up].client().await;
+    for i in 0..WRITES {
+        c.put(format!("s{i:04}"), vec![b'x'; 1024], None)
+            .await
+            .expect("put while a member is down");
+    }
+    let member = &mut cluster.members[down];
+    member.spawn();
+    member.wait_ready().await;
+    let mut back = member.client().await;
+    let options = || {
+        Some(
+            GetOptions::new()
+                .with_prefix()
+                .with_count_only()
+                .with_serializable(),
+        )
+    };
+    let started = Instant::now();
+    loop {
+        let r = back.get("s", options()).await.expect("serializable count");
+        if r.count() == WRITES as i64 {
+            break;
+        }
+        assert!(
+            started.elapsed() < CATCH_UP_MAX,
+            "the restarted member has {} of {WRITES} keys",
+            r.count()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    // And it follows the log from there.
+    c.put("after-snapshot", "v", None).await.expect("put");
+    let r = back
+        .get("after-snapshot", None)
+        .await
+        .expect("linearizable get");
+    assert_eq!(r.count(), 1);
+    let log = member.log_tail();
+    assert!(
+        log.contains("installing a snapshot from the leader"),
+        "no sign of a snapshot install in the member's log"
+    );
+}

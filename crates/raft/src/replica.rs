@@ -320,7 +320,9 @@ impl Replica {
             election_timeout_min: cfg.election_timeout_ms,
             election_timeout_max: cfg.election_timeout_ms * 2,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_log_entries_max),
-            max_in_snapshot_log_to_keep: 1000,
+            // Entries kept behind a snapshot for followers that lag a little; one further
+            // behind gets the snapshot.
+            max_in_snapshot_log_to_keep: cfg.snapshot_log_entries_max.min(1000),
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(storage::io_err)?);

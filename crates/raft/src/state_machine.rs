@@ -433,6 +433,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError<u64>> {
         let to_err = |e: std::io::Error| StorageIOError::read_snapshot(Some(meta.signature()), &e);
         let payload: SnapshotPayload = decode(snapshot.get_ref()).map_err(to_err)?;
+        tracing::info!(
+            last_log_id = ?meta.last_log_id,
+            bytes = snapshot.get_ref().len(),
+            revision = payload.current_revision,
+            "installing a snapshot from the leader"
+        );
         let store = Store::restore(
             payload.current_revision,
             payload.compact_revision,

@@ -220,6 +220,8 @@ pub struct Server {
     member_name: String,
     /// `--initial-cluster` and `--initial-cluster-token`; `None`: a one-member cluster.
     cluster: Option<(String, String)>,
+    /// More flags for every start.
+    extra_args: Vec<String>,
 }
 
 impl Server {
@@ -247,6 +249,7 @@ impl Server {
             log_shown: AtomicBool::new(false),
             member_name: MEMBER_NAME.to_owned(),
             cluster: None,
+            extra_args: Vec::new(),
         };
         server.spawn();
         server.wait_ready().await;
@@ -261,6 +264,7 @@ impl Server {
         [client_port, peer_port]: [u16; 2],
         initial_cluster: &str,
         token: &str,
+        extra_args: &[&str],
     ) -> Server {
         let label = format!("{}-{name}", kind_label(kind));
         let root = tempfile::Builder::new()
@@ -282,6 +286,7 @@ impl Server {
             log_shown: AtomicBool::new(false),
             member_name: name.to_owned(),
             cluster: Some((initial_cluster.to_owned(), token.to_owned())),
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };
         server.spawn();
         server
@@ -326,6 +331,7 @@ impl Server {
             .args(["--initial-cluster-token", &token])
             .args(["--heartbeat-interval", "100"])
             .args(["--election-timeout", "1000"])
+            .args(&self.extra_args)
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log file"))
@@ -516,6 +522,11 @@ impl Cluster {
     /// Starts `size` members of `kind` with one `--initial-cluster` and waits until every
     /// member serves a linearizable read (so a leader is elected).
     pub async fn start(kind: Kind, size: usize) -> Cluster {
+        Cluster::start_with(kind, size, &[]).await
+    }
+
+    /// [`Cluster::start`] with more flags for every member.
+    pub async fn start_with(kind: Kind, size: usize, extra_args: &[&str]) -> Cluster {
         let mut ports = Vec::new();
         for _ in 0..size {
             ports.push(free_ports::<2>());
@@ -531,7 +542,9 @@ impl Cluster {
         let mut members: Vec<Server> = names
             .iter()
             .zip(&ports)
-            .map(|(name, ports)| Server::spawn_member(kind, name, *ports, &initial_cluster, &token))
+            .map(|(name, ports)| {
+                Server::spawn_member(kind, name, *ports, &initial_cluster, &token, extra_args)
+            })
             .collect();
         for member in &mut members {
             member.wait_ready().await;
