@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use leasehold_raft::{Replica, ReplicaConfig};
-use leasehold_server::ServerContext;
+use leasehold_server::{ServerContext, identity};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -64,18 +64,8 @@ pub struct Identity {
     pub peer_urls: Vec<String>,
     /// The other members of the initial cluster: id → first peer URL.
     pub peers: std::collections::BTreeMap<u64, String>,
-}
-
-/// FNV-1a: a stable hash, so IDs survive restarts and rebuilds.
-fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for b in part.iter().chain(b"\0") {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h.max(1)
+    /// Every member of the initial cluster: id → name.
+    pub names: std::collections::BTreeMap<u64, String>,
 }
 
 fn split_urls(s: &str) -> Vec<String> {
@@ -113,38 +103,30 @@ impl ServeArgs {
                 self.name
             );
         };
-        let token = self.initial_cluster_token.as_bytes();
-        // A member's id: its sorted peer URLs and the token, as etcd derives it.
-        let id_of = |urls: &[String]| {
-            let mut urls = urls.to_vec();
-            urls.sort();
-            let mut parts: Vec<&[u8]> = urls.iter().map(|u| u.as_bytes()).collect();
-            parts.push(token);
-            (fnv1a(&parts), urls)
-        };
-        let (member_id, mine) = id_of(&mine);
-        let mut ids = Vec::new();
+        let token = &self.initial_cluster_token;
+        let mut mine = mine;
+        mine.sort();
+        let member_id = identity::member_id(&mine, token);
         let mut peers = std::collections::BTreeMap::new();
+        let mut names = std::collections::BTreeMap::new();
         for (name, urls) in &by_name {
-            let (id, urls) = id_of(urls);
-            ids.push(id);
+            let id = identity::member_id(urls, token);
+            names.insert(id, (*name).to_owned());
             if *name != self.name {
+                let mut urls = urls.clone();
+                urls.sort();
                 peers.insert(id, urls[0].clone());
             }
         }
         if peers.contains_key(&member_id) {
             bail!("--initial-cluster: two members share the peer URLs {mine:?}");
         }
-        ids.sort_unstable();
-        let id_bytes: Vec<[u8; 8]> = ids.iter().map(|id| id.to_be_bytes()).collect();
-        let mut parts: Vec<&[u8]> = id_bytes.iter().map(|b| b.as_slice()).collect();
-        parts.push(token);
-        let cluster_id = fnv1a(&parts);
         Ok(Identity {
             member_id,
-            cluster_id,
+            cluster_id: identity::cluster_id(token),
             peer_urls: mine,
             peers,
+            names,
         })
     }
 
@@ -172,9 +154,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let identity = args.identity()?;
     let addrs = args.client_addrs()?;
     let fresh = !args.data_dir.join("leasehold.redb").exists();
-    if fresh && args.initial_cluster_state == "existing" {
-        bail!("--initial-cluster-state existing: joining a running cluster is not supported yet");
-    }
     if args.initial_cluster_state != "new" && args.initial_cluster_state != "existing" {
         bail!("--initial-cluster-state must be 'new' or 'existing'");
     }
@@ -210,6 +189,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             member_id: identity.member_id,
             peer_url: identity.peer_urls[0].clone(),
             initial_peers: identity.peers.clone(),
+            // A fresh member of an existing cluster waits for the leader to add it (MemberAdd).
+            bootstrap: args.initial_cluster_state == "new",
             data_dir: data_dir.clone(),
             heartbeat_interval_ms: args.heartbeat_interval,
             election_timeout_ms: args.election_timeout,
@@ -240,6 +221,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ),
         lease_ids: leasehold_server::LeaseIdGenerator::new(identity.member_id, unix_ms()),
         watch_progress_interval: args.experimental_watch_progress_notify_interval,
+        cluster_token: args.initial_cluster_token.clone(),
+        member_names: identity.names.clone(),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = Vec::new();

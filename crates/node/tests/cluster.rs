@@ -398,3 +398,100 @@ async fn a_restarted_member_catches_up_through_a_snapshot() {
         "no sign of a snapshot install in the member's log"
     );
 }
+
+/// Membership through etcdctl: `member add` then a new member started with
+/// `--initial-cluster-state existing` joins and serves; a learner is added, promoted and
+/// removed; etcd's errors for promoting a voter and removing an unknown member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_are_added_promoted_and_removed_with_etcdctl() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start(Kind::Leasehold, 3).await;
+    let endpoint = cluster.members[0].endpoint();
+    let ctl = |args: Vec<String>| {
+        let endpoint = endpoint.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = common::etcdctl(&endpoint, &args).await;
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+
+    // A voter.
+    let ports = common::free_ports::<2>();
+    let peer = format!("http://127.0.0.1:{}", ports[1]);
+    let (code, out, err) = ctl(s(&["member", "add", "m4", &format!("--peer-urls={peer}")])).await;
+    assert_eq!(code, Some(0), "member add: {out}{err}");
+    assert!(out.contains("added to cluster"), "{out}");
+    assert!(
+        out.contains("ETCD_INITIAL_CLUSTER_STATE=\"existing\""),
+        "{out}"
+    );
+    let m4 = cluster.join("m4", ports).await;
+    let mut c4 = cluster.members[m4].client().await;
+    c4.put("from-m4", "v", None)
+        .await
+        .expect("write via the new member");
+    let r = cluster.members[0]
+        .client()
+        .await
+        .get("from-m4", None)
+        .await
+        .expect("get");
+    assert_eq!(r.count(), 1);
+    let (_, list, _) = ctl(s(&["member", "list"])).await;
+    assert_eq!(list.lines().count(), 4, "{list}");
+    assert!(list.contains(&peer), "{list}");
+
+    // A learner, promoted, then removed.
+    let ports = common::free_ports::<2>();
+    let peer = format!("http://127.0.0.1:{}", ports[1]);
+    let (code, out, err) = ctl(s(&[
+        "member",
+        "add",
+        "m5",
+        "--learner",
+        &format!("--peer-urls={peer}"),
+    ]))
+    .await;
+    assert_eq!(code, Some(0), "member add --learner: {out}{err}");
+    let id = out
+        .split_whitespace()
+        .nth(1)
+        .expect("Member <id> added")
+        .to_owned();
+    let m5 = cluster.join("m5", ports).await;
+    let (_, list, _) = ctl(s(&["member", "list"])).await;
+    let learner_line = list.lines().find(|l| l.starts_with(&id)).expect("listed");
+    assert!(
+        learner_line.ends_with("true"),
+        "not a learner: {learner_line}"
+    );
+    let (code, out, err) = ctl(s(&["member", "promote", &id])).await;
+    assert_eq!(code, Some(0), "promote: {out}{err}");
+    let (_, list, _) = ctl(s(&["member", "list"])).await;
+    let line = list.lines().find(|l| l.starts_with(&id)).expect("listed");
+    assert!(line.ends_with("false"), "still a learner: {line}");
+    let (code, _, err) = ctl(s(&["member", "promote", &id])).await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("etcdserver: can only promote a learner member"),
+        "{err}"
+    );
+    let (code, out, err) = ctl(s(&["member", "remove", &id])).await;
+    assert_eq!(code, Some(0), "remove: {out}{err}");
+    cluster.members[m5].kill9();
+    let (_, list, _) = ctl(s(&["member", "list"])).await;
+    assert_eq!(list.lines().count(), 4, "{list}");
+    let (code, _, err) = ctl(s(&["member", "remove", "1234"])).await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("etcdserver: member not found"), "{err}");
+    // The cluster still serves.
+    c4.put("after-remove", "v", None)
+        .await
+        .expect("write after the removal");
+}

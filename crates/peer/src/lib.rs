@@ -20,7 +20,8 @@ use leasehold_api::leaseholdpeerpb::Payload;
 use leasehold_api::leaseholdpeerpb::peer_client::PeerClient as GrpcClient;
 use leasehold_api::leaseholdpeerpb::peer_server::{Peer, PeerServer};
 use leasehold_raft::{
-    BoxFuture, Forwarded, Forwarder, Proposal, ReadIndex, Replica, ReplicaError, TypeConfig,
+    BoxFuture, Forwarded, Forwarder, MemberChange, Proposal, ReadIndex, Replica, ReplicaError,
+    TypeConfig,
 };
 use openraft::BasicNode;
 use openraft::error::{
@@ -118,6 +119,7 @@ impl PeerNetwork {
                 Rpc::InstallSnapshot => client.install_snapshot(payload).await,
                 Rpc::Forward => client.forward(payload).await,
                 Rpc::ReadIndex => client.read_index(payload).await,
+                Rpc::ChangeMembers => client.change_members(payload).await,
             }
         };
         match tokio::time::timeout(timeout, call).await {
@@ -141,6 +143,7 @@ enum Rpc {
     InstallSnapshot,
     Forward,
     ReadIndex,
+    ChangeMembers,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -263,6 +266,15 @@ impl Forwarder for PeerForwarder {
     fn read_index(&self, _leader: u64, addr: String) -> BoxFuture<Result<ReadIndex, ReplicaError>> {
         self.ask(addr, Rpc::ReadIndex, &())
     }
+
+    fn change_members(
+        &self,
+        _leader: u64,
+        addr: String,
+        change: MemberChange,
+    ) -> BoxFuture<Result<(), ReplicaError>> {
+        self.ask(addr, Rpc::ChangeMembers, &change)
+    }
 }
 
 /// The server side: hands each RPC to this member's Raft (or, for forwarded requests, to the
@@ -311,6 +323,12 @@ impl Peer for PeerService {
 
     async fn read_index(&self, _req: Request<Payload>) -> Result<Response<Payload>, Status> {
         let result = self.replica.leader_read_index().await;
+        Ok(Response::new(encode(&result)))
+    }
+
+    async fn change_members(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let change: MemberChange = decode(req.get_ref()).map_err(bad_request)?;
+        let result = self.replica.leader_change_members(change).await;
         Ok(Response::new(encode(&result)))
     }
 }

@@ -21,8 +21,8 @@ pub use command::{Applied, Command, Proposal};
 pub use leasehold_lease::{LEASE_TTL_SECS_MAX, LeaseClock, LeaseError, LeaseId, LeaseTable};
 pub use network::NoPeers;
 pub use replica::{
-    BoxFuture, Forwarded, Forwarder, NoForwarding, RaftStatus, ReadIndex, Replica, ReplicaConfig,
-    ReplicaError,
+    BoxFuture, Forwarded, Forwarder, MemberChange, MemberInfo, MembershipError, NoForwarding,
+    RaftStatus, ReadIndex, Replica, ReplicaConfig, ReplicaError,
 };
 
 openraft::declare_raft_types!(

@@ -27,6 +27,9 @@ pub struct ReplicaConfig {
     /// The other members of the initial cluster (id → peer URL), to bootstrap a new cluster
     /// with; empty for a one-member cluster. Ignored once the data dir holds a cluster.
     pub initial_peers: BTreeMap<u64, String>,
+    /// Whether a fresh data dir bootstraps a new cluster (etcd's `--initial-cluster-state new`)
+    /// or waits to be added to a running one (`existing`: the leader sends it the state).
+    pub bootstrap: bool,
     pub data_dir: PathBuf,
     pub heartbeat_interval_ms: u64,
     pub election_timeout_ms: u64,
@@ -59,6 +62,47 @@ pub enum ReplicaError {
     Stopped,
     #[error("storage: {0}")]
     Storage(String),
+    #[error(transparent)]
+    Membership(#[from] MembershipError),
+}
+
+/// Why a membership change was refused (etcd's messages).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize,
+)]
+pub enum MembershipError {
+    #[error("etcdserver: member not found")]
+    NotFound,
+    #[error("etcdserver: member ID already exist")]
+    IdExists,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExists,
+    #[error("etcdserver: can only promote a learner member")]
+    NotLearner,
+}
+
+/// A membership change: etcd's MemberAdd, MemberRemove and MemberPromote.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum MemberChange {
+    Add {
+        id: u64,
+        peer_url: String,
+        learner: bool,
+    },
+    Remove {
+        id: u64,
+    },
+    Promote {
+        id: u64,
+    },
+}
+
+/// One member as the current membership config has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: u64,
+    pub peer_url: String,
+    pub learner: bool,
 }
 
 /// A boxed future, for the object-safe [`Forwarder`].
@@ -95,6 +139,13 @@ pub trait Forwarder: Send + Sync + 'static {
     /// Asks the leader for a read index: a log index that covers every write acknowledged
     /// before the call, and the leader's lease time at that point.
     fn read_index(&self, leader: u64, addr: String) -> BoxFuture<Result<ReadIndex, ReplicaError>>;
+    /// Has the leader make a membership change.
+    fn change_members(
+        &self,
+        leader: u64,
+        addr: String,
+        change: MemberChange,
+    ) -> BoxFuture<Result<(), ReplicaError>>;
 }
 
 /// The forwarder of a member without peers.
@@ -111,6 +162,15 @@ impl Forwarder for NoForwarding {
     }
 
     fn read_index(&self, _: u64, _: String) -> BoxFuture<Result<ReadIndex, ReplicaError>> {
+        Box::pin(async { Err(ReplicaError::NoLeader) })
+    }
+
+    fn change_members(
+        &self,
+        _: u64,
+        _: String,
+        _: MemberChange,
+    ) -> BoxFuture<Result<(), ReplicaError>> {
         Box::pin(async { Err(ReplicaError::NoLeader) })
     }
 }
@@ -329,7 +389,7 @@ impl Replica {
         let raft = Raft::new(cfg.member_id, config, network, log, sm)
             .await
             .map_err(storage::io_err)?;
-        if !raft.is_initialized().await.map_err(storage::io_err)? {
+        if cfg.bootstrap && !raft.is_initialized().await.map_err(storage::io_err)? {
             let mut members = BTreeMap::from([(cfg.member_id, BasicNode::new(&cfg.peer_url))]);
             for (id, url) in &cfg.initial_peers {
                 members.insert(*id, BasicNode::new(url));
@@ -360,7 +420,7 @@ impl Replica {
             forwarder,
         });
         tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
-        if cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
+        if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
             let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
             let start = tokio::time::Instant::now();
             while replica.lease_clock().is_none() {
@@ -530,13 +590,89 @@ impl Replica {
         }
     }
 
-    /// The current members: (id, peer URL).
-    pub fn members(&self) -> Vec<(u64, String)> {
+    /// The current members, voters and learners, in id order.
+    pub fn members(&self) -> Vec<MemberInfo> {
         let m = self.raft.metrics().borrow().clone();
-        m.membership_config
+        let membership = m.membership_config.membership();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        membership
             .nodes()
-            .map(|(id, node)| (*id, node.addr.clone()))
+            .map(|(id, node)| MemberInfo {
+                id: *id,
+                peer_url: node.addr.clone(),
+                learner: !voters.contains(id),
+            })
             .collect()
+    }
+
+    /// Makes a membership change, on the leader (forwarded there from a follower); returns once
+    /// the new configuration is committed.
+    pub async fn change_members(&self, change: MemberChange) -> Result<(), ReplicaError> {
+        match leader_elsewhere(&self.raft, self.member_id) {
+            Some((leader, addr)) => self.forwarder.change_members(leader, addr, change).await,
+            None => self.leader_change_members(change).await,
+        }
+    }
+
+    /// The leader's side of [`Replica::change_members`].
+    pub async fn leader_change_members(&self, change: MemberChange) -> Result<(), ReplicaError> {
+        use openraft::ChangeMembers;
+        let members = self.members();
+        let find = |id: u64| members.iter().find(|m| m.id == id);
+        let to_replica_error = |e: RaftError<u64, ClientWriteError<u64, BasicNode>>| match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ReplicaError::NoLeader,
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                ReplicaError::Storage(e.to_string())
+            }
+            RaftError::Fatal(_) => ReplicaError::Stopped,
+        };
+        match change {
+            MemberChange::Add {
+                id,
+                peer_url,
+                learner,
+            } => {
+                if find(id).is_some() {
+                    return Err(MembershipError::IdExists.into());
+                }
+                if members.iter().any(|m| m.peer_url == peer_url) {
+                    return Err(MembershipError::PeerUrlExists.into());
+                }
+                self.raft
+                    .add_learner(id, BasicNode::new(&peer_url), false)
+                    .await
+                    .map_err(to_replica_error)?;
+                if !learner {
+                    self.raft
+                        .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
+                        .await
+                        .map_err(to_replica_error)?;
+                }
+            }
+            MemberChange::Remove { id } => {
+                let member = find(id).ok_or(MembershipError::NotFound)?;
+                let change = if member.learner {
+                    ChangeMembers::RemoveNodes([id].into())
+                } else {
+                    ChangeMembers::RemoveVoters([id].into())
+                };
+                self.raft
+                    .change_membership(change, false)
+                    .await
+                    .map_err(to_replica_error)?;
+            }
+            MemberChange::Promote { id } => {
+                let member = find(id).ok_or(MembershipError::NotFound)?;
+                if !member.learner {
+                    return Err(MembershipError::NotLearner.into());
+                }
+                self.raft
+                    .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
+                    .await
+                    .map_err(to_replica_error)?;
+            }
+        }
+        Ok(())
     }
 
     /// Size of the database file in bytes.

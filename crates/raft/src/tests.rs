@@ -91,6 +91,7 @@ async fn replica_restart_recovers_every_write() {
         member_id: 7,
         peer_url: "http://127.0.0.1:1".into(),
         initial_peers: BTreeMap::new(),
+        bootstrap: true,
         data_dir: dir.path().to_path_buf(),
         heartbeat_interval_ms: 50,
         election_timeout_ms: 200,

@@ -1,12 +1,16 @@
-//! Cluster: the member list. Membership changes arrive with the replicated-cluster work and
-//! answer `Unimplemented` until then.
+//! Cluster: the member list and membership changes (MemberAdd, MemberRemove, MemberPromote),
+//! made through Raft on the leader (forwarded there from a follower). MemberUpdate (changing a
+//! member's peer URLs) answers `Unimplemented`.
 
 use std::sync::Arc;
 
 use leasehold_api::etcdserverpb::{self as pb, cluster_server::Cluster};
+use leasehold_raft::{MemberChange, MemberInfo};
 use tonic::{Request, Response, Status};
 
 use crate::context::ServerContext;
+use crate::error::ApiError;
+use crate::identity;
 
 pub struct ClusterService {
     ctx: Arc<ServerContext>,
@@ -16,51 +20,135 @@ impl ClusterService {
     pub fn new(ctx: Arc<ServerContext>) -> ClusterService {
         ClusterService { ctx }
     }
-}
 
-#[tonic::async_trait]
-impl Cluster for ClusterService {
-    async fn member_list(
-        &self,
-        _req: Request<pb::MemberListRequest>,
-    ) -> Result<Response<pb::MemberListResponse>, Status> {
-        let members = self
-            .ctx
+    /// A member as etcd lists it. This member knows its own name and client URLs; the others'
+    /// names come from `--initial-cluster` (members added later have none, which etcdctl shows
+    /// as "unstarted"), and their client URLs are not known.
+    fn member(&self, m: &MemberInfo) -> pb::Member {
+        let this = m.id == self.ctx.member_id;
+        pb::Member {
+            id: m.id,
+            name: if this {
+                self.ctx.name.clone()
+            } else {
+                self.ctx
+                    .member_names
+                    .get(&m.id)
+                    .cloned()
+                    .unwrap_or_default()
+            },
+            peer_ur_ls: if this {
+                self.ctx.peer_urls.clone()
+            } else {
+                vec![m.peer_url.clone()]
+            },
+            client_ur_ls: if this {
+                self.ctx.client_urls.clone()
+            } else {
+                Vec::new()
+            },
+            is_learner: m.learner,
+        }
+    }
+
+    fn members(&self) -> Vec<pb::Member> {
+        self.ctx
             .replica
             .members()
-            .into_iter()
-            .map(|(id, peer_url)| {
-                let this = id == self.ctx.member_id;
-                pb::Member {
-                    id,
-                    name: if this {
-                        self.ctx.name.clone()
-                    } else {
-                        String::new()
-                    },
-                    peer_ur_ls: if this {
-                        self.ctx.peer_urls.clone()
-                    } else {
-                        vec![peer_url]
-                    },
-                    client_ur_ls: if this {
-                        self.ctx.client_urls.clone()
-                    } else {
-                        Vec::new()
-                    },
-                    is_learner: false,
-                }
-            })
-            .collect();
+            .iter()
+            .map(|m| self.member(m))
+            .collect()
+    }
+
+    async fn header(&self) -> Result<Option<pb::ResponseHeader>, Status> {
         let revision = self
             .ctx
             .replica
             .read(false, |s| s.current_revision())
             .await
-            .map_err(crate::error::ApiError::from)?;
-        Ok(Response::new(pb::MemberListResponse {
-            header: self.ctx.header().at(revision),
+            .map_err(ApiError::from)?;
+        Ok(self.ctx.header().at(revision))
+    }
+
+    async fn change(&self, change: MemberChange) -> Result<(), Status> {
+        Ok(self
+            .ctx
+            .replica
+            .change_members(change)
+            .await
+            .map_err(ApiError::from)?)
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn member_add(
+        &self,
+        req: Request<pb::MemberAddRequest>,
+    ) -> Result<Response<pb::MemberAddResponse>, Status> {
+        let req = req.into_inner();
+        let Some(peer_url) = req.peer_ur_ls.first().cloned() else {
+            return Err(Status::invalid_argument(
+                "etcdserver: member peer URLs are not provided",
+            ));
+        };
+        let id = identity::member_id(&req.peer_ur_ls, &self.ctx.cluster_token);
+        self.change(MemberChange::Add {
+            id,
+            peer_url,
+            learner: req.is_learner,
+        })
+        .await?;
+        let members = self.members();
+        let member = pb::Member {
+            id,
+            name: String::new(),
+            peer_ur_ls: req.peer_ur_ls,
+            client_ur_ls: Vec::new(),
+            is_learner: req.is_learner,
+        };
+        Ok(Response::new(pb::MemberAddResponse {
+            header: self.header().await?,
+            member: Some(member),
             members,
+        }))
+    }
+
+    async fn member_remove(
+        &self,
+        req: Request<pb::MemberRemoveRequest>,
+    ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
+        self.change(MemberChange::Remove {
+            id: req.get_ref().id,
+        })
+        .await?;
+        Ok(Response::new(pb::MemberRemoveResponse {
+            header: self.header().await?,
+            members: self.members(),
+        }))
+    }
+
+    async fn member_promote(
+        &self,
+        req: Request<pb::MemberPromoteRequest>,
+    ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        self.change(MemberChange::Promote {
+            id: req.get_ref().id,
+        })
+        .await?;
+        Ok(Response::new(pb::MemberPromoteResponse {
+            header: self.header().await?,
+            members: self.members(),
+        }))
+    }
+
+    async fn member_list(
+        &self,
+        _req: Request<pb::MemberListRequest>,
+    ) -> Result<Response<pb::MemberListResponse>, Status> {
+        Ok(Response::new(pb::MemberListResponse {
+            header: self.header().await?,
+            members: self.members(),
         }))
     }
 }

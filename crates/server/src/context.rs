@@ -19,6 +19,10 @@ pub struct ServerContext {
     pub lease_ids: LeaseIdGenerator,
     /// How often idle watchers that asked for progress notifications get one (etcd: 10 min).
     pub watch_progress_interval: std::time::Duration,
+    /// `--initial-cluster-token`: mixed into the IDs of members added later.
+    pub cluster_token: String,
+    /// Names of the other members, as `--initial-cluster` gives them.
+    pub member_names: std::collections::BTreeMap<u64, String>,
 }
 
 impl ServerContext {

@@ -3,7 +3,7 @@
 //! until it has its status.
 
 use leasehold_mvcc as mvcc;
-use leasehold_raft::{Applied, LeaseError, ReplicaError};
+use leasehold_raft::{Applied, LeaseError, MembershipError, ReplicaError};
 use tonic::{Code, Status};
 
 /// Everything a client request can fail with at the gRPC edge.
@@ -112,6 +112,15 @@ impl From<ApiError> for Status {
                 ReplicaError::Storage(msg) => {
                     tracing::error!("storage failure serving a request: {msg}");
                     Status::new(Code::Internal, format!("etcdserver: {msg}"))
+                }
+                ReplicaError::Membership(m) => {
+                    let code = match m {
+                        MembershipError::NotFound => Code::NotFound,
+                        MembershipError::IdExists
+                        | MembershipError::PeerUrlExists
+                        | MembershipError::NotLearner => Code::FailedPrecondition,
+                    };
+                    Status::new(code, m.to_string())
                 }
             },
             ApiError::Lease(l) => match l {

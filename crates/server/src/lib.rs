@@ -18,6 +18,7 @@ mod convert;
 mod election;
 mod error;
 mod expiry;
+pub mod identity;
 mod kv;
 mod lease;
 mod lock;

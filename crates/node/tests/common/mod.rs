@@ -258,7 +258,7 @@ impl Server {
 
     /// A member of a multi-member cluster, spawned but not yet waited for (a member cannot serve
     /// before a quorum is up).
-    fn spawn_member(
+    pub fn spawn_member(
         kind: Kind,
         name: &str,
         [client_port, peer_port]: [u16; 2],
@@ -327,7 +327,12 @@ impl Server {
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &initial_cluster])
-            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-state", "new"].iter().filter(|_| {
+                !self
+                    .extra_args
+                    .iter()
+                    .any(|a| a == "--initial-cluster-state")
+            }))
             .args(["--initial-cluster-token", &token])
             .args(["--heartbeat-interval", "100"])
             .args(["--election-timeout", "1000"])
@@ -516,6 +521,10 @@ fn kind_label(kind: Kind) -> &'static str {
 /// and log; all are killed on drop.
 pub struct Cluster {
     pub members: Vec<Server>,
+    kind: Kind,
+    /// `--initial-cluster` of the bootstrap members.
+    pub initial_cluster: String,
+    pub token: String,
 }
 
 impl Cluster {
@@ -549,7 +558,32 @@ impl Cluster {
         for member in &mut members {
             member.wait_ready().await;
         }
-        Cluster { members }
+        Cluster {
+            members,
+            kind,
+            initial_cluster,
+            token,
+        }
+    }
+
+    /// Starts a member that joins the running cluster (`--initial-cluster-state existing`),
+    /// after a MemberAdd for `peer_port`; returns its index once it serves.
+    pub async fn join(&mut self, name: &str, ports: [u16; 2]) -> usize {
+        let initial_cluster = format!(
+            "{},{name}=http://127.0.0.1:{}",
+            self.initial_cluster, ports[1]
+        );
+        let mut member = Server::spawn_member(
+            self.kind,
+            name,
+            ports,
+            &initial_cluster,
+            &self.token,
+            &["--initial-cluster-state", "existing"],
+        );
+        member.wait_ready().await;
+        self.members.push(member);
+        self.members.len() - 1
     }
 
     /// The index of the member every running member names as leader, polled (bounded by
