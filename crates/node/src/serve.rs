@@ -183,7 +183,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         if fresh { "new data dir" } else { "recovering from data dir" },
     );
     let network = leasehold_peer::PeerNetwork::new();
-    let forwarder = Arc::new(leasehold_peer::PeerForwarder::new(network.clone()));
+    let forwarder = Arc::new(leasehold_peer::PeerForwarder::new(
+        network.clone(),
+        std::time::Duration::from_millis(args.election_timeout),
+    ));
     let replica = Replica::start_with(
         ReplicaConfig {
             member_id: identity.member_id,

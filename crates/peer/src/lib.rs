@@ -40,8 +40,12 @@ use tonic::{Request, Response, Status};
 /// Largest peer message accepted: a batch of log entries or a snapshot chunk.
 pub const PEER_MESSAGE_BYTES_MAX: usize = 256 * 1024 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Bound on a forwarded request (a commit or a read index) when openraft gives none.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// Bound on a forwarded request (a commit, a read index, a membership change), in election
+/// timeouts: long enough for a loaded leader to commit, short enough that a client whose leader
+/// was cut off hears "no leader" (and retries, reaching the new leader) well within a lease's
+/// grace after the election.
+const FORWARD_TIMEOUT_ELECTIONS: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 enum TransportError {
@@ -93,6 +97,10 @@ impl PeerNetwork {
                     })?
                     .connect_timeout(CONNECT_TIMEOUT)
                     .tcp_nodelay(true)
+                    // Notice a peer that went silent (cut off, frozen) on an open connection.
+                    .http2_keep_alive_interval(PEER_KEEPALIVE_INTERVAL)
+                    .keep_alive_timeout(PEER_KEEPALIVE_INTERVAL)
+                    .keep_alive_while_idle(true)
                     .connect_lazy();
                 channels.insert(addr.to_owned(), channel.clone());
                 channel
@@ -222,11 +230,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 /// Takes a follower's writes and read-index requests to the leader.
 pub struct PeerForwarder {
     network: PeerNetwork,
+    timeout: Duration,
 }
 
 impl PeerForwarder {
-    pub fn new(network: PeerNetwork) -> PeerForwarder {
-        PeerForwarder { network }
+    pub fn new(network: PeerNetwork, election_timeout: Duration) -> PeerForwarder {
+        PeerForwarder {
+            network,
+            timeout: election_timeout * FORWARD_TIMEOUT_ELECTIONS,
+        }
     }
 
     fn ask<Req: Serialize, Resp: DeserializeOwned + Send + 'static>(
@@ -237,8 +249,9 @@ impl PeerForwarder {
     ) -> BoxFuture<Result<Resp, ReplicaError>> {
         let network = self.network.clone();
         let payload = encode(request);
+        let timeout = self.timeout;
         Box::pin(async move {
-            match network.call(&addr, FORWARD_TIMEOUT, payload, rpc).await {
+            match network.call(&addr, timeout, payload, rpc).await {
                 Ok(answer) => decode::<Result<Resp, ReplicaError>>(&answer).unwrap_or_else(|e| {
                     Err(ReplicaError::Storage(format!(
                         "undecodable answer from the leader: {e}"

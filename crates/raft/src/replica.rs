@@ -175,6 +175,9 @@ impl Forwarder for NoForwarding {
     }
 }
 
+/// How long lease grants and renewals wait for a newly elected leader to start timing leases.
+const PROMOTION_WAIT_MAX: Duration = Duration::from_secs(2);
+
 /// How long a follower waits to apply what the leader committed for it.
 const APPLY_WAIT_MAX: Duration = Duration::from_secs(10);
 
@@ -313,6 +316,18 @@ async fn commit(
     clock: &SharedClock,
     mut proposal: Proposal,
 ) -> Result<Forwarded, ReplicaError> {
+    // A leader times leases only once it has promoted itself (milliseconds after its
+    // election): grants and renewals that arrive before then wait for it, bounded.
+    let stamps = proposal
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::LeaseGrant { .. } | Command::LeaseRenew { .. }));
+    if stamps && clock.get().is_none() {
+        let give_up = Instant::now() + PROMOTION_WAIT_MAX;
+        while clock.get().is_none() && Instant::now() < give_up {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
     stamp_lease_times(clock, &mut proposal)?;
     match raft.client_write(proposal).await {
         Ok(resp) => Ok(Forwarded {
@@ -338,9 +353,35 @@ async fn forward(
     addr: String,
     proposal: Proposal,
 ) -> Result<Vec<Applied>, ReplicaError> {
-    let forwarded = forwarder.forward(leader, addr, proposal).await?;
+    let forwarded =
+        unless_leader_changes(raft, leader, forwarder.forward(leader, addr, proposal)).await?;
     wait_applied(raft, forwarded.log_index).await?;
     Ok(forwarded.applied)
+}
+
+/// Runs a request to `leader`, but gives up with "no leader" as soon as this member learns of
+/// another leader (or none): a leader that was cut off may never answer, and the client should
+/// retry against the new one at once rather than after a time-out.
+async fn unless_leader_changes<T>(
+    raft: &Raft<TypeConfig>,
+    leader: u64,
+    request: impl std::future::Future<Output = Result<T, ReplicaError>>,
+) -> Result<T, ReplicaError> {
+    let mut metrics = raft.metrics();
+    let deposed = async move {
+        loop {
+            if metrics.borrow_and_update().current_leader != Some(leader) {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        result = request => result,
+        () = deposed => Err(ReplicaError::NoLeader),
+    }
 }
 
 async fn wait_applied(raft: &Raft<TypeConfig>, index: u64) -> Result<(), ReplicaError> {
@@ -507,7 +548,9 @@ impl Replica {
     /// Returns the leader's lease time at that point, if it has one.
     async fn read_index(&self) -> Result<Option<u64>, ReplicaError> {
         if let Some((leader, addr)) = leader_elsewhere(&self.raft, self.member_id) {
-            let read = self.forwarder.read_index(leader, addr).await?;
+            let read =
+                unless_leader_changes(&self.raft, leader, self.forwarder.read_index(leader, addr))
+                    .await?;
             wait_applied(&self.raft, read.index).await?;
             return Ok(read.lease_now_ms);
         }
@@ -612,6 +655,20 @@ impl Replica {
             Some((leader, addr)) => self.forwarder.change_members(leader, addr, change).await,
             None => self.leader_change_members(change).await,
         }
+    }
+
+    /// Commits `command` through this member's own Raft, only while it leads and times leases;
+    /// never forwarded. For what only a leader may propose (expiries, clock ticks): a member that
+    /// lost its leadership must not have its stale view committed by the new leader.
+    pub async fn propose_as_leader(&self, command: Command) -> Result<Applied, ReplicaError> {
+        if leader_elsewhere(&self.raft, self.member_id).is_some() || self.lease_clock().is_none() {
+            return Err(ReplicaError::NoLeader);
+        }
+        let proposal = Proposal {
+            commands: vec![command],
+        };
+        let mut done = commit(&self.raft, &self.lease_clock, proposal).await?;
+        done.applied.pop().ok_or(ReplicaError::Stopped)
     }
 
     /// The leader's side of [`Replica::change_members`].

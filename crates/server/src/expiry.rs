@@ -89,13 +89,17 @@ async fn step(
         })
         .await?;
     if !due.is_empty() {
+        // Only as leader: a member that was deposed meanwhile must not get its expiries
+        // committed by the new leader (etcd#15247).
         replica
-            .write(Command::LeaseExpire { ids: due, now_ms })
+            .propose_as_leader(Command::LeaseExpire { ids: due, now_ms })
             .await?;
         return Ok(Some(Instant::now()));
     }
     if any && now_ms >= replicated_ms.saturating_add(tick_ms) {
-        replica.write(Command::LeaseTick { now_ms }).await?;
+        replica
+            .propose_as_leader(Command::LeaseTick { now_ms })
+            .await?;
     }
     let next_tick = any.then(|| now + Duration::from_millis(tick_ms));
     let next_expiry = next_deadline.map(|d| clock.instant_at(d));
