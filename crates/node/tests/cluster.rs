@@ -146,6 +146,9 @@ async fn leader_kill_keeps_a_kept_alive_lease_and_expires_an_abandoned_one() {
     )
     .await
     .expect("put");
+    // 47 with checkpoints on by default: a long lease's remaining time survives the failover.
+    let long = ca.lease_grant(60, None).await.expect("grant").id();
+    let long_granted = Instant::now();
     let (mut keeper, mut answers) = ca.lease_keep_alive(kept).await.expect("keep-alive");
     let abandoned_last_renewed = Instant::now();
     cluster.members[leader].kill9();
@@ -180,6 +183,16 @@ async fn leader_kill_keeps_a_kept_alive_lease_and_expires_an_abandoned_one() {
     cb.put("after", "failover", None)
         .await
         .expect("write after failover");
+    let remaining = cb.lease_time_to_live(long, None).await.expect("ttl").ttl();
+    let elapsed = long_granted.elapsed().as_secs() as i64;
+    assert!(
+        remaining <= 60 - elapsed + 1,
+        "the failover handed the lease a fresh TTL: {remaining} s left after {elapsed} s"
+    );
+    assert!(
+        remaining >= 60 - elapsed - 2,
+        "the failover shortened the lease: {remaining} s left after {elapsed} s"
+    );
     // The abandoned lease: gone within TTL + election timeout + 1 s of its last renewal.
     let bound = Duration::from_secs(TTL as u64) + ELECTION_TIMEOUT + Duration::from_secs(1);
     loop {
