@@ -16,8 +16,11 @@ use leasehold_api::v3electionpb::{
 use super::session::Session;
 use super::{
     CONTEXT_CANCELED, CtlError, CtlResult, EXIT_ERROR, GlobalArgs, Signals, bool_flag, call, emit,
-    int_flag, status_message,
+    int_flag, is_transient, status_message,
 };
+
+/// Pause before observing again after the stream broke.
+const REOBSERVE_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[derive(Args, Debug)]
 pub struct ElectArgs {
@@ -70,17 +73,49 @@ pub async fn run(a: ElectArgs) -> CtlResult {
     let mut elections = ElectionClient::new(channel.clone());
     match mode {
         Mode::Observe { name } => {
-            let observed = tokio::select! {
-                observed = elections.observe(LeaderRequest { name }) => observed,
-                () = signals.recv() => return Ok(()),
-            };
-            let mut leaders = observed.map_err(|s| fail(status_message(&s)))?.into_inner();
+            // A broken stream is reopened (the server will be back, as clientv3 assumes); the
+            // leader it announces first is skipped when it is the one already printed.
+            let mut last_printed: Option<(Vec<u8>, i64)> = None;
             loop {
+                let observed = tokio::select! {
+                    observed = elections.observe(LeaderRequest { name: name.clone() }) => observed,
+                    () = signals.recv() => return Ok(()),
+                };
+                let mut leaders = match observed {
+                    Ok(leaders) => leaders.into_inner(),
+                    Err(status) if is_transient(&status) => {
+                        tokio::select! {
+                            () = tokio::time::sleep(REOBSERVE_PAUSE) => continue,
+                            () = signals.recv() => return Ok(()),
+                        }
+                    }
+                    Err(status) => return Err(fail(status_message(&status))),
+                };
+                loop {
+                    let next = tokio::select! {
+                        next = leaders.message() => next,
+                        () = signals.recv() => return Ok(()),
+                    };
+                    match next {
+                        Ok(Some(leader)) => {
+                            let id = leader
+                                .kv
+                                .as_ref()
+                                .map(|kv| (kv.key.clone(), kv.mod_revision));
+                            if id.is_some() && id == last_printed {
+                                continue;
+                            }
+                            emit(&printer.leader(&leader)?)?;
+                            last_printed = id;
+                        }
+                        Err(status) if is_transient(&status) => break,
+                        Ok(None) | Err(_) => {
+                            return Err(fail("elect: observer lost".to_string()));
+                        }
+                    }
+                }
                 tokio::select! {
-                    next = leaders.message() => match next {
-                        Ok(Some(leader)) => emit(&printer.leader(&leader)?)?,
-                        Ok(None) | Err(_) => return Err(fail("elect: observer lost".to_string())),
-                    },
+                    () = tokio::time::sleep(REOBSERVE_PAUSE) => {}
                     () = signals.recv() => return Ok(()),
                 }
             }

@@ -36,6 +36,8 @@ pub const EXIT_BAD_FEATURE: i32 = 4;
 pub const EXIT_INTERRUPTED: i32 = 5;
 pub const EXIT_IO: i32 = 6;
 pub const EXIT_BAD_ARGS: i32 = 128;
+/// Not etcdctl's: stdout was closed (128 + SIGPIPE, as a shell reports Go's death by SIGPIPE).
+pub const EXIT_BROKEN_PIPE: i32 = 141;
 
 /// What etcdctl says when a deadline passes (Go's `context.DeadlineExceeded`).
 pub const DEADLINE_EXCEEDED: &str = "context deadline exceeded";
@@ -262,6 +264,16 @@ pub fn status_message(status: &tonic::Status) -> String {
     }
 }
 
+/// Whether a failed stream is worth reopening (clientv3: `Unavailable` and `Internal` mean the
+/// server will be back). tonic reports a broken connection as a local status (with a source
+/// error, often code `Unknown`); a status the server sent has none.
+pub fn is_transient(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Internal
+    ) || std::error::Error::source(status).is_some()
+}
+
 /// grpc-go's names of the status codes.
 fn go_code_name(code: tonic::Code) -> &'static str {
     use tonic::Code;
@@ -291,7 +303,14 @@ pub fn emit(bytes: &[u8]) -> CtlResult {
     let mut out = std::io::stdout().lock();
     out.write_all(bytes)
         .and_then(|()| out.flush())
-        .map_err(|e| CtlError::new(EXIT_IO, format!("write /dev/stdout: {e}")))
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                // Go dies of SIGPIPE here, silently; shells report that as 141.
+                CtlError::new(EXIT_BROKEN_PIPE, String::new())
+            } else {
+                CtlError::new(EXIT_IO, format!("write /dev/stdout: {e}"))
+            }
+        })
 }
 
 /// The range end that makes `key` a prefix (clientv3's `GetPrefixRangeEnd`): the key with its
@@ -447,6 +466,19 @@ mod tests {
         assert_eq!(prefix_range_end(b"a\xff"), b"b");
         assert_eq!(prefix_range_end(b"\xff\xff"), b"\0");
         assert_eq!(prefix_range_end(b""), b"\0");
+    }
+
+    #[test]
+    fn transient_statuses() {
+        assert!(is_transient(&tonic::Status::unavailable(
+            "etcdserver: no leader"
+        )));
+        assert!(!is_transient(&tonic::Status::unknown("from the server")));
+        assert!(!is_transient(&tonic::Status::not_found(
+            "etcdserver: requested lease not found"
+        )));
+        let local = tonic::Status::from_error(Box::new(std::io::Error::other("broken")));
+        assert!(is_transient(&local));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use super::goparse::{quote, quote_bytes};
 use super::output::Printer;
 use super::{
     CtlError, CtlResult, EXIT_BAD_CONNECTION, EXIT_BAD_FEATURE, EXIT_ERROR, EXIT_INTERRUPTED,
-    GlobalArgs, bool_flag, emit, int_flag, prefix_range_end, status_message,
+    GlobalArgs, bool_flag, emit, int_flag, is_transient, prefix_range_end, status_message,
 };
 
 /// Pause before reopening a watch whose stream broke.
@@ -160,7 +160,7 @@ pub async fn run(a: WatchArgs) -> CtlResult {
         );
         let mut responses = match client.watch(call).await {
             Ok(r) => r.into_inner(),
-            Err(status) if status.code() == tonic::Code::Unavailable => {
+            Err(status) if is_transient(&status) => {
                 tokio::time::sleep(REOPEN_PAUSE).await;
                 continue;
             }
@@ -188,7 +188,7 @@ pub async fn run(a: WatchArgs) -> CtlResult {
                     }
                 }
                 Ok(None) => break,
-                Err(status) if status.code() == tonic::Code::Unavailable => break,
+                Err(status) if is_transient(&status) => break,
                 Err(status) => {
                     return Err(CtlError::new(EXIT_INTERRUPTED, status_message(&status)));
                 }
