@@ -38,7 +38,7 @@ wait_for() {
 
 # The watcher starts from the next revision, so it misses nothing however late it starts.
 rev=$(ctl get services/ --prefix -w json | sed -n 's/.*"revision":\([0-9]*\).*/\1/p')
-ctl watch --prefix services/ --rev=$((rev + 1)) >"$work/watch.log" &
+(exec "$CTL" --endpoints="$ENDPOINT" watch --prefix services/ --rev=$((rev + 1)) >"$work/watch.log") &
 watcher=$!
 
 # The service: a lease, the registration, and a keep-alive running alongside.

@@ -98,3 +98,57 @@ async fn fenced_counter_refuses_a_stale_holder() {
     stale_holder_is_fenced(&etcd).await;
     stale_holder_is_fenced(&leasehold).await;
 }
+
+/// Runs `examples/<script>` with the `leasehold` client commands against `server`, TTL 2 s,
+/// bounded; returns its stdout, or fails with everything it printed.
+async fn run_script(server: &Server, script: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(script);
+    let endpoint = format!("127.0.0.1:{}", server.client_port());
+    let child = tokio::process::Command::new("sh")
+        .arg(&path)
+        .arg(&endpoint)
+        .env("LEASEHOLD", env!("CARGO_BIN_EXE_leasehold"))
+        .env("TTL", "2")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run the example");
+    let out = tokio::time::timeout(RUN_MAX, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} ran longer than {RUN_MAX:?}"))
+        .expect("wait for the example");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{script} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// examples/service-registration.sh: the watcher sees the registration appear, the keep-alive
+/// carries it past its TTL, and after kill -9 the watcher sees it go within the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_registration_example_runs() {
+    let server = Leasehold::start().await;
+    let out = run_script(&server, "service-registration.sh").await;
+    assert!(out.contains("the watcher saw it appear"), "{out}");
+    assert!(out.contains("the keep-alive renews the lease"), "{out}");
+    assert!(out.contains("disappear"), "{out}");
+}
+
+/// examples/leader-election.sh: node-a leads, node-b waits, node-a is killed and node-b takes
+/// over within the TTL; the observer sees both leaders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_example_runs() {
+    let server = Leasehold::start().await;
+    let out = run_script(&server, "leader-election.sh").await;
+    assert!(out.contains("node-b is waiting"), "{out}");
+    assert!(out.contains("node-b leads"), "{out}");
+    assert!(out.contains("the observer saw: 2 leaders"), "{out}");
+}
