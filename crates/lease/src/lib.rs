@@ -23,7 +23,10 @@ mod table;
 
 pub use clock::LeaseClock;
 pub use leasehold_types::{LEASE_TTL_SECS_MAX, LeaseId};
-pub use table::{Counters, LeaseError, LeaseRecord, LeaseTable, Renewal, TimeToLive};
+pub use table::{
+    Counters, LeaseError, LeaseRecord, LeaseTable, PROMOTION_EXPIRIES_PER_SEC_MAX, Renewal,
+    TimeToLive,
+};
 
 #[cfg(test)]
 mod tests;

@@ -21,6 +21,10 @@ pub struct LeaseRecord {
     pub grant_seq: u64,
 }
 
+/// After a promotion, at most this many inherited leases expire in any one second of lease time
+/// (etcd spreads a pile-up to 750/s; the rest of the time leasehold revokes without a cap).
+pub const PROMOTION_EXPIRIES_PER_SEC_MAX: u64 = 1000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum LeaseError {
     #[error("etcdserver: requested lease not found")]
@@ -211,14 +215,43 @@ impl LeaseTable {
     /// to reach the new leader. A lease with more left keeps its deadline: the extension does
     /// not add up over repeated leader changes, so a dead client's lease still expires within
     /// one extension of its TTL however often the leader changes.
+    ///
+    /// Then the pile-up is spread: no second of lease time keeps more than
+    /// [`PROMOTION_EXPIRIES_PER_SEC_MAX`] deadlines; the excess moves to the next seconds, in
+    /// deadline and grant order (later, never earlier). An election that cut off many clients at
+    /// once would otherwise expire all of them in the same instant after the new leader's
+    /// grace, and their reconnecting would arrive as one herd.
     pub fn extend_all(&mut self, now_ms: u64, extend_ms: u64) {
         self.advance(now_ms);
         let floor = self.clock_ms.saturating_add(extend_ms);
+        let mut order: Vec<(u64, u64, LeaseId)> = self
+            .leases
+            .iter()
+            .map(|(id, l)| (l.record.deadline_ms.max(floor), l.record.grant_seq, *id))
+            .collect();
+        order.sort_unstable();
         self.queue.clear();
-        for (id, lease) in &mut self.leases {
-            lease.record.deadline_ms = lease.record.deadline_ms.max(floor);
-            self.queue
-                .insert((lease.record.deadline_ms, lease.record.grant_seq), *id);
+        // The second being filled, and how many deadlines it holds so far.
+        let (mut second, mut in_second) = (0u64, 0u64);
+        for (deadline, seq, id) in order {
+            let mut deadline = deadline;
+            if deadline / 1000 < second {
+                // Spilled over from a full second: the start of the one being filled.
+                deadline = second * 1000;
+            } else if deadline / 1000 > second {
+                second = deadline / 1000;
+                in_second = 0;
+            }
+            if in_second >= PROMOTION_EXPIRIES_PER_SEC_MAX {
+                second += 1;
+                in_second = 0;
+                deadline = deadline.max(second * 1000);
+            }
+            in_second += 1;
+            if let Some(lease) = self.leases.get_mut(&id) {
+                lease.record.deadline_ms = deadline;
+            }
+            self.queue.insert((deadline, seq), id);
         }
     }
 

@@ -283,3 +283,44 @@ fn a_restart_gives_what_was_left_plus_the_extension_never_a_fresh_ttl() {
     );
     assert!(left_ms < 30_000, "not a fresh TTL");
 }
+
+#[test]
+fn a_pile_up_after_promotion_is_spread_to_at_most_a_thousand_a_second() {
+    let mut t = LeaseTable::new();
+    // 3,500 leases due in the same instant, and one due later.
+    for n in 1..=3_500 {
+        t.grant(id(n), 5, 0).unwrap();
+    }
+    t.grant(id(9_999), 60, 0).unwrap();
+    let before: std::collections::BTreeMap<LeaseId, u64> = t
+        .records()
+        .into_iter()
+        .map(|(i, r)| (i, r.deadline_ms))
+        .collect();
+    t.extend_all(4_900, 1_000);
+    let mut per_second = std::collections::BTreeMap::<u64, u64>::new();
+    for (i, r) in t.records() {
+        assert!(r.deadline_ms >= before[&i], "{i:?} moved earlier");
+        assert!(
+            r.deadline_ms >= 5_900,
+            "{i:?} has less than the extension left"
+        );
+        *per_second.entry(r.deadline_ms / 1000).or_default() += 1;
+    }
+    assert!(
+        per_second
+            .values()
+            .all(|n| *n <= PROMOTION_EXPIRIES_PER_SEC_MAX),
+        "{per_second:?}"
+    );
+    // Spread over four seconds, in grant order: the first thousand keep the earliest deadline.
+    assert_eq!(t.record(id(1)).unwrap().deadline_ms, 5_900);
+    assert_eq!(t.record(id(1_001)).unwrap().deadline_ms, 6_000);
+    assert_eq!(t.record(id(3_500)).unwrap().deadline_ms, 8_000);
+    assert_eq!(
+        t.record(id(9_999)).unwrap().deadline_ms,
+        60_000,
+        "not piled up: untouched"
+    );
+    t.validate();
+}
