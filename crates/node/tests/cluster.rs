@@ -218,10 +218,11 @@ async fn leader_kill_keeps_a_kept_alive_lease_and_expires_an_abandoned_one() {
     assert_eq!(r.count(), 1, "the restarted member did not catch up");
 }
 
-/// 20 (at stream creation): a member that has lost its quorum (and so its leader) refuses
-/// watch and keep-alive streams whose client requires a leader (etcd's `hasleader` metadata)
-/// with `Unavailable "etcdserver: no leader"`, exactly as etcd does; without the metadata the
-/// watch stream is accepted.
+/// 20: a member that has lost its quorum (and so its leader) refuses watch and keep-alive
+/// streams whose client requires a leader (etcd's `hasleader` metadata) with `Unavailable
+/// "etcdserver: no leader"`, and ends such a stream that was already open once it has had no
+/// leader for three election timeouts, exactly as etcd does; without the metadata the watch
+/// stream is accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_that_require_a_leader_fail_without_one_same_as_etcd() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
@@ -237,7 +238,24 @@ async fn streams_that_require_a_leader_fail_without_one_same_as_etcd() {
             .await
             .expect("grant")
             .id();
+        // A watch that requires a leader, opened while there is one.
+        let strict_options = ConnectOptions::new()
+            .with_require_leader(true)
+            .with_timeout(Duration::from_secs(10));
+        let mut early = Client::connect(
+            [cluster.members[survivor].endpoint()],
+            Some(strict_options.clone()),
+        )
+        .await
+        .expect("connect");
+        let mut open_stream = early.watch("k", None).await.expect("watch");
+        let created = open_stream.message().await;
+        assert!(
+            matches!(created, Ok(Some(_))),
+            "{kind:?}: no created response"
+        );
         cluster.members[leader].kill9();
+        let lost_at = Instant::now();
         cluster.members[other].kill9();
         let member = &cluster.members[survivor];
         let mut plain = member.client().await;
@@ -249,10 +267,7 @@ async fn streams_that_require_a_leader_fail_without_one_same_as_etcd() {
             );
             tokio::time::sleep(POLL).await;
         }
-        let options = ConnectOptions::new()
-            .with_require_leader(true)
-            .with_timeout(Duration::from_secs(10));
-        let mut strict = Client::connect([member.endpoint()], Some(options))
+        let mut strict = Client::connect([member.endpoint()], Some(strict_options))
             .await
             .expect("connect");
         let describe = |r: Result<(), etcd_client::Error>| match r {
@@ -263,10 +278,22 @@ async fn streams_that_require_a_leader_fail_without_one_same_as_etcd() {
         let watch = describe(strict.watch("k", None).await.map(|_| ()));
         let keep_alive = describe(strict.lease_keep_alive(lease).await.map(|_| ()));
         let plain_watch = describe(plain.watch("k", None).await.map(|_| ()));
-        answers.push((kind, watch, keep_alive, plain_watch));
+        // The stream opened before fails too, once there has been no leader for three election
+        // timeouts (bounded wait).
+        let ended = tokio::time::timeout(Duration::from_secs(20), open_stream.message()).await;
+        let open = match ended {
+            Ok(Err(etcd_client::Error::GRpcStatus(s))) => format!("{:?} {}", s.code(), s.message()),
+            other => format!("{other:?}"),
+        };
+        eprintln!(
+            "{kind:?}: the open stream ended {:?} after losing the leader",
+            lost_at.elapsed()
+        );
+        answers.push((kind, watch, keep_alive, plain_watch, open));
     }
     let expected = "Unavailable etcdserver: no leader";
-    for (kind, watch, keep_alive, plain_watch) in &answers {
+    for (kind, watch, keep_alive, plain_watch, open) in &answers {
+        assert_eq!(open, expected, "{kind:?}: an open watch requiring a leader");
         assert_eq!(watch, expected, "{kind:?}: watch requiring a leader");
         assert_eq!(
             keep_alive, expected,

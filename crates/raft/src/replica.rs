@@ -671,6 +671,37 @@ impl Replica {
         done.applied.pop().ok_or(ReplicaError::Stopped)
     }
 
+    /// The election timeout this member runs with.
+    pub fn election_timeout(&self) -> Duration {
+        self.election_timeout
+    }
+
+    /// Completes once this member has known no leader for `period` without a break (etcd's
+    /// condition for failing streams that require a leader). Never completes after shutdown.
+    pub async fn leader_lost_for(&self, period: Duration) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            while metrics.borrow_and_update().current_leader.is_some() {
+                if metrics.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+            let leader_back = async {
+                loop {
+                    if metrics.changed().await.is_err() {
+                        return std::future::pending::<()>().await;
+                    }
+                    if metrics.borrow_and_update().current_leader.is_some() {
+                        return;
+                    }
+                }
+            };
+            if tokio::time::timeout(period, leader_back).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// The leader's side of [`Replica::change_members`].
     pub async fn leader_change_members(&self, change: MemberChange) -> Result<(), ReplicaError> {
         use openraft::ChangeMembers;

@@ -42,17 +42,43 @@ const REQUIRE_LEADER_KEY: &str = "hasleader";
 
 impl ServerContext {
     /// etcd's check for streams that require a leader: `Unavailable "etcdserver: no leader"` if
-    /// the request carries `hasleader: true` and this member knows no leader.
-    pub fn require_leader<T>(&self, req: &tonic::Request<T>) -> Result<(), tonic::Status> {
+    /// the request carries `hasleader: true` and this member knows no leader. Returns whether
+    /// the stream requires a leader (see [`ServerContext::guard_leader`]).
+    pub fn require_leader<T>(&self, req: &tonic::Request<T>) -> Result<bool, tonic::Status> {
         let required = req
             .metadata()
             .get(REQUIRE_LEADER_KEY)
             .is_some_and(|v| v.as_bytes() == b"true");
         if required && self.replica.status().leader.is_none() {
-            return Err(
-                crate::error::ApiError::from(leasehold_raft::ReplicaError::NoLeader).into(),
-            );
+            return Err(no_leader());
         }
-        Ok(())
+        Ok(required)
     }
+
+    /// Runs a stream's task; if the stream requires a leader, ends it with `Unavailable
+    /// "etcdserver: no leader"` once this member has had no leader for three election timeouts,
+    /// as etcd does.
+    pub async fn guard_leader<T>(
+        &self,
+        required: bool,
+        tx: tokio::sync::mpsc::Sender<Result<T, tonic::Status>>,
+        task: impl std::future::Future<Output = ()>,
+    ) {
+        if !required {
+            return task.await;
+        }
+        let lost = self
+            .replica
+            .leader_lost_for(3 * self.replica.election_timeout());
+        tokio::select! {
+            () = task => {}
+            () = lost => {
+                let _ = tx.send(Err(no_leader())).await;
+            }
+        }
+    }
+}
+
+fn no_leader() -> tonic::Status {
+    crate::error::ApiError::from(leasehold_raft::ReplicaError::NoLeader).into()
 }

@@ -320,10 +320,12 @@ impl Election for ElectionService {
         &self,
         req: Request<pb::LeaderRequest>,
     ) -> Result<Response<BoxStream<pb::LeaderResponse>>, Status> {
-        self.ctx.require_leader(&req)?;
+        let required = self.ctx.require_leader(&req)?;
         let prefix = recipe::queue_prefix(&req.into_inner().name);
         let (tx, rx) = mpsc::channel(OBSERVE_QUEUE_LEN_MAX);
-        tokio::spawn(observe(self.ctx.clone(), prefix, tx));
+        let ctx = self.ctx.clone();
+        let task = observe(self.ctx.clone(), prefix, tx.clone());
+        tokio::spawn(async move { ctx.guard_leader(required, tx, task).await });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

@@ -150,13 +150,14 @@ impl Lease for LeaseService {
         &self,
         req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<pb::LeaseKeepAliveResponse>>, Status> {
-        self.ctx.require_leader(&req)?;
+        let required = self.ctx.require_leader(&req)?;
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(KEEPALIVE_QUEUE_LEN_MAX);
         let ctx = self.ctx.clone();
+        let guard = (self.ctx.clone(), tx.clone());
         // Requests are answered one at a time, in order; an unknown lease gets TTL 0 and the
         // stream stays open; any other failure ends the stream with its status, as in etcd.
-        tokio::spawn(async move {
+        let task = async move {
             while let Ok(Some(msg)) = inbound.message().await {
                 let answer = async {
                     // The header is taken before the renewal, as etcd does.
@@ -175,6 +176,10 @@ impl Lease for LeaseService {
                     break;
                 }
             }
+        };
+        tokio::spawn(async move {
+            let (ctx, tx) = guard;
+            ctx.guard_leader(required, tx, task).await;
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

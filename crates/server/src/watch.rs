@@ -104,8 +104,9 @@ impl Watch for WatchService {
         &self,
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<BoxStream<pb::WatchResponse>>, Status> {
-        self.ctx.require_leader(&req)?;
+        let required = self.ctx.require_leader(&req)?;
         let (tx, rx) = mpsc::channel(RESPONSE_QUEUE_LEN_MAX);
+        let guard = (self.ctx.clone(), tx.clone());
         let stream = WatchStream {
             ctx: self.ctx.clone(),
             tx,
@@ -113,7 +114,11 @@ impl Watch for WatchService {
             next_id: 0,
             dirty: false,
         };
-        tokio::spawn(stream.run(req.into_inner()));
+        let task = stream.run(req.into_inner());
+        tokio::spawn(async move {
+            let (ctx, tx) = guard;
+            ctx.guard_leader(required, tx, task).await;
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
