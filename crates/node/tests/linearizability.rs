@@ -1,6 +1,7 @@
 //! Linearizability under faults: concurrent clients (each talking to a different member of a
 //! 3-member cluster) put, get, compare-and-set, delete and attach keys to leases, and revoke
-//! leases, while the test kills the leader and then a follower (each restarted). The recorded
+//! leases, while the test kills the leader and then a follower (each restarted), or — with the
+//! members in network namespaces — cuts the leader off and heals the partition. The recorded
 //! history is checked per key with the checker in `history/` (itself tested on histories known
 //! to be linearizable and known not to be).
 //!
@@ -8,6 +9,7 @@
 
 mod common;
 mod history;
+mod netns;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -61,7 +63,7 @@ fn key(k: usize) -> String {
     format!("lin/{k}")
 }
 
-async fn run_client(client_no: usize, endpoint: String, seed: u64, log: Log) {
+async fn run_client(client_no: usize, endpoint: String, seed: u64, log: Log, pause_max_ms: u64) {
     let options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
         .with_timeout(OP_TIMEOUT);
@@ -157,7 +159,7 @@ async fn run_client(client_no: usize, endpoint: String, seed: u64, log: Log) {
                 completed,
             },
         ));
-        tokio::time::sleep(Duration::from_millis(rng.next(20))).await;
+        tokio::time::sleep(Duration::from_millis(rng.next(pause_max_ms))).await;
     }
 }
 
@@ -177,7 +179,7 @@ async fn kv_and_lease_history_is_linearizable_across_leader_and_follower_kills()
     let clients: Vec<_> = (0..CLIENTS)
         .map(|i| {
             let endpoint = cluster.members[i % 3].endpoint();
-            tokio::spawn(run_client(i, endpoint, seed + i as u64, log.clone()))
+            tokio::spawn(run_client(i, endpoint, seed + i as u64, log.clone(), 20))
         })
         .collect();
     let started = Instant::now();
@@ -198,6 +200,11 @@ async fn kv_and_lease_history_is_linearizable_across_leader_and_follower_kills()
             .expect("clients finish in time")
             .expect("client task");
     }
+    check_history(&log);
+}
+
+/// Splits the history by key (a revoke belongs to every key) and checks each.
+fn check_history(log: &Log) {
     let log = log.lock().unwrap().clone();
     let mut per_key: BTreeMap<usize, Vec<Event>> = BTreeMap::new();
     for (target, event) in &log {
@@ -222,4 +229,45 @@ async fn kv_and_lease_history_is_linearizable_across_leader_and_follower_kills()
             panic!("key {}: {e}", key(*k));
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_and_lease_history_is_linearizable_across_a_partition_of_the_leader() {
+    let mut net =
+        netns::NetCluster::create().expect("network namespaces (needs root and iproute2)");
+    for i in 0..netns::MEMBERS {
+        net.spawn(i);
+    }
+    let leader = net.agreed_leader().await;
+    let mut admin = netns::client(&net.endpoint((leader + 1) % netns::MEMBERS))
+        .await
+        .expect("client");
+    for lease in LEASES {
+        admin
+            .lease_grant(300, Some(LeaseGrantOptions::new().with_id(lease)))
+            .await
+            .expect("grant");
+    }
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    let seed = u64::from(std::process::id()) * 104_729 + 3;
+    eprintln!("history seed base {seed}");
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let endpoint = net.endpoint(i % netns::MEMBERS);
+            // Paced so that the run spans the partition (60 operations over about 5 s).
+            tokio::spawn(run_client(i, endpoint, seed + i as u64, log.clone(), 150))
+        })
+        .collect();
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    net.set_link(leader, false);
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    net.set_link(leader, true);
+    for c in clients {
+        tokio::time::timeout(RUN_MAX.saturating_sub(started.elapsed()), c)
+            .await
+            .expect("clients finish in time")
+            .expect("client task");
+    }
+    check_history(&log);
 }
