@@ -1173,7 +1173,7 @@ fn lock_scenario<'a>(s: &'a mut Side<'_>) -> Scenario<'a> {
         let holder = s.bg(&["lock", "L4"]);
         holder.wait_stdout(two_lines).await;
         let waiter = s.bg(&["lock", "L4"]);
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         waiter.signal("INT");
         s.finish("ctl lock L4 (waiting, SIGINT)", waiter).await;
         holder.signal("INT");
@@ -1306,7 +1306,7 @@ fn elect_scenario<'a>(s: &'a mut Side<'_>) -> Scenario<'a> {
         let leader = s.bg(&["elect", "E3", "first"]);
         leader.wait_stdout(two_lines).await;
         let waiter = s.bg(&["elect", "E3", "second"]);
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         waiter.signal("INT");
         s.finish("ctl elect E3 second (waiting, SIGINT)", waiter)
             .await;
