@@ -389,7 +389,15 @@ mod tests {
         let Command::Get(get) = parse(&["get", "a", "--endpoints=https://x:1"]) else {
             panic!()
         };
-        assert_eq!(get.global.endpoint_urls().unwrap_err().code, 128);
+        assert_eq!(get.global.printer().unwrap_err().code, 2);
+        let Command::Get(get) = parse(&["get", "a", "--endpoints="]) else {
+            panic!()
+        };
+        let err = get.global.printer().unwrap_err();
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (2, "etcdclient: no available endpoints")
+        );
         let Command::Get(get) = parse(&["get", "a", "-w", "yaml"]) else {
             panic!()
         };

@@ -415,6 +415,15 @@ enum Masking<'a> {
     Endpoint(&'a str),
 }
 
+fn contains_false(value: &Value) -> bool {
+    match value {
+        Value::Bool(b) => !b,
+        Value::Array(items) => items.iter().any(contains_false),
+        Value::Object(map) => map.values().any(contains_false),
+        _ => false,
+    }
+}
+
 fn collect_base64(value: &Value, out: &mut Vec<String>) {
     match value {
         Value::Object(map) => {
@@ -495,6 +504,8 @@ struct Side<'a> {
     server: &'a Server,
     r: Recorder,
     m: Masker,
+    /// Labels of recorded facts that are false (any `false` in a note is a fact that failed).
+    failed: Vec<String>,
 }
 
 impl<'a> Side<'a> {
@@ -504,6 +515,7 @@ impl<'a> Side<'a> {
             server,
             r: Recorder::default(),
             m: Masker::default(),
+            failed: Vec::new(),
         }
     }
 
@@ -526,7 +538,7 @@ impl<'a> Side<'a> {
             value["remaining TTLs within 3 s of the granted TTL"] =
                 json!(self.m.remaining_ok.drain(..).all(|ok| ok));
         }
-        self.r.note(format!("ctl {}", args.join(" ")), value);
+        self.note(&format!("ctl {}", args.join(" ")), value);
         output
     }
 
@@ -544,8 +556,22 @@ impl<'a> Side<'a> {
         }
     }
 
+    /// Records a step; a `false` anywhere in it is a fact that failed.
     fn note(&mut self, label: &str, value: Value) {
+        if contains_false(&value) {
+            self.failed.push(label.to_string());
+        }
         self.r.note(label, value);
+    }
+
+    /// Panics unless every fact this side recorded holds.
+    fn assert_facts(&self, name: &str) {
+        assert!(
+            self.failed.is_empty(),
+            "{name}: with {:?}, these facts are false: {:?}",
+            self.tool,
+            self.failed
+        );
     }
 
     fn mask(&mut self, text: &str) -> String {
@@ -569,7 +595,7 @@ impl<'a> Side<'a> {
             "stdout": self.mask(&stdout),
             "stderr": self.mask(&stderr),
         });
-        self.r.note(label, value);
+        self.note(label, value);
     }
 }
 
@@ -582,10 +608,12 @@ async fn steps_differential(name: &str, kind: Kind, steps: &[Step]) {
         for step in steps {
             side.step(*step).await;
         }
-        side.r
+        side
     };
     let (expected, actual) = tokio::join!(record(Tool::Etcdctl, &a), record(Tool::Cli, &b));
-    assert_same_recordings(name, &a, &expected, &b, &actual);
+    assert_same_recordings(name, &a, &expected.r, &b, &actual.r);
+    expected.assert_facts(name);
+    actual.assert_facts(name);
 }
 
 /// A scenario's future; it borrows its side.
@@ -610,6 +638,8 @@ where
         "{name}: scenario ran longer than {limit:?}"
     );
     assert_same_recordings(name, &a, &etcdctl.r, &b, &cli.r);
+    etcdctl.assert_facts(name);
+    cli.assert_facts(name);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1041,6 +1071,15 @@ async fn unreachable_endpoint_same_as_etcdctl() {
     if let Some(diff) = common::diff_recordings("etcdctl", &expected, "leasehold", &actual) {
         panic!("unreachable_endpoint_same_as_etcdctl failed\n{diff}");
     }
+    for (tool, recorded) in [("etcdctl", &expected), ("leasehold", &actual)] {
+        let failed: Vec<&str> = recorded
+            .steps()
+            .iter()
+            .filter(|(_, value)| contains_false(value))
+            .map(|(label, _)| label.as_str())
+            .collect();
+        assert!(failed.is_empty(), "{tool} took too long: {failed:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1132,7 +1171,7 @@ fn lock_scenario<'a>(s: &'a mut Side<'_>) -> Scenario<'a> {
         let holder = s.bg(&["lock", "L4"]);
         holder.wait_stdout(two_lines).await;
         let waiter = s.bg(&["lock", "L4"]);
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         waiter.signal("INT");
         s.finish("ctl lock L4 (waiting, SIGINT)", waiter).await;
         holder.signal("INT");
@@ -1265,7 +1304,7 @@ fn elect_scenario<'a>(s: &'a mut Side<'_>) -> Scenario<'a> {
         let leader = s.bg(&["elect", "E3", "first"]);
         leader.wait_stdout(two_lines).await;
         let waiter = s.bg(&["elect", "E3", "second"]);
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         waiter.signal("INT");
         s.finish("ctl elect E3 second (waiting, SIGINT)", waiter)
             .await;

@@ -114,7 +114,8 @@ fn bytes(arg: &OsString) -> Vec<u8> {
     arg.as_bytes().to_vec()
 }
 
-/// A lease ID argument in hex, or etcdctl's message for `put --lease`.
+/// The Put request `put` sends, after etcdctl's checks (in its order); the value comes from
+/// `stdin` when only the key is given.
 pub fn put_request(a: &PutArgs, stdin: impl std::io::Read) -> Result<PutRequest, CtlError> {
     let Some(key) = a.args.first() else {
         return Err(CtlError::bad_args(PUT_USAGE));

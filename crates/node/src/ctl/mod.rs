@@ -132,10 +132,13 @@ pub struct GlobalArgs {
 }
 
 impl GlobalArgs {
-    /// The printer, or etcdctl's `unsupported output format` (exit 4). etcdctl checks this when
-    /// it creates the client: after the arguments, before any request.
+    /// The printer, after what etcdctl checks when it creates the client (after the
+    /// arguments, before any request): the output format (`unsupported output format`, exit 4),
+    /// then the endpoints (`etcdclient: no available endpoints`, exit 2).
     pub fn printer(&self) -> Result<Printer, CtlError> {
-        Ok(Printer::new(Format::parse(&self.write_out)?, self.hex))
+        let printer = Printer::new(Format::parse(&self.write_out)?, self.hex);
+        self.endpoint_urls()?;
+        Ok(printer)
     }
 
     /// The endpoints as URLs: `host:port` gets `http://`; TLS is not supported.
@@ -147,9 +150,12 @@ impl GlobalArgs {
                 continue;
             }
             if e.starts_with("https://") || e.starts_with("unix://") || e.starts_with("unixs://") {
-                return Err(CtlError::bad_args(format!(
-                    "endpoint {e}: only plain http endpoints are supported (no TLS, no unix sockets)"
-                )));
+                return Err(CtlError::new(
+                    EXIT_BAD_CONNECTION,
+                    format!(
+                        "endpoint {e}: only plain http endpoints are supported (no TLS, no unix sockets)"
+                    ),
+                ));
             }
             let url = if e.starts_with("http://") {
                 e.to_string()
@@ -157,12 +163,18 @@ impl GlobalArgs {
                 format!("http://{e}")
             };
             if Endpoint::from_shared(url.clone()).is_err() {
-                return Err(CtlError::bad_args(format!("invalid endpoint {e:?}")));
+                return Err(CtlError::new(
+                    EXIT_BAD_CONNECTION,
+                    format!("invalid endpoint {e:?}"),
+                ));
             }
             urls.push(url);
         }
         if urls.is_empty() {
-            return Err(CtlError::bad_args("no endpoints given"));
+            return Err(CtlError::new(
+                EXIT_BAD_CONNECTION,
+                "etcdclient: no available endpoints",
+            ));
         }
         Ok(urls)
     }
