@@ -617,3 +617,12 @@ proptest! {
         prop_assert_eq!(restored.records(), s.records());
     }
 }
+
+#[test]
+fn prefix_range_end_follows_clientv3() {
+    assert_eq!(prefix_range_end(b"a/"), b"a0".to_vec());
+    assert_eq!(prefix_range_end(b"storm/"), b"storm0".to_vec());
+    assert_eq!(prefix_range_end(b"a\xff"), b"b".to_vec());
+    assert_eq!(prefix_range_end(b"\xff\xff"), vec![0]);
+    assert_eq!(prefix_range_end(b""), vec![0]);
+}

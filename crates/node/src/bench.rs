@@ -171,19 +171,6 @@ fn non_empty(s: &str) -> Result<String, String> {
     }
 }
 
-/// The end of the range holding every key that starts with `prefix` (etcd's prefix rule: bump
-/// the last byte that is not 0xff and cut after it; all 0xff means "to the end", `[0]`).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 enum Output {
     Simple,
@@ -840,7 +827,7 @@ async fn expiry_storm(
 ) -> anyhow::Result<Report> {
     let total = args.total;
     let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
-    let end = prefix_end(prefix.as_bytes());
+    let end = leasehold_mvcc::prefix_range_end(prefix.as_bytes());
     // The watch first, so that no delete can be missed.
     let create = WatchCreateRequest {
         key: prefix.as_bytes().to_vec(),
@@ -1029,16 +1016,13 @@ mod tests {
     }
 
     #[test]
-    fn keys_fill_the_key_space_and_prefixes_end_like_etcds() {
+    fn keys_fill_the_key_space() {
         let a = parse(&["put", "--key-size", "4", "--key-space-size", "10"]);
         let Workload::Put { keys, .. } = a.workload else {
             panic!()
         };
         assert_eq!(keys.key(7), b"0007");
         assert_eq!(keys.key(17), b"0007", "modulo the key space");
-        assert_eq!(prefix_end(b"storm/"), b"storm0");
-        assert_eq!(prefix_end(b"a\xff"), b"b");
-        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
     }
 
     #[test]

@@ -73,18 +73,6 @@ pub fn queue_prefix(name: &[u8]) -> Vec<u8> {
     prefix
 }
 
-/// The end of the range of keys starting with `prefix` (etcd's `GetPrefixRangeEnd`).
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 /// The caller's lease, or a fresh unrenewed one of [`SESSION_TTL_SECS`] when it named none
 /// (lease 0), as etcd's servers do.
 pub async fn session_lease(ctx: &ServerContext, lease: i64) -> Result<LeaseId, ApiError> {
@@ -128,7 +116,7 @@ pub fn get(key: &[u8]) -> mvcc::RequestOp {
 pub fn first_created(prefix: &[u8]) -> RangeRequest {
     RangeRequest {
         key: prefix.to_vec(),
-        range_end: prefix_end(prefix),
+        range_end: mvcc::prefix_range_end(prefix),
         limit: 1,
         sort_order: SortOrder::Ascend,
         sort_target: SortTarget::Create,
@@ -141,7 +129,7 @@ pub fn first_created(prefix: &[u8]) -> RangeRequest {
 fn predecessor(prefix: &[u8], revision: i64) -> RangeRequest {
     RangeRequest {
         key: prefix.to_vec(),
-        range_end: prefix_end(prefix),
+        range_end: mvcc::prefix_range_end(prefix),
         limit: 1,
         sort_order: SortOrder::Descend,
         sort_target: SortTarget::Create,
@@ -297,13 +285,6 @@ mod tests {
             b"n/-8000000000000000".to_vec()
         );
         assert_eq!(queue_prefix(b"mylock"), b"mylock/".to_vec());
-    }
-
-    #[test]
-    fn prefix_end_follows_etcd() {
-        assert_eq!(prefix_end(b"a/"), b"a0".to_vec());
-        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
     }
 
     #[test]

@@ -325,18 +325,7 @@ pub fn emit(bytes: &[u8]) -> CtlResult {
         })
 }
 
-/// The range end that makes `key` a prefix (clientv3's `GetPrefixRangeEnd`): the key with its
-/// last byte below 0xff incremented and the rest cut; `\0` (everything) if there is none.
-pub fn prefix_range_end(key: &[u8]) -> Vec<u8> {
-    let mut end = key.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
+pub use leasehold_mvcc::prefix_range_end;
 
 /// `--flag=value` parser for Go's boolean flags (`--prefix`, `--prefix=false`, `--prefix=1`).
 pub fn bool_flag(s: &str) -> Result<bool, String> {
@@ -508,14 +497,6 @@ pub fn report_flag_error(message: &str) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefix_range_end_like_clientv3() {
-        assert_eq!(prefix_range_end(b"a"), b"b");
-        assert_eq!(prefix_range_end(b"a\xff"), b"b");
-        assert_eq!(prefix_range_end(b"\xff\xff"), b"\0");
-        assert_eq!(prefix_range_end(b""), b"\0");
-    }
 
     #[test]
     fn transient_statuses() {
