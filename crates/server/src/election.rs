@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 use crate::context::ServerContext;
 use crate::convert;
 use crate::error::ApiError;
-use crate::recipe::{self, RecipeError, ReleaseOnDrop};
+use crate::recipe::{self, ReleaseOnDrop};
 
 const NO_LEADER: &str = "election: no leader";
 const NOT_LEADER: &str = "election: not leader";
@@ -42,7 +42,7 @@ impl ElectionService {
         let ctx = &self.ctx;
         let lease = recipe::session_lease(ctx, req.lease)
             .await
-            .map_err(|e| recipe::recipe_status(e.into()))?;
+            .map_err(recipe::api_status)?;
         let prefix = recipe::queue_prefix(&req.name);
         let key = recipe::lease_key(&prefix, lease);
         let queued = recipe::txn(
@@ -54,7 +54,7 @@ impl ElectionService {
             },
         )
         .await
-        .map_err(|e| recipe::recipe_status(e.into()))?;
+        .map_err(recipe::api_status)?;
         let my_rev = if queued.succeeded {
             queued.revision
         } else {
@@ -76,13 +76,13 @@ impl ElectionService {
             }
             existing.create_revision
         };
-        let resign = ReleaseOnDrop::arm(ctx.clone(), resign_txn(&key, my_rev));
+        let resign = ReleaseOnDrop::arm(ctx.clone(), recipe::delete_txn(&key, Some(my_rev)));
         recipe::wait_for_turn(ctx, &prefix, &key, my_rev)
             .await
-            .map_err(status)?;
+            .map_err(|e| e.into_status(SESSION_EXPIRED))?;
         recipe::confirm_owner(ctx, &prefix, &key, my_rev, lease)
             .await
-            .map_err(status)?;
+            .map_err(|e| e.into_status(SESSION_EXPIRED))?;
         resign.disarm();
         Ok(pb::CampaignResponse {
             // etcd: the header of the campaign's own transaction.
@@ -124,24 +124,6 @@ async fn proclaim(
     )
     .await
     .map_err(Status::from)
-}
-
-fn resign_txn(key: &[u8], rev: i64) -> mvcc::TxnRequest {
-    mvcc::TxnRequest {
-        compare: vec![recipe::create_revision_is(key, rev)],
-        success: vec![mvcc::RequestOp::DeleteRange(mvcc::DeleteRangeRequest {
-            key: key.to_vec(),
-            ..mvcc::DeleteRangeRequest::default()
-        })],
-        failure: Vec::new(),
-    }
-}
-
-fn status(e: RecipeError) -> Status {
-    match e {
-        RecipeError::Api(e) => recipe::recipe_status(e.into()),
-        RecipeError::SessionExpired => Status::unknown(SESSION_EXPIRED),
-    }
 }
 
 fn leader_key(leader: Option<pb::LeaderKey>) -> Result<pb::LeaderKey, Status> {
@@ -284,7 +266,7 @@ impl Election for ElectionService {
         // As etcd's server: a leader key without a lease proclaims with a fresh session lease.
         let lease = recipe::session_lease(&self.ctx, leader.lease)
             .await
-            .map_err(|e| recipe::recipe_status(e.into()))?;
+            .map_err(recipe::api_status)?;
         let proclaimed = proclaim(&self.ctx, &leader.key, leader.rev, lease, req.value)
             .await
             .map_err(recipe::recipe_status)?;
@@ -310,8 +292,8 @@ impl Election for ElectionService {
                     .map(|r| (r.revision, r.kvs.into_iter().next()))
             })
             .await
-            .map_err(|e| recipe::recipe_status(ApiError::from(e).into()))?
-            .map_err(|e| recipe::recipe_status(ApiError::from(e).into()))?;
+            .map_err(|e| recipe::api_status(ApiError::from(e)))?
+            .map_err(|e| recipe::api_status(ApiError::from(e)))?;
         let kv = first.ok_or_else(|| Status::unknown(NO_LEADER))?;
         Ok(Response::new(leader_response(&self.ctx, revision, kv)))
     }
@@ -335,9 +317,9 @@ impl Election for ElectionService {
     ) -> Result<Response<pb::ResignResponse>, Status> {
         let leader = leader_key(req.into_inner().leader)?;
         // Not being the leader (any more) is not an error, as in etcd.
-        let resigned = recipe::txn(&self.ctx, resign_txn(&leader.key, leader.rev))
+        let resigned = recipe::txn(&self.ctx, recipe::delete_txn(&leader.key, Some(leader.rev)))
             .await
-            .map_err(|e| recipe::recipe_status(e.into()))?;
+            .map_err(recipe::api_status)?;
         Ok(Response::new(pb::ResignResponse {
             header: self.ctx.header().at(resigned.revision),
         }))

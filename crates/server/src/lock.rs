@@ -55,7 +55,7 @@ impl LockService {
                 _ => return Err(RecipeError::SessionExpired),
             }
         };
-        let release = ReleaseOnDrop::arm(ctx.clone(), delete_key(&key));
+        let release = ReleaseOnDrop::arm(ctx.clone(), recipe::delete_txn(&key, None));
         let owned_at_once = match queued.responses.get(1) {
             Some(mvcc::ResponseOp::Range(r)) => {
                 r.kvs.first().is_none_or(|kv| kv.create_revision == my_rev)
@@ -81,24 +81,6 @@ impl LockService {
     }
 }
 
-fn delete_key(key: &[u8]) -> mvcc::TxnRequest {
-    mvcc::TxnRequest {
-        compare: Vec::new(),
-        success: vec![mvcc::RequestOp::DeleteRange(mvcc::DeleteRangeRequest {
-            key: key.to_vec(),
-            ..mvcc::DeleteRangeRequest::default()
-        })],
-        failure: Vec::new(),
-    }
-}
-
-fn status(e: RecipeError) -> Status {
-    match e {
-        RecipeError::Api(e) => recipe::recipe_status(e.into()),
-        RecipeError::SessionExpired => Status::unknown(SESSION_EXPIRED),
-    }
-}
-
 #[tonic::async_trait]
 impl Lock for LockService {
     async fn lock(
@@ -108,7 +90,7 @@ impl Lock for LockService {
         self.acquire(req.into_inner())
             .await
             .map(Response::new)
-            .map_err(status)
+            .map_err(|e| e.into_status(SESSION_EXPIRED))
     }
 
     async fn unlock(
@@ -120,9 +102,9 @@ impl Lock for LockService {
             return Err(Status::unknown("etcdserver: key is not provided"));
         }
         // Deleting a key that is not there succeeds, as in etcd.
-        let deleted = recipe::txn(&self.ctx, delete_key(&req.key))
+        let deleted = recipe::txn(&self.ctx, recipe::delete_txn(&req.key, None))
             .await
-            .map_err(|e| recipe::recipe_status(e.into()))?;
+            .map_err(recipe::api_status)?;
         Ok(Response::new(pb::UnlockResponse {
             header: self.ctx.header().at(deleted.revision),
         }))

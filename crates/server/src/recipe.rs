@@ -43,6 +43,22 @@ impl From<ReplicaError> for RecipeError {
     }
 }
 
+impl RecipeError {
+    /// The status a lock or election call answers with; `session_expired` is the service's
+    /// message for a caller whose key or lease went away while it waited.
+    pub fn into_status(self, session_expired: &'static str) -> Status {
+        match self {
+            RecipeError::Api(e) => api_status(e),
+            RecipeError::SessionExpired => Status::unknown(session_expired),
+        }
+    }
+}
+
+/// [`recipe_status`] of a KV or lease error.
+pub fn api_status(e: ApiError) -> Status {
+    recipe_status(e.into())
+}
+
 /// etcd's lock and election servers return their client's errors as plain errors, so gRPC code
 /// Unknown with the message. Transient faults keep `Unavailable` so that clients retry.
 pub fn recipe_status(status: Status) -> Status {
@@ -93,6 +109,22 @@ pub async fn txn(
     match ctx.replica.write(Command::Txn(req)).await? {
         Applied::Txn(result) => Ok(result?),
         other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+/// A transaction deleting `key` — only while its create revision is `guard`, if given (a
+/// resignation must not delete a successor's key).
+pub fn delete_txn(key: &[u8], guard: Option<i64>) -> mvcc::TxnRequest {
+    mvcc::TxnRequest {
+        compare: guard
+            .map(|rev| create_revision_is(key, rev))
+            .into_iter()
+            .collect(),
+        success: vec![mvcc::RequestOp::DeleteRange(mvcc::DeleteRangeRequest {
+            key: key.to_vec(),
+            ..mvcc::DeleteRangeRequest::default()
+        })],
+        failure: Vec::new(),
     }
 }
 
