@@ -12,6 +12,27 @@ use crate::context::ServerContext;
 use crate::error::ApiError;
 use crate::identity;
 
+/// etcd's answer to MemberAdd with a peer URL that is not `scheme://host:port`.
+const BAD_URLS: &str = "etcdserver: given member URLs are invalid";
+
+/// Whether `url` is `http://host:port` or `https://host:port` (an optional trailing slash), as
+/// etcd requires of peer URLs.
+fn is_peer_url(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let hostport = rest.strip_suffix('/').unwrap_or(rest);
+    match hostport.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()
+        }
+        None => false,
+    }
+}
+
 pub struct ClusterService {
     ctx: Arc<ServerContext>,
 }
@@ -87,10 +108,9 @@ impl Cluster for ClusterService {
         req: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
         let req = req.into_inner();
-        let Some(peer_url) = req.peer_ur_ls.first().cloned() else {
-            return Err(Status::invalid_argument(
-                "etcdserver: member peer URLs are not provided",
-            ));
+        let peer_url = match req.peer_ur_ls.first() {
+            Some(first) if req.peer_ur_ls.iter().all(|u| is_peer_url(u)) => first.clone(),
+            _ => return Err(Status::invalid_argument(BAD_URLS)),
         };
         let id = identity::member_id(&req.peer_ur_ls, &self.ctx.cluster_token);
         self.change(MemberChange::Add {
@@ -150,5 +170,23 @@ impl Cluster for ClusterService {
             header: self.header().await?,
             members: self.members(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_urls_must_be_scheme_host_port() {
+        assert!(is_peer_url("http://127.0.0.1:2380"));
+        assert!(is_peer_url("https://node-2.example:2380/"));
+        assert!(is_peer_url("http://[::1]:2380"));
+        assert!(!is_peer_url("127.0.0.1:2380"));
+        assert!(!is_peer_url("http://127.0.0.1"));
+        assert!(!is_peer_url("http://:2380"));
+        assert!(!is_peer_url("http://127.0.0.1:99999"));
+        assert!(!is_peer_url("http://h:1/path"));
+        assert!(!is_peer_url("notaurl"));
     }
 }
