@@ -159,14 +159,14 @@ async fn waiters_acquire_in_create_revision_order_same_as_etcd() {
                 r.record("lock L2 by a", c.lock("L2", lock_with(0xa)).await);
                 let mut cb = c.clone();
                 let b = spawn(async move { cb.lock("L2", lock_with(0xb)).await });
-                r.note("b queued", json!(until_queued(c, "L2/b").await));
+                r.fact("b queued", until_queued(c, "L2/b").await);
                 let mut cc = c.clone();
                 let cw = spawn(async move { cc.lock("L2", lock_with(0xc)).await });
-                r.note("c queued", json!(until_queued(c, "L2/c").await));
-                r.note("b still blocked", json!(!b.is_finished()));
+                r.fact("c queued", until_queued(c, "L2/c").await);
+                r.fact("b still blocked", !b.is_finished());
                 r.record("revoke a", c.lease_revoke(0xa).await);
                 let b = record_result(r, "lock L2 by b returns", join_within(b).await);
-                r.note("c still blocked after b acquired", json!(!cw.is_finished()));
+                r.fact("c still blocked after b acquired", !cw.is_finished());
                 if let Some(b) = b {
                     r.record("unlock b", c.unlock(b.key()).await);
                 }
@@ -243,8 +243,8 @@ async fn election_same_as_etcd() {
             r.note("observe: current leader", next_observed(&mut observe).await);
             let mut cb = c.clone();
             let b = spawn(async move { cb.campaign("el", "v2", 3002).await });
-            r.note("b queued", json!(until_queued(c, "el/bba").await));
-            r.note("b still blocked", json!(!b.is_finished()));
+            r.fact("b queued", until_queued(c, "el/bba").await);
+            r.fact("b still blocked", !b.is_finished());
             if let Some(leader) = &a_leader {
                 r.record(
                     "proclaim v1b",

@@ -141,15 +141,15 @@ async fn blocked_lock_acquires_after_holder_exits_same_as_etcd() {
                 );
                 let mut waiter =
                     Background::spawn(server, &["lock", "L", "--", "echo", "acquired"]);
-                r.note("waiter queued", json!(until_keys(server, "L/", 2).await));
-                r.note("waiter still waiting", json!(waiter.still_waiting()));
+                r.fact("waiter queued", until_keys(server, "L/", 2).await);
+                r.fact("waiter still waiting", waiter.still_waiting());
                 r.note("holder exit after SIGINT", json!(holder.interrupt().await));
                 r.note(
                     "waiter runs its command",
                     json!(waiter.next_line(server).await),
                 );
                 r.note("waiter exit", json!(waiter.exit_code().await));
-                r.note("no key left", json!(until_keys(server, "L/", 0).await));
+                r.fact("no key left", until_keys(server, "L/", 0).await);
             })
         },
     )
@@ -171,11 +171,8 @@ async fn elect_and_listen_same_as_etcd() {
                 r.note("listener: key", json!(listener.next_line(server).await));
                 r.note("listener: value", json!(listener.next_line(server).await));
                 let mut candidate = Background::spawn(server, &["elect", "el", "v2"]);
-                r.note(
-                    "candidate queued",
-                    json!(until_keys(server, "el/", 2).await),
-                );
-                r.note("candidate still waiting", json!(candidate.still_waiting()));
+                r.fact("candidate queued", until_keys(server, "el/", 2).await);
+                r.fact("candidate still waiting", candidate.still_waiting());
                 r.note("leader exit after SIGINT", json!(leader.interrupt().await));
                 r.note("candidate key", json!(candidate.next_line(server).await));
                 r.note(

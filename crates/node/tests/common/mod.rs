@@ -1184,6 +1184,15 @@ impl Recorder {
         }
     }
 
+    /// Records a fact the scenario relies on and asserts it, so that a fact false on both
+    /// servers fails instead of agreeing.
+    #[allow(dead_code)]
+    pub fn fact(&mut self, label: impl Into<String>, holds: bool) {
+        let label = label.into();
+        assert!(holds, "expected to hold: {label}");
+        self.note(label, Value::Bool(holds));
+    }
+
     /// Records an arbitrary value.
     pub fn note(&mut self, label: impl Into<String>, value: Value) {
         self.steps.push((label.into(), value));
