@@ -2,7 +2,8 @@
 //! differential machinery that runs one scenario against both and compares the results.
 //!
 //! Invariants the harness keeps, so that a test can never hang CI or leak a process:
-//! - every server binds `127.0.0.1` on ports picked by binding port 0;
+//! - every server binds `127.0.0.1` on ports reserved by [`free_ports`] (below the ephemeral
+//!   range, locked per port across test processes), never on a port 0 picked and released;
 //! - every wait is bounded ([`READY_TIMEOUT`], [`STOP_TIMEOUT`], [`ETCDCTL_TIMEOUT`],
 //!   [`REQUEST_TIMEOUT`], [`SCENARIO_TIMEOUT`]) and panics with the server's log when exceeded;
 //! - a [`Server`] SIGKILLs and reaps its process on drop, also while a test unwinds, and then
@@ -20,7 +21,6 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of the harness.
 
-use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::fs::OpenOptions;
 use std::future::Future;
@@ -79,37 +79,80 @@ const MISSING_ETCD: &str = "is not on PATH. The end-to-end tests compare leaseho
 // Ports and binaries
 // ---------------------------------------------------------------------------------------------
 
-/// Ports this test binary has already handed out. Tests in one binary run in parallel; the OS
-/// may return a just-released port twice, which would put two servers on one port.
-static PORTS_HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+/// The ports of test servers come from below the kernel's ephemeral range, which every outbound
+/// connection (of the tests, of etcd, of the members) draws its local port from: a port picked by
+/// binding port 0 and releasing it can be taken by any such connection before the server binds
+/// it. Below that range only an explicit bind takes a port, and every test process that binds
+/// one first holds its lock file (`flock` on `<tmp>/leasehold-test-ports/<port>.lock`, released
+/// by the kernel when the process exits, however it exits). So two servers of this run, or of
+/// two runs at once, never get the same port.
+const TEST_PORTS_LOW: u16 = 10_000;
+/// Ports never handed out when the ephemeral range starts lower than usual.
+const TEST_PORTS_SPAN_MIN: u16 = 2_000;
 
-/// A loopback port that was free a moment ago (bind port 0, read it, release it).
+/// The lock files of the ports this process holds: held until it exits, so a port is never
+/// handed out twice even after its server stopped (a restarted server keeps its ports).
+static PORTS_HELD: Mutex<Vec<(u16, std::fs::File)>> = Mutex::new(Vec::new());
+
+/// The first port of the kernel's ephemeral range (Linux: `ip_local_port_range`).
+fn ephemeral_ports_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// A loopback port reserved for this process (see [`TEST_PORTS_LOW`]).
 pub fn free_port() -> u16 {
     free_ports::<1>()[0]
 }
 
-/// `N` distinct free loopback ports; all listeners are held until every port is known.
+/// `N` distinct loopback ports reserved for this process: below the ephemeral range, locked
+/// against every other test process, and free to bind right now.
 pub fn free_ports<const N: usize>() -> [u16; N] {
-    const ATTEMPTS_MAX: usize = 100;
-    let mut handed_out = PORTS_HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-    let handed_out = handed_out.get_or_insert_with(HashSet::new);
-    let mut listeners = Vec::with_capacity(N);
-    for _ in 0..ATTEMPTS_MAX {
-        if listeners.len() == N {
+    let high = ephemeral_ports_low();
+    assert!(
+        high >= TEST_PORTS_LOW + TEST_PORTS_SPAN_MIN,
+        "the ephemeral port range starts at {high}: no room below it for test servers"
+    );
+    let span = u32::from(high - TEST_PORTS_LOW);
+    let lock_dir = std::env::temp_dir().join("leasehold-test-ports");
+    std::fs::create_dir_all(&lock_dir).expect("create the port lock dir");
+    let mut held = PORTS_HELD.lock().unwrap_or_else(|e| e.into_inner());
+    // Start at a place of this process's own, so concurrent processes rarely probe the same
+    // ports; then walk the whole span once.
+    let seed = std::process::id().wrapping_mul(2_654_435_761) ^ (held.len() as u32 * 7_919);
+    let mut ports = Vec::with_capacity(N);
+    for step in 0..span {
+        if ports.len() == N {
             break;
         }
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local_addr").port();
-        if handed_out.insert(port) {
-            listeners.push((listener, port));
+        let port = TEST_PORTS_LOW + ((seed.wrapping_add(step)) % span) as u16;
+        if held.iter().any(|(p, _)| *p == port) {
+            continue;
         }
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock_dir.join(format!("{port}.lock")))
+            .expect("open a port lock file");
+        if lock.try_lock().is_err() {
+            continue; // Another test process holds it.
+        }
+        // Something outside the tests (a system service) may listen there.
+        if TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        held.push((port, lock));
+        ports.push(port);
     }
     assert_eq!(
-        listeners.len(),
+        ports.len(),
         N,
-        "no {N} fresh free ports in {ATTEMPTS_MAX} attempts"
+        "no {N} free test ports in {TEST_PORTS_LOW}..{high}"
     );
-    std::array::from_fn(|i| listeners[i].1)
+    std::array::from_fn(|i| ports[i])
 }
 
 fn find_on_path(program: &str) -> Option<PathBuf> {
