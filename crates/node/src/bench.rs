@@ -23,6 +23,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
+mod keepalive;
+
 /// A request that takes longer than this counts as an error (and the run goes on).
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -93,9 +95,20 @@ enum Workload {
     },
     /// Lease grants (TTL 100 s; the leases are left to expire).
     LeaseGrant,
-    /// Keepalives: each client renews its own lease over its own long-lived stream, one request
-    /// in flight at a time.
-    LeaseKeepalive,
+    /// Keepalives. Without `--leases`: each client renews its own lease over its own long-lived
+    /// stream, one request in flight at a time. With `--leases N`: etcd's client pattern, `N`
+    /// leases spread over `--streams` streams (a stream carries all of its leases' renewals),
+    /// each lease renewed again as soon as its answer arrives; reports `leases_lost` (renewals
+    /// answered TTL <= 0). Runs for `--duration` seconds, or until `--total` renewals.
+    LeaseKeepalive {
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        leases: Option<u64>,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        streams: u64,
+        /// TTL of the leases the `--leases` mode grants.
+        #[arg(long, default_value_t = 60)]
+        ttl_secs: i64,
+    },
     /// Puts attached to leases: one lease per `--keys-per-lease` keys, granted first.
     PutWithLease {
         #[arg(long, default_value_t = 10)]
@@ -306,6 +319,32 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
     {
         return expiry_lag(args, &channels[0], *ttl_secs, *gap_ms, prefix).await;
     }
+    if let Workload::LeaseKeepalive {
+        leases: Some(leases),
+        streams,
+        ttl_secs,
+    } = &workload
+    {
+        let bound = Duration::from_secs(
+            args.duration
+                .unwrap_or(args.timeout_secs)
+                .min(args.timeout_secs),
+        );
+        let total = if args.duration.is_some() {
+            u64::MAX
+        } else {
+            args.total
+        };
+        return keepalive::run(
+            &channels,
+            usize::try_from(*leases)?,
+            usize::try_from(*streams)?,
+            *ttl_secs,
+            total,
+            bound,
+        )
+        .await;
+    }
     if let Workload::Range { key, .. } = &workload {
         // Make sure there is something to read.
         KvClient::new(channels[0].clone())
@@ -390,7 +429,7 @@ impl Workload {
             Workload::TxnPut { .. } => "txn-put",
             Workload::LeaseTimetolive { .. } => "lease-timetolive",
             Workload::LeaseGrant => "lease-grant",
-            Workload::LeaseKeepalive => "lease-keepalive",
+            Workload::LeaseKeepalive { .. } => "lease-keepalive",
             Workload::PutWithLease { .. } => "put-with-lease",
             Workload::ExpiryStorm { .. } => "expiry-storm",
             Workload::ExpiryLag { .. } => "expiry-lag",
@@ -464,7 +503,7 @@ struct Actor {
 impl Actor {
     async fn new(channel: Channel, workload: &Workload, seed: u64) -> anyhow::Result<Actor> {
         let mut lease = LeaseClient::new(channel.clone());
-        let keepalive = if let Workload::LeaseKeepalive = workload {
+        let keepalive = if let Workload::LeaseKeepalive { .. } = workload {
             let id = lease
                 .lease_grant(LeaseGrantRequest { ttl: 100, id: 0 })
                 .await?
@@ -579,7 +618,7 @@ impl Actor {
                 .lease_grant(LeaseGrantRequest { ttl: 100, id: 0 })
                 .await
                 .is_ok(),
-            Workload::LeaseKeepalive => {
+            Workload::LeaseKeepalive { .. } => {
                 let Some((id, tx, stream)) = &mut self.keepalive else {
                     return false;
                 };

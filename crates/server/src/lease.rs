@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use futures::stream::{FuturesOrdered, StreamExt as _};
 use leasehold_api::etcdserverpb::{self as pb, lease_server::Lease};
 use leasehold_raft::{Applied, Command, LeaseId};
 use tokio::sync::mpsc;
@@ -17,6 +18,8 @@ use crate::validate;
 
 /// Responses a keepalive stream may have queued before the sender waits for the client.
 const KEEPALIVE_QUEUE_LEN_MAX: usize = 16;
+/// Renewals one keepalive stream has in flight at once (read ahead of their answers).
+const KEEPALIVE_IN_FLIGHT_MAX: usize = 4096;
 
 /// Server-chosen lease ids, laid out as etcd lays them out: the member id's low 16 bits, then the
 /// start time in milliseconds (40 bits), then a counter (8 bits, carrying into the time). Ids are
@@ -101,6 +104,59 @@ async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
     }
 }
 
+/// Serves one keepalive stream. Requests are read ahead, up to [`KEEPALIVE_IN_FLIGHT_MAX`]
+/// renewals are in flight at once (so they share log entries with each other and with every
+/// other stream's), and answers go out in request order. An unknown lease gets TTL 0 and the
+/// stream stays open; any other failure ends the stream with its status, as in etcd. When the
+/// client closes its side, the renewals in flight are still answered.
+async fn keep_alive_stream(
+    ctx: Arc<ServerContext>,
+    mut inbound: Streaming<pb::LeaseKeepAliveRequest>,
+    tx: mpsc::Sender<Result<pb::LeaseKeepAliveResponse, Status>>,
+) {
+    let mut in_flight = FuturesOrdered::new();
+    let mut inbound_open = true;
+    loop {
+        tokio::select! {
+            // Answers first: they free room for more requests and never wait on the client.
+            biased;
+            Some(answer) = in_flight.next(), if !in_flight.is_empty() => {
+                let answer: Result<pb::LeaseKeepAliveResponse, Status> = answer;
+                let failed = answer.is_err();
+                if tx.send(answer).await.is_err() || failed {
+                    return;
+                }
+            }
+            msg = inbound.message(), if inbound_open && in_flight.len() < KEEPALIVE_IN_FLIGHT_MAX => {
+                match msg {
+                    Ok(Some(msg)) => {
+                        let ctx = ctx.clone();
+                        in_flight.push_back(async move {
+                            keep_alive_once(&ctx, msg.id).await.map_err(Status::from)
+                        });
+                    }
+                    Ok(None) | Err(_) => inbound_open = false,
+                }
+            }
+            else => return,
+        }
+    }
+}
+
+/// One keepalive answer. The header is taken before the renewal, as etcd does.
+async fn keep_alive_once(
+    ctx: &ServerContext,
+    id: i64,
+) -> Result<pb::LeaseKeepAliveResponse, ApiError> {
+    let revision = current_revision(ctx).await?;
+    let ttl = renew(ctx, id).await?;
+    Ok(pb::LeaseKeepAliveResponse {
+        header: ctx.header().at(revision),
+        id,
+        ttl,
+    })
+}
+
 #[tonic::async_trait]
 impl Lease for LeaseService {
     async fn lease_grant(
@@ -151,32 +207,10 @@ impl Lease for LeaseService {
         req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<pb::LeaseKeepAliveResponse>>, Status> {
         let required = self.ctx.require_leader(&req)?;
-        let mut inbound = req.into_inner();
+        let inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(KEEPALIVE_QUEUE_LEN_MAX);
-        let ctx = self.ctx.clone();
         let guard = (self.ctx.clone(), tx.clone());
-        // Requests are answered one at a time, in order; an unknown lease gets TTL 0 and the
-        // stream stays open; any other failure ends the stream with its status, as in etcd.
-        let task = async move {
-            while let Ok(Some(msg)) = inbound.message().await {
-                let answer = async {
-                    // The header is taken before the renewal, as etcd does.
-                    let revision = current_revision(&ctx).await?;
-                    let ttl = renew(&ctx, msg.id).await?;
-                    Ok::<_, ApiError>(pb::LeaseKeepAliveResponse {
-                        header: ctx.header().at(revision),
-                        id: msg.id,
-                        ttl,
-                    })
-                }
-                .await
-                .map_err(Status::from);
-                let failed = answer.is_err();
-                if tx.send(answer).await.is_err() || failed {
-                    break;
-                }
-            }
-        };
+        let task = keep_alive_stream(self.ctx.clone(), inbound, tx);
         tokio::spawn(async move {
             let (ctx, tx) = guard;
             ctx.guard_leader(required, tx, task).await;
