@@ -83,6 +83,8 @@ workloads=(
   "all|range --clients 64 --conns 8 --total 20000 --consistency l"
   "all|lease-grant --clients 64 --conns 8 --total 10000"
   "followers|lease-keepalive --clients 64 --conns 8 --total 20000"
+  "all|lease-keepalive --leases 6000 --streams 3 --conns 3 --duration 8"
+  "followers|lease-keepalive --leases 6000 --streams 2 --conns 2 --duration 8"
   "all|expiry-storm --clients 64 --conns 8 --total 10000 --ttl-secs 3"
 )
 if [ -n "${WORKLOADS:-}" ]; then
@@ -106,12 +108,13 @@ done
 python3 - "$results" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("\n| 3 members: clients → workload | etcd req/s (median) | leasehold req/s (median) | leasehold/etcd | etcd p99 ms | leasehold p99 ms |")
-print("|---|---:|---:|---:|---:|---:|")
+print("\n| 3 members: clients → workload | etcd req/s (median) | leasehold req/s (median) | leasehold/etcd | etcd p99 ms | leasehold p99 ms | etcd leases lost | leasehold leases lost |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for args in dict.fromkeys(r["args"] for r in rows):
     def med(t, k): return statistics.median(r["result"][k] for r in rows if r["args"] == args and r["target"] == t)
     e, l = med("etcd", "throughput_per_s"), med("leasehold", "throughput_per_s")
-    print(f"| {args} | {e:.0f} | {l:.0f} | {l/e:.2f} | {med('etcd','p99_ms'):.2f} | {med('leasehold','p99_ms'):.2f} |")
+    lost = lambda t: sum(r["result"].get("leases_lost", 0) for r in rows if r["args"] == args and r["target"] == t)
+    print(f"| {args} | {e:.0f} | {l:.0f} | {l/e:.2f} | {med('etcd','p99_ms'):.2f} | {med('leasehold','p99_ms'):.2f} | {lost('etcd')} | {lost('leasehold')} |")
 storms = [r for r in rows if r["result"]["workload"] == "expiry-storm"]
 if storms:
     print("\n| expiry-storm | target | lag p50 ms | lag p99 ms | last delete after the last deadline (ms) | early deletes | all deleted |")

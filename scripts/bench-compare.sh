@@ -52,6 +52,9 @@ workloads=(
   "txn-put --clients 64 --conns 8 --total 20000 --txn-ops 4"
   "lease-grant --clients 64 --conns 8 --total 20000"
   "lease-keepalive --clients 64 --conns 8 --total 40000"
+  "lease-keepalive --leases 5000 --streams 1 --conns 1 --duration 8"
+  "lease-keepalive --leases 10000 --streams 4 --conns 4 --duration 8"
+  "lease-keepalive --leases 5000 --streams 1 --conns 1 --ttl-secs 2 --duration 8"
   "lease-timetolive --clients 64 --conns 8 --total 40000 --keys-per-lease 10"
   "put-with-lease --clients 64 --conns 8 --total 20000 --keys-per-lease 10"
   "expiry-storm --clients 64 --conns 8 --total 10000 --ttl-secs 3"
@@ -78,12 +81,13 @@ done
 python3 - "$results" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("\n| workload | etcd req/s (median) | leasehold req/s (median) | leasehold/etcd | etcd p99 ms | leasehold p99 ms |")
-print("|---|---:|---:|---:|---:|---:|")
+print("\n| workload | etcd req/s (median) | leasehold req/s (median) | leasehold/etcd | etcd p99 ms | leasehold p99 ms | etcd leases lost | leasehold leases lost |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for args in dict.fromkeys(r["args"] for r in rows):
     def med(t, k): return statistics.median(r["result"][k] for r in rows if r["args"] == args and r["target"] == t)
     e, l = med("etcd", "throughput_per_s"), med("leasehold", "throughput_per_s")
-    print(f"| {args} | {e:.0f} | {l:.0f} | {l/e:.2f} | {med('etcd','p99_ms'):.2f} | {med('leasehold','p99_ms'):.2f} |")
+    lost = lambda t: sum(r["result"].get("leases_lost", 0) for r in rows if r["args"] == args and r["target"] == t)
+    print(f"| {args} | {e:.0f} | {l:.0f} | {l/e:.2f} | {med('etcd','p99_ms'):.2f} | {med('leasehold','p99_ms'):.2f} | {lost('etcd')} | {lost('leasehold')} |")
 storms = [r for r in rows if r["result"]["workload"] == "expiry-storm"]
 if storms:
     print("\n| expiry-storm | target | last delete after the last deadline (ms) | first delete after the first deadline (ms) | deletes/s | early deletes | all deleted |")

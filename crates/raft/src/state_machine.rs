@@ -542,3 +542,6 @@ pub(crate) fn read_state<T>(shared: &Shared, f: impl FnOnce(&Store, &LeaseTable)
     let state = shared.state.read().expect("state lock poisoned");
     f(&state.store, &state.leases)
 }
+
+#[cfg(test)]
+mod apply_tests;
