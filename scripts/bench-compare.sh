@@ -33,7 +33,7 @@ etcd --name e --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$ec
   --initial-advertise-peer-urls "http://127.0.0.1:$ep" --initial-cluster "e=http://127.0.0.1:$ep" \
   >"$work/etcd.log" 2>&1 &
 pids+=($!)
-LEASEHOLD_LOG=warn "$bin" --name l --data-dir "$work/leasehold" --listen-client-urls "http://127.0.0.1:$lc" \
+LEASEHOLD_LOG=warn "$bin" --name l --data-dir "$work/leasehold" --listen-client-urls "http://127.0.0.1:$lc" --listen-peer-urls "http://127.0.0.1:$lp" \
   --initial-advertise-peer-urls "http://127.0.0.1:$lp" --initial-cluster "l=http://127.0.0.1:$lp" \
   >"$work/leasehold.log" 2>&1 &
 pids+=($!)
