@@ -147,6 +147,11 @@ enum Workload {
         /// The keys' common prefix (not empty: the storm watches exactly this prefix).
         #[arg(long, default_value = "storm/", value_parser = non_empty)]
         prefix: String,
+        /// Give each lease `--ttl-secs` minus the whole seconds the grants have taken so far, so
+        /// that every deadline falls in the same second however long granting takes: the
+        /// deletes/s figure is then the server's revoke rate, not the grant rate.
+        #[arg(long)]
+        aligned: bool,
     },
 }
 
@@ -300,8 +305,13 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         channels.push(ch);
     }
     let workload = args.workload.clone();
-    if let Workload::ExpiryStorm { ttl_secs, prefix } = &workload {
-        return expiry_storm(args, &channels, *ttl_secs, prefix).await;
+    if let Workload::ExpiryStorm {
+        ttl_secs,
+        prefix,
+        aligned,
+    } = &workload
+    {
+        return expiry_storm(args, &channels, *ttl_secs, prefix, *aligned).await;
     }
     if let Workload::WatchLatency {
         watchers,
@@ -863,9 +873,9 @@ async fn expiry_storm(
     channels: &[Channel],
     ttl_secs: i64,
     prefix: &str,
+    aligned: bool,
 ) -> anyhow::Result<Report> {
     let total = args.total;
-    let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
     let end = leasehold_mvcc::prefix_range_end(prefix.as_bytes());
     // The watch first, so that no delete can be missed.
     let create = WatchCreateRequest {
@@ -897,14 +907,16 @@ async fn expiry_storm(
         }
         seen
     });
-    let sent_at = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    // Each key's deadline as the client sees it: its grant sent + its TTL (the server's is no
+    // earlier).
+    let deadlines = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
     let issued = Arc::new(AtomicU64::new(0));
     let first_sent = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..args.clients {
         let channel = channels[c % channels.len()].clone();
         let issued = issued.clone();
-        let sent_at = sent_at.clone();
+        let deadlines = deadlines.clone();
         let prefix = prefix.to_owned();
         tasks.push(tokio::spawn(async move {
             let mut lease = LeaseClient::new(channel.clone());
@@ -915,10 +927,24 @@ async fn expiry_storm(
                     return Ok::<_, tonic::Status>(());
                 }
                 let key = format!("{prefix}{n:08}").into_bytes();
-                sent_at
+                let sent = Instant::now();
+                let ttl_secs = if aligned {
+                    let taken = i64::try_from(sent.duration_since(first_sent).as_secs())
+                        .unwrap_or(i64::MAX);
+                    ttl_secs.saturating_sub(taken)
+                } else {
+                    ttl_secs
+                };
+                if ttl_secs < 2 {
+                    return Err(tonic::Status::deadline_exceeded(
+                        "--aligned: granting took longer than --ttl-secs allows",
+                    ));
+                }
+                let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
+                deadlines
                     .lock()
                     .expect("not poisoned")
-                    .insert(key.clone(), Instant::now());
+                    .insert(key.clone(), sent + ttl);
                 grant_with_key(&mut lease, &mut kv, ttl_secs, key).await?;
             }
         }));
@@ -932,12 +958,14 @@ async fn expiry_storm(
     tokio::time::timeout(Duration::from_secs(args.timeout_secs), grants).await??;
     let last_granted = Instant::now();
     let seen = deletes.await?;
-    let sent_at = sent_at.lock().expect("not poisoned");
+    let deadlines = deadlines.lock().expect("not poisoned");
+    let earliest_deadline = deadlines.values().min().copied().unwrap_or(first_sent);
+    let latest_deadline = deadlines.values().max().copied().unwrap_or(last_granted);
     let mut latency_us = Histogram::<u64>::new(3).expect("valid sigfig");
     let mut early = 0u64;
     let mut early_by_max = Duration::ZERO;
     for (key, at) in &seen {
-        let deadline = sent_at.get(key).map_or(first_sent, |t| *t + ttl);
+        let deadline = deadlines.get(key).copied().unwrap_or(first_sent);
         match at.checked_duration_since(deadline) {
             Some(lag) => {
                 let _ = latency_us.record(lag.as_micros() as u64);
@@ -957,17 +985,22 @@ async fn expiry_storm(
     let mut extra = serde_json::Map::new();
     extra.insert("leases".into(), total.into());
     extra.insert("ttl_s".into(), ttl_secs.into());
+    extra.insert("aligned".into(), aligned.into());
+    extra.insert(
+        "deadline_span_ms".into(),
+        ms(latest_deadline.saturating_duration_since(earliest_deadline)).into(),
+    );
     extra.insert(
         "grant_phase_s".into(),
         (last_granted - first_sent).as_secs_f64().into(),
     );
     extra.insert(
         "first_delete_after_earliest_deadline_ms".into(),
-        signed_ms(first_delete, first_sent + ttl).into(),
+        signed_ms(first_delete, earliest_deadline).into(),
     );
     extra.insert(
         "last_delete_after_latest_deadline_ms".into(),
-        signed_ms(last_delete, last_granted + ttl).into(),
+        signed_ms(last_delete, latest_deadline).into(),
     );
     extra.insert("all_deleted".into(), all_deleted.into());
     extra.insert("early_deletes".into(), early.into());
