@@ -182,6 +182,35 @@ async fn expiry_workloads_report_no_early_deletes() {
             "{target}: {storm}"
         );
         assert_eq!(storm["errors"].as_u64(), Some(0), "{target}: {storm}");
+        let aligned = bench(
+            &server,
+            &[
+                "expiry-storm",
+                "--aligned",
+                "--total",
+                "200",
+                "--clients",
+                "8",
+                "--ttl-secs",
+                "4",
+                "--prefix",
+                "aligned/",
+            ],
+        );
+        assert_eq!(
+            aligned["all_deleted"],
+            Value::Bool(true),
+            "{target}: {aligned}"
+        );
+        assert_eq!(
+            aligned["early_deletes"].as_u64(),
+            Some(0),
+            "{target}: {aligned}"
+        );
+        assert!(
+            aligned["deadline_span_ms"].as_f64() <= Some(1000.0),
+            "{target}: every deadline in one second: {aligned}"
+        );
         let lag = bench(
             &server,
             &[
