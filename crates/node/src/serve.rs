@@ -261,7 +261,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         stop_rx.clone(),
     ));
     tracing::info!("ready to serve client requests");
-    wait_for_signal().await?;
+    let failure = tokio::select! {
+        signal = wait_for_signal() => {
+            signal?;
+            None
+        }
+        reason = replica.failed() => Some(reason),
+    };
+    if let Some(reason) = failure {
+        // Up but serving nothing would be the worst outcome: no supervisor restarts that. Every
+        // acknowledged write is in the fsync'd log; a restart (once the disk has room) recovers.
+        tracing::error!("fatal: storage failed ({reason}); exiting");
+        let _ = stop_tx.send(true);
+        bail!("storage failed, the member cannot serve: {reason}");
+    }
     tracing::info!("shutting down: draining client requests");
     let _ = stop_tx.send(true);
     for server in servers {

@@ -768,6 +768,31 @@ impl Replica {
         Ok(())
     }
 
+    /// Completes when this member's Raft core stops on its own, a storage failure (a full disk,
+    /// an I/O error) or a panic, with what stopped it. Never completes after a shutdown this
+    /// process asked for. Such a member can serve nothing any more, reads included: whoever
+    /// runs it should end the process, so that a supervisor restarts it (etcd exits too).
+    pub async fn failed(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let stopped = match &metrics.borrow_and_update().running_state {
+                Ok(()) => None,
+                Err(openraft::error::Fatal::Stopped) => return std::future::pending().await,
+                Err(fatal) => Some(fatal.to_string()),
+            };
+            if let Some(reason) = stopped {
+                return reason;
+            }
+            if metrics.changed().await.is_err() {
+                return match &metrics.borrow().running_state {
+                    Err(openraft::error::Fatal::Stopped) => std::future::pending().await,
+                    Err(fatal) => fatal.to_string(),
+                    Ok(()) => "the raft core exited".to_owned(),
+                };
+            }
+        }
+    }
+
     /// Size of the database file in bytes.
     pub fn db_size_bytes(&self) -> u64 {
         std::fs::metadata(&self.db_path).map_or(0, |m| m.len())
@@ -817,6 +842,11 @@ async fn follow_leadership(replica: std::sync::Weak<Replica>) {
             match promoted {
                 Ok(()) => promoted_term = Some(term),
                 Err(e) => {
+                    if r.raft.metrics().borrow().running_state.is_err() {
+                        // The Raft core has stopped (shutdown, or a fatal storage error that
+                        // `Replica::failed` reports): nothing to promote any more.
+                        return;
+                    }
                     tracing::warn!("promotion at term {term} failed: {e}; retrying");
                     drop(r);
                     tokio::time::sleep(Duration::from_millis(50)).await;

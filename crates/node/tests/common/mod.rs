@@ -527,6 +527,23 @@ impl Server {
         self.fail(&format!("still running {STOP_TIMEOUT:?} after SIGTERM"))
     }
 
+    /// Waits (bounded by `within`) for the process to exit on its own; its exit status, or
+    /// `None` if it is still running then.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let started = Instant::now();
+        loop {
+            let child = self.child.as_mut()?;
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return Some(status);
+            }
+            if started.elapsed() >= within {
+                return None;
+            }
+            tokio::time::sleep(STOP_POLL_INTERVAL).await;
+        }
+    }
+
     /// Starts the process again on the same data dir and ports (SIGKILLing it first if it is
     /// still running) and waits until it serves.
     pub async fn restart(&mut self) {
