@@ -312,19 +312,19 @@ impl PeerService {
 impl Peer for PeerService {
     async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref()).map_err(bad_request)?;
-        let result = self.replica.raft().append_entries(rpc).await;
+        let result = self.replica.append_entries(rpc).await;
         Ok(Response::new(encode(&result)))
     }
 
     async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         let rpc: VoteRequest<u64> = decode(req.get_ref()).map_err(bad_request)?;
-        let result = self.replica.raft().vote(rpc).await;
+        let result = self.replica.vote(rpc).await;
         Ok(Response::new(encode(&result)))
     }
 
     async fn install_snapshot(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         let rpc: InstallSnapshotRequest<TypeConfig> = decode(req.get_ref()).map_err(bad_request)?;
-        let result = self.replica.raft().install_snapshot(rpc).await;
+        let result = self.replica.install_snapshot(rpc).await;
         Ok(Response::new(encode(&result)))
     }
 

@@ -40,9 +40,18 @@ pub async fn drive_lease_expiry(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let tick_ms = u64::try_from(cfg.tick.as_millis()).unwrap_or(u64::MAX);
+    let mut lease_clock = replica.subscribe_lease_clock();
     loop {
         if *shutdown.borrow() {
             return;
+        }
+        if lease_clock.borrow_and_update().is_none() {
+            // Not leading: nothing to time until this member is promoted.
+            tokio::select! {
+                changed = lease_clock.changed() => if changed.is_err() { return; },
+                _ = shutdown.changed() => {}
+            }
+            continue;
         }
         let wake = match step(&replica, &cfg, tick_ms).await {
             Ok(wake) => wake,
@@ -73,8 +82,8 @@ async fn step(
     tick_ms: u64,
 ) -> Result<Option<Instant>, leasehold_raft::ReplicaError> {
     let Some(clock) = replica.lease_clock() else {
-        // Not leading: nothing to time. Look again later (leadership may come).
-        return Ok(Some(Instant::now() + cfg.tick));
+        // Demoted since the caller looked: it waits for the next promotion.
+        return Ok(Some(Instant::now()));
     };
     let now = Instant::now();
     let now_ms = clock.now_ms(now);

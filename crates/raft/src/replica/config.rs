@@ -1,0 +1,22 @@
+//! How to start a member.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// How to start a member.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    pub member_id: u64,
+    pub peer_url: String,
+    /// The other members of the initial cluster (id → peer URL), to bootstrap a new cluster
+    /// with; empty for a one-member cluster. Ignored once the data dir holds a cluster.
+    pub initial_peers: BTreeMap<u64, String>,
+    /// Whether a fresh data dir bootstraps a new cluster (etcd's `--initial-cluster-state new`)
+    /// or waits to be added to a running one (`existing`: the leader sends it the state).
+    pub bootstrap: bool,
+    pub data_dir: PathBuf,
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_ms: u64,
+    /// Raft entries between state-machine snapshots (after which the log is purged).
+    pub snapshot_log_entries_max: u64,
+}

@@ -1,0 +1,149 @@
+//! What a follower hands to the leader (writes, read indexes, membership changes), and waiting
+//! for the leader's answer without outliving its leadership.
+
+use std::time::Duration;
+
+use openraft::Raft;
+
+use super::error::ReplicaError;
+use super::membership::MemberChange;
+use crate::TypeConfig;
+use crate::command::{Applied, Proposal};
+
+/// A boxed future, for the object-safe [`Forwarder`].
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// What a follower's forwarded batch came back with: one result per command, and the log index
+/// it was committed at (the follower answers once it has applied that far itself).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Forwarded {
+    pub log_index: u64,
+    pub applied: Vec<Applied>,
+}
+
+/// The leader's answer to a read-index request.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ReadIndex {
+    /// Apply this far, then read.
+    pub index: u64,
+    /// The leader's lease time when it confirmed its leadership (`None` until it has promoted
+    /// itself).
+    pub lease_now_ms: Option<u64>,
+}
+
+/// How a follower reaches the leader for what only the leader can do: commit writes and give a
+/// read index. The peer transport implements it; a one-member cluster never forwards.
+pub trait Forwarder: Send + Sync + 'static {
+    /// Has the leader (`leader`, at peer URL `addr`) commit `proposal`.
+    fn forward(
+        &self,
+        leader: u64,
+        addr: String,
+        proposal: Proposal,
+    ) -> BoxFuture<Result<Forwarded, ReplicaError>>;
+    /// Asks the leader for a read index: a log index that covers every write acknowledged
+    /// before the call, and the leader's lease time at that point.
+    fn read_index(&self, leader: u64, addr: String) -> BoxFuture<Result<ReadIndex, ReplicaError>>;
+    /// Has the leader make a membership change.
+    fn change_members(
+        &self,
+        leader: u64,
+        addr: String,
+        change: MemberChange,
+    ) -> BoxFuture<Result<(), ReplicaError>>;
+}
+
+/// The forwarder of a member without peers.
+pub struct NoForwarding;
+
+impl Forwarder for NoForwarding {
+    fn forward(
+        &self,
+        _: u64,
+        _: String,
+        _: Proposal,
+    ) -> BoxFuture<Result<Forwarded, ReplicaError>> {
+        Box::pin(async { Err(ReplicaError::NoLeader) })
+    }
+
+    fn read_index(&self, _: u64, _: String) -> BoxFuture<Result<ReadIndex, ReplicaError>> {
+        Box::pin(async { Err(ReplicaError::NoLeader) })
+    }
+
+    fn change_members(
+        &self,
+        _: u64,
+        _: String,
+        _: MemberChange,
+    ) -> BoxFuture<Result<(), ReplicaError>> {
+        Box::pin(async { Err(ReplicaError::NoLeader) })
+    }
+}
+
+/// How long a follower waits to apply what the leader committed for it.
+pub(super) const APPLY_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// The leader and its peer URL, if another member leads.
+pub(super) fn leader_elsewhere(raft: &Raft<TypeConfig>, member_id: u64) -> Option<(u64, String)> {
+    let m = raft.metrics().borrow().clone();
+    let leader = m.current_leader.filter(|l| *l != member_id)?;
+    let addr = m
+        .membership_config
+        .nodes()
+        .find(|(id, _)| **id == leader)?
+        .1
+        .addr
+        .clone();
+    Some((leader, addr))
+}
+
+/// Has the leader commit `proposal`, then waits until this member has applied it, so a read
+/// here after the answer sees the write.
+pub(super) async fn forward(
+    raft: &Raft<TypeConfig>,
+    forwarder: &dyn Forwarder,
+    leader: u64,
+    addr: String,
+    proposal: Proposal,
+) -> Result<Vec<Applied>, ReplicaError> {
+    let forwarded =
+        unless_leader_changes(raft, leader, forwarder.forward(leader, addr, proposal)).await?;
+    wait_applied(raft, forwarded.log_index).await?;
+    Ok(forwarded.applied)
+}
+
+/// Runs a request to `leader`, but gives up with "no leader" as soon as this member learns of
+/// another leader (or none): a leader that was cut off may never answer, and the client should
+/// retry against the new one at once rather than after a time-out.
+pub(super) async fn unless_leader_changes<T>(
+    raft: &Raft<TypeConfig>,
+    leader: u64,
+    request: impl std::future::Future<Output = Result<T, ReplicaError>>,
+) -> Result<T, ReplicaError> {
+    let mut metrics = raft.metrics();
+    let deposed = async move {
+        loop {
+            if metrics.borrow_and_update().current_leader != Some(leader) {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        result = request => result,
+        () = deposed => Err(ReplicaError::NoLeader),
+    }
+}
+
+pub(super) async fn wait_applied(raft: &Raft<TypeConfig>, index: u64) -> Result<(), ReplicaError> {
+    raft.wait(Some(APPLY_WAIT_MAX))
+        .applied_index_at_least(Some(index), "apply what the leader committed")
+        .await
+        .map(|_| ())
+        .map_err(|e| match e {
+            openraft::metrics::WaitError::Timeout(..) => ReplicaError::NoLeader,
+            openraft::metrics::WaitError::ShuttingDown => ReplicaError::Stopped,
+        })
+}

@@ -1,0 +1,119 @@
+//! Membership changes (etcd's MemberAdd, MemberRemove, MemberPromote) and the member list.
+
+use openraft::BasicNode;
+use openraft::error::{ClientWriteError, RaftError};
+
+use super::Replica;
+use super::error::{MembershipError, ReplicaError};
+use super::forward::leader_elsewhere;
+
+/// A membership change: etcd's MemberAdd, MemberRemove and MemberPromote.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum MemberChange {
+    Add {
+        id: u64,
+        peer_url: String,
+        learner: bool,
+    },
+    Remove {
+        id: u64,
+    },
+    Promote {
+        id: u64,
+    },
+}
+
+/// One member as the current membership config has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: u64,
+    pub peer_url: String,
+    pub learner: bool,
+}
+
+impl Replica {
+    /// The current members, voters and learners, in id order.
+    pub fn members(&self) -> Vec<MemberInfo> {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(id, node)| MemberInfo {
+                id: *id,
+                peer_url: node.addr.clone(),
+                learner: !voters.contains(id),
+            })
+            .collect()
+    }
+
+    /// Makes a membership change, on the leader (forwarded there from a follower); returns once
+    /// the new configuration is committed.
+    pub async fn change_members(&self, change: MemberChange) -> Result<(), ReplicaError> {
+        match leader_elsewhere(&self.raft, self.member_id) {
+            Some((leader, addr)) => self.forwarder.change_members(leader, addr, change).await,
+            None => self.leader_change_members(change).await,
+        }
+    }
+
+    /// The leader's side of [`Replica::change_members`].
+    pub async fn leader_change_members(&self, change: MemberChange) -> Result<(), ReplicaError> {
+        use openraft::ChangeMembers;
+        let members = self.members();
+        let find = |id: u64| members.iter().find(|m| m.id == id);
+        let to_replica_error = |e: RaftError<u64, ClientWriteError<u64, BasicNode>>| match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ReplicaError::NoLeader,
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                ReplicaError::Storage(e.to_string())
+            }
+            RaftError::Fatal(_) => ReplicaError::Stopped,
+        };
+        match change {
+            MemberChange::Add {
+                id,
+                peer_url,
+                learner,
+            } => {
+                if find(id).is_some() {
+                    return Err(MembershipError::IdExists.into());
+                }
+                if members.iter().any(|m| m.peer_url == peer_url) {
+                    return Err(MembershipError::PeerUrlExists.into());
+                }
+                self.raft
+                    .add_learner(id, BasicNode::new(&peer_url), false)
+                    .await
+                    .map_err(to_replica_error)?;
+                if !learner {
+                    self.raft
+                        .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
+                        .await
+                        .map_err(to_replica_error)?;
+                }
+            }
+            MemberChange::Remove { id } => {
+                let member = find(id).ok_or(MembershipError::NotFound)?;
+                let change = if member.learner {
+                    ChangeMembers::RemoveNodes([id].into())
+                } else {
+                    ChangeMembers::RemoveVoters([id].into())
+                };
+                self.raft
+                    .change_membership(change, false)
+                    .await
+                    .map_err(to_replica_error)?;
+            }
+            MemberChange::Promote { id } => {
+                let member = find(id).ok_or(MembershipError::NotFound)?;
+                if !member.learner {
+                    return Err(MembershipError::NotLearner.into());
+                }
+                self.raft
+                    .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
+                    .await
+                    .map_err(to_replica_error)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,373 @@
+//! One member of the replicated store: openraft wired to the redb log and state machine. The
+//! server talks to this and nothing below it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_lease::{LeaseClock, LeaseTable};
+use leasehold_mvcc::Store;
+use openraft::error::InstallSnapshotError;
+use openraft::error::RaftError;
+use openraft::network::RaftNetworkFactory;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use tokio::sync::{mpsc, oneshot};
+
+mod batch;
+mod config;
+mod error;
+mod forward;
+mod lease_time;
+mod membership;
+
+pub use config::ReplicaConfig;
+pub use error::{MembershipError, ReplicaError};
+pub use forward::{BoxFuture, Forwarded, Forwarder, NoForwarding, ReadIndex};
+pub use membership::{MemberChange, MemberInfo};
+
+use batch::{PROPOSERS, Pending, QUEUE_LEN_MAX, commit, propose_batches};
+use forward::{leader_elsewhere, unless_leader_changes, wait_applied};
+use lease_time::{SharedClock, follow_leadership};
+
+use crate::command::{Applied, Command, Proposal};
+use crate::log_store::LogStore;
+use crate::network::NoPeers;
+use crate::state_machine::{self, Shared, StateMachine};
+use crate::{TypeConfig, storage};
+
+/// A snapshot of Raft's progress, for headers and Status.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RaftStatus {
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+}
+
+pub struct Replica {
+    raft: Raft<TypeConfig>,
+    /// This member's mapping from real time to lease time; `Some` while it leads (and so times
+    /// leases). A single member leads from start-up on.
+    lease_clock: SharedClock,
+    election_timeout: Duration,
+    proposals: mpsc::Sender<Pending>,
+    /// Fires once openraft's tasks have let go of the database and the file is closed.
+    db_closed: tokio::sync::watch::Receiver<()>,
+    shared: Shared,
+    member_id: u64,
+    db_path: PathBuf,
+    forwarder: Arc<dyn Forwarder>,
+}
+
+impl Replica {
+    /// Opens storage, starts Raft and, on a new data dir, bootstraps a one-member cluster. Waits
+    /// (bounded) until this member leads and times leases.
+    pub async fn start(cfg: ReplicaConfig) -> Result<Arc<Replica>, std::io::Error> {
+        Replica::start_with(cfg, NoPeers, Arc::new(NoForwarding)).await
+    }
+
+    /// Like [`Replica::start`], with a peer transport: `network` carries openraft's RPCs and
+    /// `forwarder` takes follower writes and reads to the leader. A member of a cluster with
+    /// peers does not wait for a leader: the others may not be up yet.
+    pub async fn start_with<N: RaftNetworkFactory<TypeConfig>>(
+        cfg: ReplicaConfig,
+        network: N,
+        forwarder: Arc<dyn Forwarder>,
+    ) -> Result<Arc<Replica>, std::io::Error> {
+        let db = storage::open(&cfg.data_dir)?;
+        let sm = StateMachine::open(db.clone())?;
+        let shared = sm.shared();
+        let db_closed = db.closed();
+        let log = LogStore::new(db);
+        let config = Config {
+            cluster_name: "leasehold".into(),
+            heartbeat_interval: cfg.heartbeat_interval_ms,
+            election_timeout_min: cfg.election_timeout_ms,
+            election_timeout_max: cfg.election_timeout_ms * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_log_entries_max),
+            // Entries kept behind a snapshot for followers that lag a little; one further
+            // behind gets the snapshot.
+            max_in_snapshot_log_to_keep: cfg.snapshot_log_entries_max.min(1000),
+            ..Default::default()
+        };
+        let config = Arc::new(config.validate().map_err(storage::io_err)?);
+        let raft = Raft::new(cfg.member_id, config, network, log, sm)
+            .await
+            .map_err(storage::io_err)?;
+        if cfg.bootstrap && !raft.is_initialized().await.map_err(storage::io_err)? {
+            let mut members = BTreeMap::from([(cfg.member_id, BasicNode::new(&cfg.peer_url))]);
+            for (id, url) in &cfg.initial_peers {
+                members.insert(*id, BasicNode::new(url));
+            }
+            raft.initialize(members).await.map_err(storage::io_err)?;
+        }
+        let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
+        let queue = Arc::new(tokio::sync::Mutex::new(queue));
+        let lease_clock = SharedClock::new();
+        for _ in 0..PROPOSERS {
+            tokio::spawn(propose_batches(
+                raft.clone(),
+                cfg.member_id,
+                lease_clock.clone(),
+                forwarder.clone(),
+                queue.clone(),
+            ));
+        }
+        let replica = Arc::new(Replica {
+            raft,
+            lease_clock,
+            election_timeout: Duration::from_millis(cfg.election_timeout_ms),
+            proposals,
+            db_closed,
+            shared,
+            member_id: cfg.member_id,
+            db_path: cfg.data_dir.join("leasehold.redb"),
+            forwarder,
+        });
+        tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
+        if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
+            let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
+            if !replica.lease_clock.wait_timing(bound).await {
+                return Err(storage::io_err("no leadership within 20 election timeouts"));
+            }
+        }
+        Ok(replica)
+    }
+
+    /// Reads the lease table; linearizable reads first confirm leadership (read index).
+    pub async fn read_leases<T>(
+        &self,
+        linearizable: bool,
+        f: impl FnOnce(&LeaseTable) -> T,
+    ) -> Result<T, ReplicaError> {
+        if linearizable {
+            self.ensure_linearizable().await?;
+        }
+        Ok(state_machine::read_leases(&self.shared, f))
+    }
+
+    /// Follows the applied store revision: changes after every apply that wrote something.
+    pub fn subscribe_revisions(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.shared.revision.subscribe()
+    }
+
+    /// Lease events applied since this member started: what etcd exports as
+    /// `etcd_debugging_lease_{granted,revoked,renewed}_total` and
+    /// `etcd_debugging_server_lease_expired_total`.
+    pub fn lease_counters(&self) -> leasehold_lease::Counters {
+        state_machine::read_leases(&self.shared, |t| t.counters())
+    }
+
+    /// Completes after the next apply that touched a lease (the earliest deadline may have moved).
+    pub async fn leases_changed(&self) {
+        self.shared.leases_changed.notified().await;
+    }
+
+    /// Read index: on the leader, confirms leadership and waits until everything committed is
+    /// applied; on a follower, asks the leader for its read index and waits to apply that far.
+    /// Returns the leader's lease time at that point, if it has one.
+    async fn read_index(&self) -> Result<Option<u64>, ReplicaError> {
+        if let Some((leader, addr)) = leader_elsewhere(&self.raft, self.member_id) {
+            let read =
+                unless_leader_changes(&self.raft, leader, self.forwarder.read_index(leader, addr))
+                    .await?;
+            wait_applied(&self.raft, read.index).await?;
+            return Ok(read.lease_now_ms);
+        }
+        self.leader_read_index().await.map(|read| read.lease_now_ms)
+    }
+
+    async fn ensure_linearizable(&self) -> Result<(), ReplicaError> {
+        self.read_index().await.map(|_| ())
+    }
+
+    /// Reads the store and the lease table linearizably, with the leader's lease time (what
+    /// remaining TTLs and lease liveness are measured against), wherever this member is.
+    pub async fn read_at_lease_time<T>(
+        &self,
+        f: impl FnOnce(&Store, &LeaseTable, u64) -> T,
+    ) -> Result<T, ReplicaError> {
+        let now_ms = self.read_index().await?.ok_or(ReplicaError::NoLeader)?;
+        Ok(state_machine::read_state(&self.shared, |store, leases| {
+            f(store, leases, now_ms)
+        }))
+    }
+
+    /// The leader's side of [`Forwarder::read_index`].
+    pub async fn leader_read_index(&self) -> Result<ReadIndex, ReplicaError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(read) => Ok(ReadIndex {
+                index: read.map_or(0, |log_id| log_id.index),
+                lease_now_ms: self.lease_now_ms().ok(),
+            }),
+            Err(RaftError::APIError(_)) => Err(ReplicaError::NoLeader),
+            Err(RaftError::Fatal(_)) => Err(ReplicaError::Stopped),
+        }
+    }
+
+    /// The leader's side of [`Forwarder::forward`]: commits a follower's batch.
+    pub async fn leader_commit(&self, proposal: Proposal) -> Result<Forwarded, ReplicaError> {
+        commit(&self.raft, &self.lease_clock, proposal).await
+    }
+
+    /// The peer transport's server side: a leader's append-entries for this member.
+    pub async fn append_entries(
+        &self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<AppendEntriesResponse<u64>, RaftError<u64>> {
+        self.raft.append_entries(rpc).await
+    }
+
+    /// The peer transport's server side: a candidate's vote request.
+    pub async fn vote(&self, rpc: VoteRequest<u64>) -> Result<VoteResponse<u64>, RaftError<u64>> {
+        self.raft.vote(rpc).await
+    }
+
+    /// The peer transport's server side: one chunk of the leader's snapshot.
+    pub async fn install_snapshot(
+        &self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>> {
+        self.raft.install_snapshot(rpc).await
+    }
+
+    /// Follows this member's lease clock: `Some` while it leads and times leases. For drivers
+    /// that have work only on the leader, so they wait instead of polling.
+    pub fn subscribe_lease_clock(&self) -> tokio::sync::watch::Receiver<Option<LeaseClock>> {
+        self.lease_clock.subscribe()
+    }
+
+    pub fn member_id(&self) -> u64 {
+        self.member_id
+    }
+
+    /// Proposes a command and waits until it is applied. Concurrent writes are batched into
+    /// one log entry (see [`propose_batches`]).
+    pub async fn write(&self, command: Command) -> Result<Applied, ReplicaError> {
+        let (reply, applied) = oneshot::channel();
+        self.proposals
+            .send(Pending { command, reply })
+            .await
+            .map_err(|_| ReplicaError::Stopped)?;
+        applied.await.map_err(|_| ReplicaError::Stopped)?
+    }
+
+    /// Reads the applied state. A linearizable read first confirms leadership and waits until
+    /// everything committed before it is applied (read index).
+    pub async fn read<T>(
+        &self,
+        linearizable: bool,
+        f: impl FnOnce(&Store) -> T,
+    ) -> Result<T, ReplicaError> {
+        if linearizable {
+            self.ensure_linearizable().await?;
+        }
+        Ok(state_machine::read(&self.shared, f))
+    }
+
+    pub fn status(&self) -> RaftStatus {
+        let m = self.raft.metrics().borrow().clone();
+        RaftStatus {
+            term: m.current_term,
+            leader: m.current_leader,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+        }
+    }
+
+    /// Commits `command` through this member's own Raft, only while it leads and times leases;
+    /// never forwarded. For what only a leader may propose (expiries, clock ticks): a member that
+    /// lost its leadership must not have its stale view committed by the new leader.
+    pub async fn propose_as_leader(&self, command: Command) -> Result<Applied, ReplicaError> {
+        if leader_elsewhere(&self.raft, self.member_id).is_some() || self.lease_clock().is_none() {
+            return Err(ReplicaError::NoLeader);
+        }
+        let proposal = Proposal {
+            commands: vec![command],
+        };
+        let mut done = commit(&self.raft, &self.lease_clock, proposal).await?;
+        done.applied.pop().ok_or(ReplicaError::Stopped)
+    }
+
+    /// The election timeout this member runs with.
+    pub fn election_timeout(&self) -> Duration {
+        self.election_timeout
+    }
+
+    /// Completes once this member has known no leader for `period` without a break (etcd's
+    /// condition for failing streams that require a leader). Never completes after shutdown.
+    pub async fn leader_lost_for(&self, period: Duration) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            while metrics.borrow_and_update().current_leader.is_some() {
+                if metrics.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+            let leader_back = async {
+                loop {
+                    if metrics.changed().await.is_err() {
+                        return std::future::pending::<()>().await;
+                    }
+                    if metrics.borrow_and_update().current_leader.is_some() {
+                        return;
+                    }
+                }
+            };
+            if tokio::time::timeout(period, leader_back).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Completes when this member's Raft core stops on its own, a storage failure (a full disk,
+    /// an I/O error) or a panic, with what stopped it. Never completes after a shutdown this
+    /// process asked for. Such a member can serve nothing any more, reads included: whoever
+    /// runs it should end the process, so that a supervisor restarts it (etcd exits too).
+    pub async fn failed(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let stopped = match &metrics.borrow_and_update().running_state {
+                Ok(()) => None,
+                Err(openraft::error::Fatal::Stopped) => return std::future::pending().await,
+                Err(fatal) => Some(fatal.to_string()),
+            };
+            if let Some(reason) = stopped {
+                return reason;
+            }
+            if metrics.changed().await.is_err() {
+                return match &metrics.borrow().running_state {
+                    Err(openraft::error::Fatal::Stopped) => std::future::pending().await,
+                    Err(fatal) => fatal.to_string(),
+                    Ok(()) => "the raft core exited".to_owned(),
+                };
+            }
+        }
+    }
+
+    /// Size of the database file in bytes.
+    pub fn db_size_bytes(&self) -> u64 {
+        std::fs::metadata(&self.db_path).map_or(0, |m| m.len())
+    }
+
+    /// Stops Raft and waits (bounded) until the storage tasks have closed the database, so a
+    /// new replica can open the same data dir at once.
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!("raft shutdown: {e}");
+        }
+        let mut closed = self.db_closed.clone();
+        let wait = closed.changed();
+        if tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .is_err()
+        {
+            tracing::warn!("storage still open 10 s after raft shutdown");
+        }
+    }
+}
