@@ -24,6 +24,7 @@ mod error;
 mod forward;
 mod lease_time;
 mod membership;
+mod read_index;
 
 pub use config::ReplicaConfig;
 pub use error::{MembershipError, ReplicaError};
@@ -31,8 +32,9 @@ pub use forward::{BoxFuture, Forwarded, Forwarder, NoForwarding, ReadIndex};
 pub use membership::{MemberChange, MemberInfo};
 
 use batch::{PROPOSERS, Pending, QUEUE_LEN_MAX, commit, propose_batches};
-use forward::{leader_elsewhere, unless_leader_changes, wait_applied};
+use forward::{leader_elsewhere, wait_applied};
 use lease_time::{SharedClock, follow_leadership};
+use read_index::ReadIndexRounds;
 
 use crate::command::{Applied, Command, Proposal};
 use crate::log_store::LogStore;
@@ -62,6 +64,11 @@ pub struct Replica {
     member_id: u64,
     db_path: PathBuf,
     forwarder: Arc<dyn Forwarder>,
+    /// Leadership confirmations, shared by concurrent linearizable reads here and by the
+    /// followers' read-index requests.
+    leader_reads: ReadIndexRounds,
+    /// Read-index requests to the leader, shared by concurrent reads on this follower.
+    follower_reads: ReadIndexRounds,
 }
 
 impl Replica {
@@ -118,9 +125,14 @@ impl Replica {
                 queue.clone(),
             ));
         }
+        let leader_reads = ReadIndexRounds::leader(raft.clone(), lease_clock.clone());
+        let follower_reads =
+            ReadIndexRounds::follower(raft.clone(), cfg.member_id, forwarder.clone());
         let replica = Arc::new(Replica {
             raft,
             lease_clock,
+            leader_reads,
+            follower_reads,
             election_timeout: Duration::from_millis(cfg.election_timeout_ms),
             proposals,
             db_closed,
@@ -172,10 +184,8 @@ impl Replica {
     /// applied; on a follower, asks the leader for its read index and waits to apply that far.
     /// Returns the leader's lease time at that point, if it has one.
     async fn read_index(&self) -> Result<Option<u64>, ReplicaError> {
-        if let Some((leader, addr)) = leader_elsewhere(&self.raft, self.member_id) {
-            let read =
-                unless_leader_changes(&self.raft, leader, self.forwarder.read_index(leader, addr))
-                    .await?;
+        if leader_elsewhere(&self.raft, self.member_id).is_some() {
+            let read = self.follower_reads.join().await?;
             wait_applied(&self.raft, read.index).await?;
             return Ok(read.lease_now_ms);
         }
@@ -200,14 +210,7 @@ impl Replica {
 
     /// The leader's side of [`Forwarder::read_index`].
     pub async fn leader_read_index(&self) -> Result<ReadIndex, ReplicaError> {
-        match self.raft.ensure_linearizable().await {
-            Ok(read) => Ok(ReadIndex {
-                index: read.map_or(0, |log_id| log_id.index),
-                lease_now_ms: self.lease_now_ms().ok(),
-            }),
-            Err(RaftError::APIError(_)) => Err(ReplicaError::NoLeader),
-            Err(RaftError::Fatal(_)) => Err(ReplicaError::Stopped),
-        }
+        self.leader_reads.join().await
     }
 
     /// The leader's side of [`Forwarder::forward`]: commits a follower's batch.
