@@ -352,7 +352,19 @@ pub async fn serve_peers(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Answers to append-entries and votes are small: without TCP_NODELAY they can wait for
+    // Nagle's algorithm and the leader's delayed ACK (40 ms on Linux), which every commit that
+    // needs this member's vote would then wait for too.
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |conn| {
+            conn.inspect(|stream| {
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::warn!("TCP_NODELAY on a peer connection: {e}");
+                }
+            })
+        },
+    );
     tonic::transport::Server::builder()
         .add_service(PeerService::new(replica).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::stream::{FuturesOrdered, StreamExt as _};
 use leasehold_api::etcdserverpb::{self as pb, lease_server::Lease};
-use leasehold_raft::{Applied, Command, LeaseId};
+use leasehold_raft::{Applied, Command, LeaseId, ReplicaError};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::BoxStream;
@@ -18,6 +18,10 @@ use crate::validate;
 
 /// Responses a keepalive stream may have queued before the sender waits for the client.
 const KEEPALIVE_QUEUE_LEN_MAX: usize = 16;
+/// With two election timeouts, how long a renewal waits for a leader (etcd's request timeout).
+const RENEW_LEADER_WAIT_BASE: std::time::Duration = std::time::Duration::from_secs(5);
+/// Pause between a renewal's tries while it waits for a leader.
+const RENEW_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 /// Renewals one keepalive stream has in flight at once (read ahead of their answers).
 const KEEPALIVE_IN_FLIGHT_MAX: usize = 4096;
 
@@ -87,20 +91,41 @@ pub(crate) async fn grant(ctx: &ServerContext, id: LeaseId, ttl_secs: i64) -> Re
 }
 
 /// One renewal: the TTL renewed for, or 0 for an unknown (or expired, now revoked) lease.
+///
+/// A renewal that finds no leader (an election, or a leader that stopped answering) waits for
+/// the next one and is tried again, for up to etcd's request timeout (5 s plus two election
+/// timeouts), as etcd's `LeaseRenew` waits for a leader rather than failing the stream. A new
+/// leader leaves inherited leases only the election timeout, so a holder that gave up here and
+/// came back after its client-side pause could miss it. Renewing twice is harmless: a renewal
+/// only ever sets `now + TTL` for a holder that asked.
 async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
     let Some(id) = LeaseId::from_wire(id) else {
         return Ok(0);
     };
-    match ctx
-        .replica
-        .write(Command::LeaseRenew {
-            id,
-            now_ms: STAMPED_BY_LEADER,
-        })
-        .await?
-    {
-        Applied::LeaseRenew(ttl) => Ok(ttl.unwrap_or(0)),
-        other => Err(ApiError::unexpected(&other)),
+    let give_up =
+        std::time::Instant::now() + RENEW_LEADER_WAIT_BASE + 2 * ctx.replica.election_timeout();
+    loop {
+        let renewed = ctx
+            .replica
+            .write(Command::LeaseRenew {
+                id,
+                now_ms: STAMPED_BY_LEADER,
+            })
+            .await;
+        match renewed {
+            Ok(Applied::LeaseRenew(ttl)) => return Ok(ttl.unwrap_or(0)),
+            Ok(other) => return Err(ApiError::unexpected(&other)),
+            Err(ReplicaError::NoLeader) => {
+                let left = give_up.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() || !ctx.replica.wait_for_leader(left).await {
+                    return Err(ReplicaError::NoLeader.into());
+                }
+                // Bounded by `give_up`; the pause keeps a leader that is known but not yet
+                // serving from being asked in a tight loop.
+                tokio::time::sleep(RENEW_RETRY_PAUSE).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 

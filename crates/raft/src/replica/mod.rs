@@ -302,6 +302,13 @@ impl Replica {
         self.election_timeout
     }
 
+    /// Waits (at most `bound`) until this member knows a leader; whether it does.
+    pub async fn wait_for_leader(&self, bound: Duration) -> bool {
+        let mut metrics = self.raft.metrics();
+        let known = metrics.wait_for(|m| m.current_leader.is_some());
+        matches!(tokio::time::timeout(bound, known).await, Ok(Ok(_)))
+    }
+
     /// Completes once this member has known no leader for `period` without a break (etcd's
     /// condition for failing streams that require a leader). Never completes after shutdown.
     pub async fn leader_lost_for(&self, period: Duration) {
