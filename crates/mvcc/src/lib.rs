@@ -13,7 +13,8 @@ mod store;
 mod types;
 
 pub use error::Error;
-pub use store::{Store, Written, key_in_range, prefix_range_end};
+pub use leasehold_types::prefix_range_end;
+pub use store::{Store, Written, key_in_range};
 pub use types::{
     Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,
     EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,

@@ -674,20 +674,6 @@ fn visible_at(history: &[Version], rev: i64) -> Option<&KeyValue> {
     history.get(newer.checked_sub(1)?)?.kv.as_ref()
 }
 
-/// The range end that makes `prefix` a prefix range (clientv3's `GetPrefixRangeEnd`): the
-/// prefix with its last byte below 0xff incremented and the rest cut; `[0]` (every key) if
-/// there is none.
-pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 /// Whether `candidate` is in the range `key`/`range_end` under etcd's rules (empty end: the key
 /// itself; `[0]`: every key from `key` on; otherwise `[key, range_end)`).
 pub fn key_in_range(key: &[u8], range_end: &[u8], candidate: &[u8]) -> bool {

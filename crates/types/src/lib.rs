@@ -1,5 +1,6 @@
-//! The vocabulary shared by leasehold's layers: identifiers that several crates name. Nothing
-//! here has behaviour beyond conversion; it must never depend on another leasehold crate.
+//! The vocabulary shared by leasehold's layers, servers and clients: identifiers, limits and
+//! etcd's key-range rule that several crates name. Nothing here has behaviour beyond conversion;
+//! it must never depend on another leasehold crate.
 
 use serde::{Deserialize, Serialize};
 
@@ -27,3 +28,17 @@ impl LeaseId {
 
 /// etcd's largest lease TTL, in seconds (inclusive).
 pub const LEASE_TTL_SECS_MAX: i64 = 9_000_000_000;
+
+/// The range end that makes `prefix` a prefix range (clientv3's `GetPrefixRangeEnd`): the
+/// prefix with its last byte below 0xff incremented and the rest cut; `[0]` (every key) if
+/// there is none.
+pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}

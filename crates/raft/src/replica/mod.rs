@@ -342,16 +342,16 @@ impl Replica {
     pub async fn failed(&self) -> String {
         let mut metrics = self.raft.metrics();
         loop {
-            let stopped = match &metrics.borrow_and_update().running_state {
-                Ok(()) => None,
+            // The metrics guard is dropped before any await (it is not Send).
+            let state = metrics.borrow_and_update().running_state.clone();
+            match state {
+                Ok(()) => {}
                 Err(openraft::error::Fatal::Stopped) => return std::future::pending().await,
-                Err(fatal) => Some(fatal.to_string()),
-            };
-            if let Some(reason) = stopped {
-                return reason;
+                Err(fatal) => return fatal.to_string(),
             }
             if metrics.changed().await.is_err() {
-                return match &metrics.borrow().running_state {
+                let state = metrics.borrow().running_state.clone();
+                return match state {
                     Err(openraft::error::Fatal::Stopped) => std::future::pending().await,
                     Err(fatal) => fatal.to_string(),
                     Ok(()) => "the raft core exited".to_owned(),

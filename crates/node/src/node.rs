@@ -1,0 +1,215 @@
+//! [`Node`]: a member started in-process on listeners the caller bound.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use leasehold_raft::{Replica, ReplicaConfig};
+use leasehold_server::ServerContext;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{NodeConfig, parse_http_url, split_urls};
+
+/// The sockets a member serves on, bound before it starts so that a taken port fails fast,
+/// before storage is touched, and so that a caller may bind port 0 and keep the port.
+#[derive(Debug)]
+pub struct Listeners {
+    pub client: Vec<TcpListener>,
+    pub peer: Vec<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the config's `--listen-client-urls` and `--listen-peer-urls`.
+    pub async fn bind(config: &NodeConfig) -> anyhow::Result<Listeners> {
+        let mut client = Vec::new();
+        for addr in config.client_addrs()? {
+            let l = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen on {addr}"))?;
+            client.push(l);
+        }
+        let mut peer = Vec::new();
+        for url in split_urls(&config.listen_peer_urls) {
+            let addr =
+                parse_http_url(&url).with_context(|| format!("--listen-peer-urls {url:?}"))?;
+            let l = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen on {addr} for peers"))?;
+            peer.push(l);
+        }
+        Ok(Listeners { client, peer })
+    }
+}
+
+/// A running member. Dropping it does not stop it: complete the shutdown future given to
+/// [`Node::start`], then [`Node::wait`].
+pub struct Node {
+    member_id: u64,
+    client_addrs: Vec<SocketAddr>,
+    replica: Arc<Replica>,
+    supervisor: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Node {
+    /// Opens the data dir, starts Raft and serves clients and peers on `listeners` until
+    /// `shutdown` completes (then drains client requests and stops Raft) or storage fails.
+    pub async fn start<S>(
+        config: NodeConfig,
+        listeners: Listeners,
+        shutdown: S,
+    ) -> anyhow::Result<Node>
+    where
+        S: Future<Output = ()> + Send + 'static,
+    {
+        let identity = config.identity()?;
+        if config.initial_cluster_state != "new" && config.initial_cluster_state != "existing" {
+            bail!("--initial-cluster-state must be 'new' or 'existing'");
+        }
+        let fresh = !config.data_dir.join("leasehold.redb").exists();
+        let data_dir = std::path::absolute(&config.data_dir).unwrap_or(config.data_dir.clone());
+        tracing::info!(
+            name = %config.name,
+            member_id = %format!("{:x}", identity.member_id),
+            data_dir = %data_dir.display(),
+            "starting leasehold {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            if fresh { "new data dir" } else { "recovering from data dir" },
+        );
+        let network = leasehold_peer::PeerNetwork::new();
+        let forwarder = Arc::new(leasehold_peer::PeerForwarder::new(
+            network.clone(),
+            std::time::Duration::from_millis(config.election_timeout),
+        ));
+        let replica = Replica::start_with(
+            ReplicaConfig {
+                member_id: identity.member_id,
+                peer_url: identity.peer_urls[0].clone(),
+                initial_peers: identity.peers.clone(),
+                // A fresh member of an existing cluster waits for the leader to add it.
+                bootstrap: config.initial_cluster_state == "new",
+                data_dir: data_dir.clone(),
+                heartbeat_interval_ms: config.heartbeat_interval,
+                election_timeout_ms: config.election_timeout,
+                snapshot_log_entries_max: config.snapshot_count,
+            },
+            network,
+            forwarder,
+        )
+        .await
+        .with_context(|| format!("open data dir {}", data_dir.display()))?;
+        let client_addrs = listeners
+            .client
+            .iter()
+            .map(TcpListener::local_addr)
+            .collect::<Result<Vec<_>, _>>()?;
+        let client_urls = match &config.advertise_client_urls {
+            Some(urls) => split_urls(urls),
+            None => client_addrs.iter().map(|a| format!("http://{a}")).collect(),
+        };
+        let ctx = Arc::new(ServerContext {
+            replica: replica.clone(),
+            cluster_id: identity.cluster_id,
+            member_id: identity.member_id,
+            name: config.name.clone(),
+            client_urls,
+            peer_urls: identity.peer_urls.clone(),
+            lease_ttl_secs_min: leasehold_server::lease_ttl_secs_min(
+                config.heartbeat_interval,
+                config.election_timeout,
+            ),
+            lease_ids: leasehold_server::LeaseIdGenerator::new(identity.member_id, unix_ms()),
+            watch_progress_interval: config.experimental_watch_progress_notify_interval,
+            cluster_token: config.initial_cluster_token.clone(),
+            member_names: identity.names.clone(),
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut servers = Vec::new();
+        for listener in listeners.client {
+            let addr = listener.local_addr()?;
+            tracing::info!("serving client requests on http://{addr}");
+            let stop = stopped(stop_rx.clone());
+            let ctx = ctx.clone();
+            servers.push(tokio::spawn(async move {
+                leasehold_server::serve(ctx, listener, stop).await
+            }));
+        }
+        for listener in listeners.peer {
+            let addr = listener.local_addr()?;
+            tracing::info!("serving peers on http://{addr}");
+            let stop = stopped(stop_rx.clone());
+            let replica = replica.clone();
+            tokio::spawn(async move {
+                if let Err(e) = leasehold_peer::serve_peers(replica, listener, stop).await {
+                    tracing::error!("peer transport on {addr}: {e}");
+                }
+            });
+        }
+        let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
+            replica.clone(),
+            leasehold_server::ExpiryConfig::default(),
+            stop_rx,
+        ));
+        tracing::info!("ready to serve client requests");
+        let supervised = replica.clone();
+        let supervisor = tokio::spawn(async move {
+            let failure = tokio::select! {
+                () = shutdown => None,
+                reason = supervised.failed() => Some(reason),
+            };
+            let _ = stop_tx.send(true);
+            if let Some(reason) = failure {
+                // Up but serving nothing would be the worst outcome: no supervisor restarts
+                // that. Every acknowledged write is in the fsync'd log; a restart (once the disk
+                // has room) recovers.
+                tracing::error!("fatal: storage failed ({reason}); exiting");
+                bail!("storage failed, the member cannot serve: {reason}");
+            }
+            tracing::info!("shutting down: draining client requests");
+            for server in servers {
+                server.await??;
+            }
+            expiry.await?;
+            supervised.shutdown().await;
+            tracing::info!("stopped");
+            Ok(())
+        });
+        Ok(Node {
+            member_id: identity.member_id,
+            client_addrs,
+            replica,
+            supervisor,
+        })
+    }
+
+    /// Waits until the member has stopped: `Ok` after the shutdown future completed and the
+    /// member drained, `Err` when storage failed and the member cannot serve.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.supervisor.await?
+    }
+
+    pub fn member_id(&self) -> u64 {
+        self.member_id
+    }
+
+    /// The addresses the client listeners are bound to.
+    pub fn client_addrs(&self) -> &[SocketAddr] {
+        &self.client_addrs
+    }
+
+    pub fn replica(&self) -> &Arc<Replica> {
+        &self.replica
+    }
+}
+
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

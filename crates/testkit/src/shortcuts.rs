@@ -1,0 +1,64 @@
+//! Small helpers that several test files need: the store's revision, etcdctl output as text,
+//! the `remaining(<n>s)` of `lease timetolive`, and common request options.
+
+use std::process::Output;
+
+use etcd_client::{Client, GetOptions, LockOptions};
+
+/// The store's current revision, from the header of a Range of a key that is never written.
+pub async fn revision(c: &mut Client) -> i64 {
+    c.get("leasehold-test-revision-probe", None)
+        .await
+        .expect("range for the revision")
+        .header()
+        .expect("header")
+        .revision()
+}
+
+/// A process's standard output as text.
+pub fn stdout_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Position, length and value of the first `remaining(<n>s)` in `line` (etcdctl's
+/// `lease timetolive`; `n` may be negative).
+pub fn find_remaining(line: &str) -> Option<(usize, usize, i64)> {
+    const OPEN: &str = "remaining(";
+    let at = line.find(OPEN)?;
+    let rest = &line[at + OPEN.len()..];
+    let digits = rest
+        .char_indices()
+        .take_while(|(i, c)| c.is_ascii_digit() || (*i == 0 && *c == '-'))
+        .count();
+    if digits == 0 || !rest[digits..].starts_with("s)") {
+        return None;
+    }
+    let value = rest[..digits].parse().ok()?;
+    Some((at, OPEN.len() + digits + 2, value))
+}
+
+/// Every key (etcdctl's `--from-key ''`).
+pub fn all_keys() -> Option<GetOptions> {
+    Some(GetOptions::new().with_all_keys())
+}
+
+/// A lock held by `lease`.
+pub fn lock_with(lease: i64) -> Option<LockOptions> {
+    Some(LockOptions::new().with_lease(lease))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remaining_is_found_with_its_span_and_value() {
+        let line = "lease 1 granted with TTL(10s), remaining(7s)";
+        let (at, len, value) = find_remaining(line).unwrap();
+        assert_eq!((&line[at..at + len], value), ("remaining(7s)", 7));
+        assert_eq!(find_remaining("remaining(-1s)").map(|r| r.2), Some(-1));
+        assert_eq!(find_remaining("remaining(s)"), None);
+        assert_eq!(find_remaining("remaining(1-s)"), None);
+        assert_eq!(find_remaining("no lease"), None);
+    }
+}
