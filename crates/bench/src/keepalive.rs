@@ -8,8 +8,8 @@
 //! `renewals_ttl_le_0` (every such answer).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -36,7 +36,10 @@ struct StreamTally {
     renewals_ttl_le_0: u64,
 }
 
-/// Runs the workload until `deadline` or until `total` renewals were answered in all.
+/// Runs the workload until `deadline_after` past the end of the grants, or until `total`
+/// renewals were sent in all after it. As clientv3 does, a lease is renewed from the moment its
+/// grant is answered: renewals during the grants keep the early leases alive (and count as lost
+/// if answered TTL <= 0), but only renewals sent after the last grant are measured.
 pub(super) async fn run(
     channels: &[Channel],
     leases: usize,
@@ -50,19 +53,30 @@ pub(super) async fn run(
         (1..=leases).contains(&streams),
         "--streams must be between 1 and --leases"
     );
-    let ids = grant_all(channels, leases, ttl_secs).await?;
-    let issued = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let deadline = start + deadline_after;
+    let measure = Arc::new(Measure {
+        from: OnceLock::new(),
+        deadline_after,
+        issued: AtomicU64::new(0),
+        total,
+    });
     let mut tasks = Vec::with_capacity(streams);
+    let mut granted_to = Vec::with_capacity(streams);
     for s in 0..streams {
-        let mine: Vec<i64> = ids.iter().copied().skip(s).step_by(streams).collect();
+        let (tx, rx) = mpsc::unbounded_channel();
+        granted_to.push(tx);
         let channel = channels[s % channels.len()].clone();
-        let issued = issued.clone();
         tasks.push(tokio::spawn(renew_over_one_stream(
-            channel, mine, issued, total, deadline,
+            channel,
+            rx,
+            measure.clone(),
         )));
     }
+    let grants_started = Instant::now();
+    let granted = grant_all(channels, leases, ttl_secs, granted_to).await;
+    let grant_phase = grants_started.elapsed();
+    let start = Instant::now();
+    let _ = measure.from.set(start);
+    let ids = granted?;
     let mut latency_us = Histogram::<u64>::new(3).expect("valid sigfig");
     let (mut requests, mut errors, mut lost, mut ttl_le_0) = (0, 0, 0, 0);
     for task in tasks {
@@ -81,6 +95,7 @@ pub(super) async fn run(
     extra.insert("leases".into(), leases.into());
     extra.insert("streams".into(), streams.into());
     extra.insert("ttl_secs".into(), ttl_secs.into());
+    extra.insert("grant_phase_s".into(), grant_phase.as_secs_f64().into());
     extra.insert("leases_lost".into(), lost.into());
     extra.insert("renewals_ttl_le_0".into(), ttl_le_0.into());
     Ok(Report {
@@ -93,33 +108,52 @@ pub(super) async fn run(
     })
 }
 
-/// Renews `ids` over one stream: all of them at once, then each again when its answer arrives,
-/// until `total` renewals were sent by all streams or `deadline` passed. Answers come in request
-/// order (as etcd and leasehold both answer a stream), so the oldest request in flight is the
-/// one answered.
+/// The measured part of a run: from the end of the grants, for `deadline_after` or `total`
+/// renewals.
+struct Measure {
+    /// Set when the last grant was answered.
+    from: OnceLock<Instant>,
+    deadline_after: Duration,
+    /// Renewals sent since `from`, by all streams.
+    issued: AtomicU64,
+    total: u64,
+}
+
+impl Measure {
+    /// Whether to send one more renewal, and whether it counts.
+    fn may_send(&self) -> Option<bool> {
+        let Some(from) = self.from.get() else {
+            return Some(false);
+        };
+        let go = Instant::now() < *from + self.deadline_after
+            && self.issued.fetch_add(1, Ordering::Relaxed) < self.total;
+        go.then_some(true)
+    }
+}
+
+/// Renews the leases granted to this stream, each from the moment its grant is answered and
+/// again whenever its answer arrives, until the measured part of the run ends. Answers come in
+/// request order (as etcd and leasehold both answer a stream), so the oldest request in flight
+/// is the one answered.
 async fn renew_over_one_stream(
     channel: Channel,
-    ids: Vec<i64>,
-    issued: Arc<AtomicU64>,
-    total: u64,
-    deadline: Instant,
+    mut granted: mpsc::UnboundedReceiver<i64>,
+    measure: Arc<Measure>,
 ) -> StreamTally {
-    let may_send = || issued.fetch_add(1, Ordering::Relaxed) < total && Instant::now() < deadline;
     let mut tally = StreamTally {
         latency_us: Some(Histogram::<u64>::new(3).expect("valid sigfig")),
         ..StreamTally::default()
     };
+    // Queue the first renewal before opening the stream: etcd sends a stream's response headers
+    // only with its first response.
+    let Some(first) = granted.recv().await else {
+        return tally;
+    };
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut in_flight: VecDeque<(i64, Instant)> = VecDeque::with_capacity(ids.len());
-    // Queue the first renewals before opening the stream: etcd sends a stream's response
-    // headers only with its first response.
-    for id in &ids {
-        if !may_send() {
-            break;
-        }
-        in_flight.push_back((*id, Instant::now()));
-        let _ = tx.send(LeaseKeepAliveRequest { id: *id });
-    }
+    // (lease, sent at, measured)
+    let mut in_flight: VecDeque<(i64, Instant, bool)> = VecDeque::new();
+    in_flight.push_back((first, Instant::now(), false));
+    let _ = tx.send(LeaseKeepAliveRequest { id: first });
     let opened = tokio::time::timeout(
         OP_TIMEOUT,
         LeaseClient::new(channel).lease_keep_alive(UnboundedReceiverStream::new(rx)),
@@ -137,9 +171,26 @@ async fn renew_over_one_stream(
             return tally;
         }
     };
+    let mut granting = true;
     let mut lost = std::collections::HashSet::new();
-    while let Some((id, sent)) = in_flight.pop_front() {
-        let message = tokio::time::timeout(OP_TIMEOUT, stream.message()).await;
+    loop {
+        if in_flight.is_empty() && !granting {
+            break;
+        }
+        let message = tokio::select! {
+            id = granted.recv(), if granting => {
+                match id {
+                    Some(id) => {
+                        in_flight.push_back((id, Instant::now(), false));
+                        let _ = tx.send(LeaseKeepAliveRequest { id });
+                    }
+                    None => granting = false,
+                }
+                continue;
+            }
+            message = tokio::time::timeout(OP_TIMEOUT, stream.message()), if !in_flight.is_empty() => message,
+        };
+        let (id, sent, measured) = in_flight.pop_front().expect("a renewal in flight");
         let response = match message {
             Ok(Ok(Some(r))) => r,
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
@@ -152,12 +203,14 @@ async fn renew_over_one_stream(
             tally.errors += 1;
             continue;
         }
-        let _ = tally
-            .latency_us
-            .as_mut()
-            .expect("set above")
-            .record(sent.elapsed().as_micros() as u64);
-        tally.answered += 1;
+        if measured {
+            let _ = tally
+                .latency_us
+                .as_mut()
+                .expect("set above")
+                .record(sent.elapsed().as_micros() as u64);
+            tally.answered += 1;
+        }
         if response.ttl <= 0 {
             tally.renewals_ttl_le_0 += 1;
             if lost.insert(id) {
@@ -165,23 +218,35 @@ async fn renew_over_one_stream(
             }
             continue; // A lost lease is not renewed again.
         }
-        if may_send() {
-            in_flight.push_back((id, Instant::now()));
+        if let Some(measured) = measure.may_send() {
+            in_flight.push_back((id, Instant::now(), measured));
             let _ = tx.send(LeaseKeepAliveRequest { id });
         }
     }
     tally
 }
 
-async fn grant_all(channels: &[Channel], n: usize, ttl_secs: i64) -> anyhow::Result<Vec<i64>> {
+/// Grants `n` leases, `SETUP_CONCURRENCY` at a time, and hands each to its stream (round-robin)
+/// the moment it is granted.
+async fn grant_all(
+    channels: &[Channel],
+    n: usize,
+    ttl_secs: i64,
+    streams: Vec<mpsc::UnboundedSender<i64>>,
+) -> anyhow::Result<Vec<i64>> {
     let next = Arc::new(AtomicU64::new(0));
+    let streams = Arc::new(streams);
     let mut tasks = Vec::new();
     for w in 0..SETUP_CONCURRENCY.min(n) {
         let mut client = LeaseClient::new(channels[w % channels.len()].clone());
-        let next = next.clone();
+        let (next, streams) = (next.clone(), streams.clone());
         tasks.push(tokio::spawn(async move {
             let mut ids = Vec::new();
-            while next.fetch_add(1, Ordering::Relaxed) < n as u64 {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n as u64 {
+                    break;
+                }
                 let grant = client.lease_grant(LeaseGrantRequest {
                     ttl: ttl_secs,
                     id: 0,
@@ -191,6 +256,7 @@ async fn grant_all(channels: &[Channel], n: usize, ttl_secs: i64) -> anyhow::Res
                     .context("lease grant timed out")??
                     .into_inner()
                     .id;
+                let _ = streams[i as usize % streams.len()].send(id);
                 ids.push(id);
             }
             anyhow::Ok(ids)
