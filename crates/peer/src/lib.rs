@@ -252,11 +252,8 @@ impl PeerForwarder {
         let timeout = self.timeout;
         Box::pin(async move {
             match network.call(&addr, timeout, payload, rpc).await {
-                Ok(answer) => decode::<Result<Resp, ReplicaError>>(&answer).unwrap_or_else(|e| {
-                    Err(ReplicaError::Storage(format!(
-                        "undecodable answer from the leader: {e}"
-                    )))
-                }),
+                Ok(answer) => decode::<Result<Resp, ReplicaError>>(&answer)
+                    .unwrap_or_else(|e| Err(ReplicaError::BadAnswer(e))),
                 Err(e) => {
                     tracing::debug!("forwarding to the leader failed: {e}");
                     Err(ReplicaError::NoLeader)

@@ -21,9 +21,10 @@ pub use command::{Applied, Command, Proposal};
 pub use leasehold_lease::{LEASE_TTL_SECS_MAX, LeaseClock, LeaseError, LeaseId, LeaseTable};
 pub use network::NoPeers;
 pub use replica::{
-    BoxFuture, Forwarded, Forwarder, MemberChange, MemberInfo, MembershipError, NoForwarding,
-    RaftStatus, ReadIndex, Replica, ReplicaConfig, ReplicaError,
+    BoxFuture, Fatal, Forwarded, Forwarder, MemberChange, MemberInfo, MembershipError,
+    NoForwarding, RaftStatus, ReadIndex, Replica, ReplicaConfig, ReplicaError, StartError,
 };
+pub use storage::StorageError;
 
 openraft::declare_raft_types!(
     /// The Raft type configuration of leasehold.

@@ -7,13 +7,16 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{Entry, LogId, RaftLogReader, StorageError, StorageIOError, Vote};
+use openraft::{Entry, LogId, RaftLogReader, StorageIOError, Vote};
 use redb::{Durability, ReadableDatabase, ReadableTable};
 
 use crate::TypeConfig;
 use crate::storage::{
-    COMMITTED, Db, LAST_PURGED, MetaKey, RAFT_LOG, RAFT_META, VOTE, decode, encode, io_err,
+    COMMITTED, Db, LAST_PURGED, MetaKey, RAFT_LOG, RAFT_META, StorageError, VOTE, decode, encode,
 };
+
+/// openraft's storage error, which ours become (typed, through [`crate::storage::FirstFailure`]).
+type RaftStorageError = openraft::StorageError<u64>;
 
 #[derive(Clone)]
 pub struct LogStore {
@@ -34,39 +37,54 @@ impl LogStore {
     fn read_meta<T: serde::Serialize + serde::de::DeserializeOwned>(
         &self,
         key: &MetaKey<T>,
-    ) -> Result<Option<T>, std::io::Error> {
-        let txn = self.db.begin_read().map_err(io_err)?;
-        let table = txn.open_table(RAFT_META).map_err(io_err)?;
+    ) -> Result<Option<T>, StorageError> {
+        let txn = self.db.begin_read().map_err(StorageError::read(key.name))?;
+        let table = txn
+            .open_table(RAFT_META)
+            .map_err(StorageError::read(key.name))?;
         key.get(&table)
+    }
+
+    /// Records a failure (see [`crate::storage::FirstFailure`]) and hands it to openraft.
+    fn fail(
+        &self,
+        e: StorageError,
+        to_raft: impl FnOnce(&StorageError) -> StorageIOError<u64>,
+    ) -> RaftStorageError {
+        self.db.failure().to_raft(e, to_raft)
     }
 
     /// Runs one fsync'd write transaction (with the staged state-machine rows) on a blocking
     /// thread: redb's commit waits on fsync, which must not stall a runtime worker (there are
     /// only two on this machine).
-    async fn write<F>(&self, f: F) -> Result<(), std::io::Error>
+    /// `what` names what the transaction writes, for its errors.
+    async fn write<F>(&self, what: &'static str, f: F) -> Result<(), StorageError>
     where
-        F: FnOnce(&redb::WriteTransaction) -> Result<(), std::io::Error> + Send + 'static,
+        F: FnOnce(&redb::WriteTransaction) -> Result<(), StorageError> + Send + 'static,
     {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
-            let mut txn = db.begin_write().map_err(io_err)?;
-            txn.set_durability(Durability::Immediate).map_err(io_err)?;
+            let mut txn = db.begin_write().map_err(StorageError::write(what))?;
+            txn.set_durability(Durability::Immediate)
+                .map_err(StorageError::write(what))?;
             // Every log commit also carries the state machine's applied-but-unwritten changes:
             // this is the group commit of log and state machine (see `Db::stage_sm`).
             db.write_staged_sm(&txn)?;
             f(&txn)?;
-            txn.commit().map_err(io_err)
+            txn.commit().map_err(StorageError::commit(what))
         })
         .await
-        .map_err(io_err)?
+        .map_err(|error| StorageError::Thread { what, error })?
     }
 
     fn write_meta<T: serde::Serialize + serde::de::DeserializeOwned>(
         txn: &redb::WriteTransaction,
         key: &MetaKey<T>,
         value: &T,
-    ) -> Result<(), std::io::Error> {
-        let mut table = txn.open_table(RAFT_META).map_err(io_err)?;
+    ) -> Result<(), StorageError> {
+        let mut table = txn
+            .open_table(RAFT_META)
+            .map_err(StorageError::write(key.name))?;
         key.put(&mut table, value)
     }
 }
@@ -75,39 +93,52 @@ impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<u64>> {
-        let read = || -> Result<Vec<Entry<TypeConfig>>, std::io::Error> {
-            let txn = self.db.begin_read().map_err(io_err)?;
-            let table = txn.open_table(RAFT_LOG).map_err(io_err)?;
+    ) -> Result<Vec<Entry<TypeConfig>>, RaftStorageError> {
+        let read = || -> Result<Vec<Entry<TypeConfig>>, StorageError> {
+            let txn = self
+                .db
+                .begin_read()
+                .map_err(StorageError::read("raft_log"))?;
+            let table = txn
+                .open_table(RAFT_LOG)
+                .map_err(StorageError::read("raft_log"))?;
             let start = match range.start_bound() {
                 Bound::Included(i) => *i,
                 Bound::Excluded(i) => i.saturating_add(1),
                 Bound::Unbounded => 0,
             };
             let mut out = Vec::new();
-            for row in table.range(start..).map_err(io_err)? {
-                let (k, v) = row.map_err(io_err)?;
+            for row in table
+                .range(start..)
+                .map_err(StorageError::read("raft_log"))?
+            {
+                let (k, v) = row.map_err(StorageError::read("raft_log"))?;
                 if !range.contains(&k.value()) {
                     break;
                 }
-                out.push(decode(v.value())?);
+                out.push(decode("raft_log", v.value())?);
             }
             Ok(out)
         };
-        read().map_err(|e| StorageIOError::read_logs(&e).into())
+        read().map_err(|e| self.fail(e, |e| StorageIOError::read_logs(e)))
     }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
-        let state = || -> Result<LogState<TypeConfig>, std::io::Error> {
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, RaftStorageError> {
+        let state = || -> Result<LogState<TypeConfig>, StorageError> {
             let last_purged_log_id: Option<LogId<u64>> = self.read_meta(&LAST_PURGED)?;
-            let txn = self.db.begin_read().map_err(io_err)?;
-            let table = txn.open_table(RAFT_LOG).map_err(io_err)?;
-            let last = match table.last().map_err(io_err)? {
-                Some((_, v)) => Some(decode::<Entry<TypeConfig>>(v.value())?.log_id),
+            let txn = self
+                .db
+                .begin_read()
+                .map_err(StorageError::read("raft_log"))?;
+            let table = txn
+                .open_table(RAFT_LOG)
+                .map_err(StorageError::read("raft_log"))?;
+            let last = match table.last().map_err(StorageError::read("raft_log"))? {
+                Some((_, v)) => Some(decode::<Entry<TypeConfig>>("raft_log", v.value())?.log_id),
                 None => None,
             };
             Ok(LogState {
@@ -115,37 +146,37 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 last_log_id: last.or(last_purged_log_id),
             })
         };
-        state().map_err(|e| StorageIOError::read_logs(&e).into())
+        state().map_err(|e| self.fail(e, |e| StorageIOError::read_logs(e)))
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), RaftStorageError> {
         let vote = *vote;
-        self.write(move |txn| Self::write_meta(txn, &VOTE, &vote))
+        self.write(VOTE.name, move |txn| Self::write_meta(txn, &VOTE, &vote))
             .await
-            .map_err(|e| StorageIOError::write_vote(&e).into())
+            .map_err(|e| self.fail(e, |e| StorageIOError::write_vote(e)))
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {
+    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, RaftStorageError> {
         self.read_meta(&VOTE)
-            .map_err(|e| StorageIOError::read_vote(&e).into())
+            .map_err(|e| self.fail(e, |e| StorageIOError::read_vote(e)))
     }
 
     async fn save_committed(
         &mut self,
         committed: Option<LogId<u64>>,
-    ) -> Result<(), StorageError<u64>> {
+    ) -> Result<(), RaftStorageError> {
         *self.committed.lock().expect("committed lock poisoned") = committed;
         Ok(())
     }
 
-    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
+    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, RaftStorageError> {
         Ok(self
             .read_meta(&COMMITTED)
-            .map_err(|e| StorageIOError::read(&e))?
+            .map_err(|e| self.fail(e, |e| StorageIOError::read(e)))?
             .flatten())
     }
 
@@ -153,7 +184,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
         entries: I,
         callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError<u64>>
+    ) -> Result<(), RaftStorageError>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
@@ -164,11 +195,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .collect();
         let committed = *self.committed.lock().expect("committed lock poisoned");
         let result = self
-            .write(move |txn| {
+            .write("raft_log", move |txn| {
                 Self::write_meta(txn, &COMMITTED, &committed)?;
-                let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
+                let mut table = txn
+                    .open_table(RAFT_LOG)
+                    .map_err(StorageError::write("raft_log"))?;
                 for (index, bytes) in &rows {
-                    table.insert(*index, bytes.as_slice()).map_err(io_err)?;
+                    table
+                        .insert(*index, bytes.as_slice())
+                        .map_err(StorageError::write("raft_log"))?;
                 }
                 Ok(())
             })
@@ -180,37 +215,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 Ok(())
             }
             Err(e) => {
-                let err = StorageIOError::write_logs(&e).into();
-                callback.log_io_completed(Err(e));
-                Err(err)
+                let e = self.db.failure().record(e);
+                // The callback takes an io::Error: it carries the typed error, not its text.
+                callback.log_io_completed(Err(std::io::Error::other(e.clone())));
+                Err(StorageIOError::write_logs(&*e).into())
             }
         }
     }
 
-    async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        self.write(move |txn| {
-            let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
+    async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), RaftStorageError> {
+        self.write("raft_log", move |txn| {
+            let mut table = txn
+                .open_table(RAFT_LOG)
+                .map_err(StorageError::write("raft_log"))?;
             table
                 .retain_in(log_id.index.., |_, _| false)
-                .map_err(io_err)?;
+                .map_err(StorageError::write("raft_log"))?;
             Ok(())
         })
         .await
-        .map_err(|e| StorageIOError::write_logs(&e).into())
+        .map_err(|e| self.fail(e, |e| StorageIOError::write_logs(e)))
     }
 
-    async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
+    async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), RaftStorageError> {
         // Immediate: this commit also makes every earlier (unsynced) state-machine commit
         // durable before the log entries it was built from disappear.
-        self.write(move |txn| {
+        self.write("raft_log", move |txn| {
             Self::write_meta(txn, &LAST_PURGED, &log_id)?;
-            let mut table = txn.open_table(RAFT_LOG).map_err(io_err)?;
+            let mut table = txn
+                .open_table(RAFT_LOG)
+                .map_err(StorageError::write("raft_log"))?;
             table
                 .retain_in(..=log_id.index, |_, _| false)
-                .map_err(io_err)?;
+                .map_err(StorageError::write("raft_log"))?;
             Ok(())
         })
         .await
-        .map_err(|e| StorageIOError::write_logs(&e).into())
+        .map_err(|e| self.fail(e, |e| StorageIOError::write_logs(e)))
     }
 }

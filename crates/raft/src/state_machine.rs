@@ -14,8 +14,7 @@ use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable, Renewal};
 use leasehold_mvcc::{Change, Record, Revision, Store};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageError, StorageIOError,
-    StoredMembership,
+    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageIOError, StoredMembership,
 };
 use redb::{ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
@@ -25,8 +24,11 @@ use crate::TypeConfig;
 use crate::command::{Applied, Command, Proposal};
 use crate::storage::{
     COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES, MEMBERSHIP,
-    SM_META, SmMeta, decode, encode, io_err, write_sm,
+    SM_META, SmMeta, StorageError, decode, encode, write_sm,
 };
+
+/// openraft's storage error, which ours become (typed, through [`crate::storage::FirstFailure`]).
+type RaftStorageError = openraft::StorageError<u64>;
 
 /// Everything the state machine holds, behind one lock so that a snapshot sees the store and the
 /// applied log id together.
@@ -156,9 +158,11 @@ static SNAPSHOT_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl StateMachine {
     /// Loads the persisted state machine (an empty one on a new database).
-    pub(crate) fn open(db: Arc<Db>) -> Result<StateMachine, std::io::Error> {
-        let txn = db.begin_read().map_err(io_err)?;
-        let meta = txn.open_table(SM_META).map_err(io_err)?;
+    pub(crate) fn open(db: Arc<Db>) -> Result<StateMachine, StorageError> {
+        let txn = db.begin_read().map_err(StorageError::read("sm_meta"))?;
+        let meta = txn
+            .open_table(SM_META)
+            .map_err(StorageError::read("sm_meta"))?;
         let last_applied = LAST_APPLIED.get(&meta)?.flatten();
         let membership = MEMBERSHIP.get(&meta)?.unwrap_or_default();
         let fresh = Store::new();
@@ -169,26 +173,28 @@ impl StateMachine {
             .get(&meta)?
             .unwrap_or(fresh.compact_revision());
         let lease_clock_ms = LEASE_CLOCK_MS.get(&meta)?.unwrap_or(0);
-        let table = txn.open_table(KV).map_err(io_err)?;
+        let table = txn.open_table(KV).map_err(StorageError::read("kv"))?;
         let mut records = Vec::new();
-        for row in table.iter().map_err(io_err)? {
-            let (k, v) = row.map_err(io_err)?;
+        for row in table.iter().map_err(StorageError::read("kv"))? {
+            let (k, v) = row.map_err(StorageError::read("kv"))?;
             records.push((
                 Revision::from_bytes(k.value()),
-                decode::<Record>(v.value())?,
+                decode::<Record>("kv", v.value())?,
             ));
         }
-        let lease_rows = txn.open_table(LEASES).map_err(io_err)?;
+        let lease_rows = txn
+            .open_table(LEASES)
+            .map_err(StorageError::read("leases"))?;
         let mut leases = Vec::new();
-        for row in lease_rows.iter().map_err(io_err)? {
-            let (k, v) = row.map_err(io_err)?;
-            let id = LeaseId::from_wire(u64::from_be_bytes(k.value()) as i64).ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "lease id 0 in the lease table",
-                )
-            })?;
-            leases.push((id, decode::<LeaseRecord>(v.value())?));
+        for row in lease_rows.iter().map_err(StorageError::read("leases"))? {
+            let (k, v) = row.map_err(StorageError::read("leases"))?;
+            let id = LeaseId::from_wire(u64::from_be_bytes(k.value()) as i64).ok_or(
+                StorageError::Corrupt {
+                    what: "leases",
+                    problem: "lease id 0",
+                },
+            )?;
+            leases.push((id, decode::<LeaseRecord>("leases", v.value())?));
         }
         let store = Store::restore(current, compacted, records);
         let state = SmState::assemble(store, lease_clock_ms, leases, last_applied, membership);
@@ -351,7 +357,7 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
         Ok(self.snapshot())
     }
 }
@@ -361,12 +367,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn applied_state(
         &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), RaftStorageError> {
         let state = self.shared.state.read().expect("state lock poisoned");
         Ok((state.last_applied, state.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Applied>>, StorageError<u64>>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Applied>>, RaftStorageError>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
@@ -420,9 +426,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, RaftStorageError> {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
@@ -430,9 +434,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         &mut self,
         meta: &SnapshotMeta<u64, BasicNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<u64>> {
-        let to_err = |e: std::io::Error| StorageIOError::read_snapshot(Some(meta.signature()), &e);
-        let payload: SnapshotPayload = decode(snapshot.get_ref()).map_err(to_err)?;
+    ) -> Result<(), RaftStorageError> {
+        let failure = self.db.failure().clone();
+        let payload: SnapshotPayload = decode("a snapshot", snapshot.get_ref()).map_err(|e| {
+            failure.to_raft(e, |e| {
+                StorageIOError::read_snapshot(Some(meta.signature()), e)
+            })
+        })?;
         tracing::info!(
             last_log_id = ?meta.last_log_id,
             bytes = snapshot.get_ref().len(),
@@ -465,21 +473,28 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .into_iter()
             .map(|(id, r)| (id, Some(r)))
             .collect();
+        const WHAT: &str = "a snapshot";
         tokio::task::spawn_blocking(move || {
-            let txn = db.begin_write().map_err(io_err)?;
+            let txn = db.begin_write().map_err(StorageError::write(WHAT))?;
             {
-                let mut kv = txn.open_table(KV).map_err(io_err)?;
-                kv.retain(|_, _| false).map_err(io_err)?;
-                let mut lease_table = txn.open_table(LEASES).map_err(io_err)?;
-                lease_table.retain(|_, _| false).map_err(io_err)?;
+                let mut kv = txn.open_table(KV).map_err(StorageError::write(WHAT))?;
+                kv.retain(|_, _| false).map_err(StorageError::write(WHAT))?;
+                let mut lease_table = txn.open_table(LEASES).map_err(StorageError::write(WHAT))?;
+                lease_table
+                    .retain(|_, _| false)
+                    .map_err(StorageError::write(WHAT))?;
             }
             write_sm(&txn, &changes, &leases, &row)?;
-            txn.commit().map_err(io_err)
+            txn.commit().map_err(StorageError::commit(WHAT))
         })
         .await
-        .map_err(io_err)
+        .map_err(|error| StorageError::Thread { what: WHAT, error })
         .and_then(|r| r)
-        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        .map_err(|e| {
+            failure.to_raft(e, |e| {
+                StorageIOError::write_snapshot(Some(meta.signature()), e)
+            })
+        })?;
         let bytes = snapshot.into_inner();
         let revision = state.store.current_revision();
         *self.shared.state.write().expect("state lock poisoned") = state;
@@ -494,7 +509,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(
         &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<u64>> {
+    ) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
         if let Some(stored) = self.current.lock().expect("snapshot lock poisoned").clone() {
             return Ok(Some(stored.into_snapshot()));
         }

@@ -18,6 +18,11 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+mod error;
+
+pub(crate) use error::FirstFailure;
+pub use error::StorageError;
+
 /// Raft log entries by index: postcard-encoded `openraft::Entry`.
 pub(crate) const RAFT_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 /// Raft's own durable state: `vote`, `committed`, `last_purged`.
@@ -51,9 +56,12 @@ impl<T: Serialize + DeserializeOwned> MetaKey<T> {
     pub(crate) fn get(
         &self,
         table: &impl ReadableTable<&'static str, &'static [u8]>,
-    ) -> Result<Option<T>, std::io::Error> {
-        match table.get(self.name).map_err(io_err)? {
-            Some(v) => Ok(Some(decode(v.value())?)),
+    ) -> Result<Option<T>, StorageError> {
+        match table
+            .get(self.name)
+            .map_err(StorageError::read(self.name))?
+        {
+            Some(v) => Ok(Some(decode(self.name, v.value())?)),
             None => Ok(None),
         }
     }
@@ -62,10 +70,10 @@ impl<T: Serialize + DeserializeOwned> MetaKey<T> {
         &self,
         table: &mut redb::Table<&'static str, &'static [u8]>,
         value: &T,
-    ) -> Result<(), std::io::Error> {
+    ) -> Result<(), StorageError> {
         table
             .insert(self.name, encode(value).as_slice())
-            .map_err(io_err)?;
+            .map_err(StorageError::write(self.name))?;
         Ok(())
     }
 }
@@ -89,12 +97,12 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_stdvec(value).expect("in-memory serialization cannot fail")
 }
 
-pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, std::io::Error> {
-    postcard::from_bytes(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-}
-
-pub(crate) fn io_err(e: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(e.to_string())
+/// Decodes `what` (a row, an entry or a snapshot) from its stored bytes.
+pub(crate) fn decode<T: DeserializeOwned>(
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<T, StorageError> {
+    postcard::from_bytes(bytes).map_err(StorageError::decode(what))
 }
 
 /// The open database. Fields drop in order, so `closed` fires only once the file (and redb's
@@ -103,6 +111,8 @@ pub(crate) struct Db {
     db: Database,
     /// State-machine writes applied but not yet in the file; the next log commit writes them.
     staged_sm: Mutex<StagedSm>,
+    /// The first storage failure, typed; shared with the replica, which outlives the file.
+    failure: Arc<FirstFailure>,
     closed: tokio::sync::watch::Sender<()>,
 }
 
@@ -129,33 +139,40 @@ pub(crate) fn write_sm(
     changes: &[Change],
     leases: &BTreeMap<LeaseId, Option<LeaseRecord>>,
     meta: &SmMeta,
-) -> Result<(), std::io::Error> {
-    let mut lease_table = txn.open_table(LEASES).map_err(io_err)?;
+) -> Result<(), StorageError> {
+    let mut lease_table = txn
+        .open_table(LEASES)
+        .map_err(StorageError::write("leases"))?;
     for (id, record) in leases {
         match record {
             Some(record) => {
                 lease_table
                     .insert(lease_key(*id), encode(record).as_slice())
-                    .map_err(io_err)?;
+                    .map_err(StorageError::write("leases"))?;
             }
             None => {
-                lease_table.remove(lease_key(*id)).map_err(io_err)?;
+                lease_table
+                    .remove(lease_key(*id))
+                    .map_err(StorageError::write("leases"))?;
             }
         }
     }
-    let mut kv = txn.open_table(KV).map_err(io_err)?;
+    let mut kv = txn.open_table(KV).map_err(StorageError::write("kv"))?;
     for change in changes {
         match change {
             Change::Write { rev, record } => {
                 kv.insert(rev.to_bytes(), encode(record).as_slice())
-                    .map_err(io_err)?;
+                    .map_err(StorageError::write("kv"))?;
             }
             Change::Remove { rev } => {
-                kv.remove(rev.to_bytes()).map_err(io_err)?;
+                kv.remove(rev.to_bytes())
+                    .map_err(StorageError::write("kv"))?;
             }
         }
     }
-    let mut m = txn.open_table(SM_META).map_err(io_err)?;
+    let mut m = txn
+        .open_table(SM_META)
+        .map_err(StorageError::write("sm_meta"))?;
     LAST_APPLIED.put(&mut m, &meta.last_applied)?;
     MEMBERSHIP.put(&mut m, &meta.membership)?;
     CURRENT_REVISION.put(&mut m, &meta.current_revision)?;
@@ -190,10 +207,7 @@ impl Db {
     }
 
     /// Writes the staged state-machine changes into `txn` (a log commit).
-    pub(crate) fn write_staged_sm(
-        &self,
-        txn: &redb::WriteTransaction,
-    ) -> Result<(), std::io::Error> {
+    pub(crate) fn write_staged_sm(&self, txn: &redb::WriteTransaction) -> Result<(), StorageError> {
         let staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
         match staged.meta {
             Some(meta) => write_sm(txn, &staged.changes, &staged.leases, &meta),
@@ -206,6 +220,11 @@ impl Db {
         *self.staged_sm.lock().expect("staged lock poisoned") = StagedSm::default();
     }
 
+    /// Where storage failures are recorded (see [`FirstFailure`]).
+    pub(crate) fn failure(&self) -> &Arc<FirstFailure> {
+        &self.failure
+    }
+
     /// Completes (with an error, as the sender is gone) when the database is closed.
     pub(crate) fn closed(&self) -> tokio::sync::watch::Receiver<()> {
         self.closed.subscribe()
@@ -214,35 +233,48 @@ impl Db {
 
 /// Opens (or creates) the database under `dir` and makes sure every table exists, so that
 /// readers never meet a missing table.
-pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, std::io::Error> {
-    std::fs::create_dir_all(dir)?;
-    let db = Database::create(dir.join("leasehold.redb")).map_err(io_err)?;
-    let txn = db.begin_write().map_err(io_err)?;
+pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
+    std::fs::create_dir_all(dir).map_err(|error| StorageError::CreateDir {
+        dir: dir.to_path_buf(),
+        error,
+    })?;
+    let path = dir.join("leasehold.redb");
+    let db = Database::create(&path).map_err(|e| StorageError::Open {
+        path: path.clone(),
+        error: e.into(),
+    })?;
+    let txn = db
+        .begin_write()
+        .map_err(StorageError::write("the tables"))?;
     {
-        txn.open_table(RAFT_LOG).map_err(io_err)?;
-        txn.open_table(RAFT_META).map_err(io_err)?;
-        txn.open_table(KV).map_err(io_err)?;
-        txn.open_table(LEASES).map_err(io_err)?;
-        let mut meta = txn.open_table(SM_META).map_err(io_err)?;
-        match FORMAT.get(&meta) {
-            Ok(None) => FORMAT.put(&mut meta, &FORMAT_VERSION)?,
-            Ok(Some(FORMAT_VERSION)) => {}
-            Ok(Some(other)) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!(
-                        "unsupported storage format {other}; this build reads {FORMAT_VERSION}"
-                    ),
-                ));
+        txn.open_table(RAFT_LOG)
+            .map_err(StorageError::write("the tables"))?;
+        txn.open_table(KV)
+            .map_err(StorageError::write("the tables"))?;
+        txn.open_table(RAFT_META)
+            .map_err(StorageError::write("the tables"))?;
+        txn.open_table(LEASES)
+            .map_err(StorageError::write("the tables"))?;
+        let mut meta = txn
+            .open_table(SM_META)
+            .map_err(StorageError::write("the tables"))?;
+        match FORMAT.get(&meta)? {
+            None => FORMAT.put(&mut meta, &FORMAT_VERSION)?,
+            Some(FORMAT_VERSION) => {}
+            Some(found) => {
+                return Err(StorageError::Format {
+                    found,
+                    supported: FORMAT_VERSION,
+                });
             }
-            Err(e) => return Err(e),
         }
     }
-    txn.commit().map_err(io_err)?;
+    txn.commit().map_err(StorageError::commit("the tables"))?;
     let (closed, _) = tokio::sync::watch::channel(());
     Ok(Arc::new(Db {
         db,
         staged_sm: Mutex::new(StagedSm::default()),
+        failure: Arc::new(FirstFailure::default()),
         closed,
     }))
 }

@@ -138,3 +138,101 @@ async fn replica_restart_recovers_every_write() {
     assert_eq!(resp.revision, 61);
     replica.shutdown().await;
 }
+
+/// A leader's fatal failure reaches a follower as "stopped" (the follower has not stopped); the
+/// caller's errors cross the wire as they are.
+#[test]
+fn replica_errors_cross_the_wire() {
+    use crate::{Fatal, MembershipError, ReplicaError};
+    let round_trip = |e: ReplicaError| {
+        let bytes = postcard::to_stdvec(&e).unwrap();
+        postcard::from_bytes::<ReplicaError>(&bytes).unwrap()
+    };
+    assert!(matches!(
+        round_trip(ReplicaError::Fatal(Fatal::Panicked)),
+        ReplicaError::Stopped
+    ));
+    assert!(matches!(
+        round_trip(ReplicaError::NoLeader),
+        ReplicaError::NoLeader
+    ));
+    assert!(matches!(
+        round_trip(MembershipError::NotLearner.into()),
+        ReplicaError::Membership(MembershipError::NotLearner)
+    ));
+    let refused = openraft::error::ChangeMembershipError::EmptyMembership(
+        openraft::error::EmptyMembership {},
+    );
+    assert!(matches!(
+        round_trip(ReplicaError::MembershipChange(refused)),
+        ReplicaError::MembershipChange(openraft::error::ChangeMembershipError::EmptyMembership(_))
+    ));
+}
+
+/// A data dir of another format is refused with a typed error, not a message.
+#[test]
+fn an_unknown_storage_format_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(storage::open(dir.path()).unwrap());
+    {
+        let db = redb::Database::create(dir.path().join("leasehold.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(storage::SM_META).unwrap();
+            storage::FORMAT.put(&mut meta, &2).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let Err(e) = storage::open(dir.path()) else {
+        panic!("format 2 opened")
+    };
+    assert!(
+        matches!(
+            e,
+            storage::StorageError::Format {
+                found: 2,
+                supported: 1
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+/// openraft stops on a storage failure and passes on only its text; the replica reports the
+/// typed failure that was recorded first, and an orderly stop as no failure at all.
+#[test]
+fn a_fatal_stop_is_explained_by_the_first_storage_failure() {
+    use crate::Fatal;
+    use storage::{FirstFailure, StorageError};
+    let failure = FirstFailure::default();
+    let disk_full = || StorageError::Commit {
+        what: "raft_log",
+        error: redb::Error::Io(std::io::ErrorKind::StorageFull.into()),
+    };
+    let raft_error = failure.to_raft(disk_full(), |e| openraft::StorageIOError::write_logs(e));
+    failure.record(StorageError::Corrupt {
+        what: "leases",
+        problem: "a later failure",
+    });
+    let fatal = openraft::error::Fatal::StorageError(raft_error.clone());
+    let Some(Fatal::Storage(typed)) = failure.explain(&fatal) else {
+        panic!("not typed")
+    };
+    let StorageError::Commit {
+        what: "raft_log",
+        error: redb::Error::Io(io),
+    } = &*typed
+    else {
+        panic!("{typed:?}")
+    };
+    assert_eq!(io.kind(), std::io::ErrorKind::StorageFull);
+    assert!(failure.explain(&openraft::error::Fatal::Stopped).is_none());
+    assert!(matches!(
+        FirstFailure::default().explain(&fatal),
+        Some(Fatal::Raft(_))
+    ));
+    assert!(matches!(
+        failure.replica_error(&openraft::error::Fatal::Stopped),
+        crate::ReplicaError::Stopped
+    ));
+}

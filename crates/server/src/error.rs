@@ -109,9 +109,24 @@ impl From<ApiError> for Status {
                 ReplicaError::Stopped => {
                     Status::new(Code::Unavailable, "etcdserver: server stopped")
                 }
-                ReplicaError::Storage(msg) => {
-                    tracing::error!("storage failure serving a request: {msg}");
-                    Status::new(Code::Internal, format!("etcdserver: {msg}"))
+                // The member is going down (the binary exits on `Replica::failed`); to the client
+                // it has stopped, as a member that shuts down has.
+                ReplicaError::Fatal(fatal) => {
+                    tracing::error!("a request found the raft core failed: {fatal}");
+                    Status::new(Code::Unavailable, "etcdserver: server stopped")
+                }
+                ReplicaError::MembershipChange(e) => {
+                    tracing::warn!("raft refused a membership change: {e}");
+                    Status::new(Code::Internal, format!("etcdserver: {e}"))
+                }
+                ReplicaError::BadAnswer(e) => {
+                    tracing::error!(
+                        "the leader's answer to a forwarded request did not decode: {e}"
+                    );
+                    Status::new(
+                        Code::Internal,
+                        format!("etcdserver: undecodable answer from the leader: {e}"),
+                    )
                 }
                 ReplicaError::Membership(m) => {
                     let code = match m {

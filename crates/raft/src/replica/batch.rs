@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use openraft::Raft;
-use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::ReplicaError;
@@ -12,6 +11,7 @@ use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere};
 use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
 use crate::TypeConfig;
 use crate::command::{Applied, Command, Proposal};
+use crate::storage::FirstFailure;
 
 /// Most commands in one log entry (a renewal is about 15 bytes of it, a 256-byte put about 280).
 pub(super) const BATCH_LEN_MAX: usize = 4096;
@@ -44,6 +44,7 @@ pub(super) async fn propose_batches(
     raft: Raft<TypeConfig>,
     member_id: u64,
     clock: SharedClock,
+    failure: Arc<FirstFailure>,
     forwarder: Arc<dyn Forwarder>,
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
 ) {
@@ -72,7 +73,9 @@ pub(super) async fn propose_batches(
         let proposal = Proposal { commands };
         let result = match leader_elsewhere(&raft, member_id) {
             Some((leader, addr)) => forward(&raft, &*forwarder, leader, addr, proposal).await,
-            None => commit(&raft, &clock, proposal).await.map(|f| f.applied),
+            None => commit(&raft, &clock, &failure, proposal)
+                .await
+                .map(|f| f.applied),
         };
         match result {
             Ok(applied) => {
@@ -94,6 +97,7 @@ pub(super) async fn propose_batches(
 pub(super) async fn commit(
     raft: &Raft<TypeConfig>,
     clock: &SharedClock,
+    failure: &FirstFailure,
     mut proposal: Proposal,
 ) -> Result<Forwarded, ReplicaError> {
     // A leader times leases only once it has promoted itself (milliseconds after its
@@ -112,12 +116,6 @@ pub(super) async fn commit(
             log_index: resp.log_id.index,
             applied: resp.data,
         }),
-        Err(e) => Err(match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ReplicaError::NoLeader,
-            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-                ReplicaError::Storage(e.to_string())
-            }
-            RaftError::Fatal(_) => ReplicaError::Stopped,
-        }),
+        Err(e) => Err(failure.client_write_error(e)),
     }
 }

@@ -151,7 +151,7 @@ impl Replica {
                 extend_ms,
             }],
         };
-        commit(&self.raft, &self.lease_clock, proposal).await?;
+        commit(&self.raft, &self.lease_clock, &self.failure, proposal).await?;
         let clock = LeaseClock::promote(replicated_ms, Instant::now());
         self.lease_clock.set(Some(clock));
         tracing::info!(lease_clock_ms = replicated_ms, "promoted: timing leases");

@@ -1,7 +1,6 @@
 //! Membership changes (etcd's MemberAdd, MemberRemove, MemberPromote) and the member list.
 
 use openraft::BasicNode;
-use openraft::error::{ClientWriteError, RaftError};
 
 use super::Replica;
 use super::error::{MembershipError, ReplicaError};
@@ -61,13 +60,7 @@ impl Replica {
         use openraft::ChangeMembers;
         let members = self.members();
         let find = |id: u64| members.iter().find(|m| m.id == id);
-        let to_replica_error = |e: RaftError<u64, ClientWriteError<u64, BasicNode>>| match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ReplicaError::NoLeader,
-            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-                ReplicaError::Storage(e.to_string())
-            }
-            RaftError::Fatal(_) => ReplicaError::Stopped,
-        };
+        let to_replica_error = |e| self.failure.client_write_error(e);
         match change {
             MemberChange::Add {
                 id,

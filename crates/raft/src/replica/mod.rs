@@ -27,7 +27,7 @@ mod membership;
 mod read_index;
 
 pub use config::ReplicaConfig;
-pub use error::{MembershipError, ReplicaError};
+pub use error::{Fatal, MembershipError, ReplicaError, StartError};
 pub use forward::{BoxFuture, Forwarded, Forwarder, NoForwarding, ReadIndex};
 pub use membership::{MemberChange, MemberInfo};
 
@@ -40,6 +40,7 @@ use crate::command::{Applied, Command, Proposal};
 use crate::log_store::LogStore;
 use crate::network::NoPeers;
 use crate::state_machine::{self, Shared, StateMachine};
+use crate::storage::FirstFailure;
 use crate::{TypeConfig, storage};
 
 /// A snapshot of Raft's progress, for headers and Status.
@@ -60,6 +61,8 @@ pub struct Replica {
     proposals: mpsc::Sender<Pending>,
     /// Fires once openraft's tasks have let go of the database and the file is closed.
     db_closed: tokio::sync::watch::Receiver<()>,
+    /// The first storage failure, typed (openraft only passes its text on).
+    failure: Arc<FirstFailure>,
     shared: Shared,
     member_id: u64,
     db_path: PathBuf,
@@ -74,7 +77,7 @@ pub struct Replica {
 impl Replica {
     /// Opens storage, starts Raft and, on a new data dir, bootstraps a one-member cluster. Waits
     /// (bounded) until this member leads and times leases.
-    pub async fn start(cfg: ReplicaConfig) -> Result<Arc<Replica>, std::io::Error> {
+    pub async fn start(cfg: ReplicaConfig) -> Result<Arc<Replica>, StartError> {
         Replica::start_with(cfg, NoPeers, Arc::new(NoForwarding)).await
     }
 
@@ -85,11 +88,12 @@ impl Replica {
         cfg: ReplicaConfig,
         network: N,
         forwarder: Arc<dyn Forwarder>,
-    ) -> Result<Arc<Replica>, std::io::Error> {
+    ) -> Result<Arc<Replica>, StartError> {
         let db = storage::open(&cfg.data_dir)?;
         let sm = StateMachine::open(db.clone())?;
         let shared = sm.shared();
         let db_closed = db.closed();
+        let failure = db.failure().clone();
         let log = LogStore::new(db);
         let config = Config {
             cluster_name: "leasehold".into(),
@@ -102,16 +106,14 @@ impl Replica {
             max_in_snapshot_log_to_keep: cfg.snapshot_log_entries_max.min(1000),
             ..Default::default()
         };
-        let config = Arc::new(config.validate().map_err(storage::io_err)?);
-        let raft = Raft::new(cfg.member_id, config, network, log, sm)
-            .await
-            .map_err(storage::io_err)?;
-        if cfg.bootstrap && !raft.is_initialized().await.map_err(storage::io_err)? {
+        let config = Arc::new(config.validate()?);
+        let raft = Raft::new(cfg.member_id, config, network, log, sm).await?;
+        if cfg.bootstrap && !raft.is_initialized().await? {
             let mut members = BTreeMap::from([(cfg.member_id, BasicNode::new(&cfg.peer_url))]);
             for (id, url) in &cfg.initial_peers {
                 members.insert(*id, BasicNode::new(url));
             }
-            raft.initialize(members).await.map_err(storage::io_err)?;
+            raft.initialize(members).await?;
         }
         let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
         let queue = Arc::new(tokio::sync::Mutex::new(queue));
@@ -121,11 +123,13 @@ impl Replica {
                 raft.clone(),
                 cfg.member_id,
                 lease_clock.clone(),
+                failure.clone(),
                 forwarder.clone(),
                 queue.clone(),
             ));
         }
-        let leader_reads = ReadIndexRounds::leader(raft.clone(), lease_clock.clone());
+        let leader_reads =
+            ReadIndexRounds::leader(raft.clone(), lease_clock.clone(), failure.clone());
         let follower_reads =
             ReadIndexRounds::follower(raft.clone(), cfg.member_id, forwarder.clone());
         let replica = Arc::new(Replica {
@@ -136,6 +140,7 @@ impl Replica {
             election_timeout: Duration::from_millis(cfg.election_timeout_ms),
             proposals,
             db_closed,
+            failure,
             shared,
             member_id: cfg.member_id,
             db_path: cfg.data_dir.join("leasehold.redb"),
@@ -145,7 +150,7 @@ impl Replica {
         if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
             let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
             if !replica.lease_clock.wait_timing(bound).await {
-                return Err(storage::io_err("no leadership within 20 election timeouts"));
+                return Err(StartError::NoLeadership(bound));
             }
         }
         Ok(replica)
@@ -215,7 +220,7 @@ impl Replica {
 
     /// The leader's side of [`Forwarder::forward`]: commits a follower's batch.
     pub async fn leader_commit(&self, proposal: Proposal) -> Result<Forwarded, ReplicaError> {
-        commit(&self.raft, &self.lease_clock, proposal).await
+        commit(&self.raft, &self.lease_clock, &self.failure, proposal).await
     }
 
     /// The peer transport's server side: a leader's append-entries for this member.
@@ -293,7 +298,7 @@ impl Replica {
         let proposal = Proposal {
             commands: vec![command],
         };
-        let mut done = commit(&self.raft, &self.lease_clock, proposal).await?;
+        let mut done = commit(&self.raft, &self.lease_clock, &self.failure, proposal).await?;
         done.applied.pop().ok_or(ReplicaError::Stopped)
     }
 
@@ -336,25 +341,32 @@ impl Replica {
     }
 
     /// Completes when this member's Raft core stops on its own, a storage failure (a full disk,
-    /// an I/O error) or a panic, with what stopped it. Never completes after a shutdown this
-    /// process asked for. Such a member can serve nothing any more, reads included: whoever
-    /// runs it should end the process, so that a supervisor restarts it (etcd exits too).
-    pub async fn failed(&self) -> String {
+    /// an I/O error) or a panic, with what stopped it (a storage failure typed, with its source
+    /// error). Never completes after a shutdown this process asked for. Such a member can serve
+    /// nothing any more, reads included: whoever runs it should end the process, so that a
+    /// supervisor restarts it (etcd exits too).
+    pub async fn failed(&self) -> Fatal {
         let mut metrics = self.raft.metrics();
         loop {
             // The metrics guard is dropped before any await (it is not Send).
             let state = metrics.borrow_and_update().running_state.clone();
-            match state {
-                Ok(()) => {}
-                Err(openraft::error::Fatal::Stopped) => return std::future::pending().await,
-                Err(fatal) => return fatal.to_string(),
+            let stopped = match &state {
+                Ok(()) => None,
+                Err(fatal) => Some(self.failure.explain(fatal)),
+            };
+            match stopped {
+                None => {}
+                Some(Some(fatal)) => return fatal,
+                Some(None) => return std::future::pending().await,
             }
             if metrics.changed().await.is_err() {
                 let state = metrics.borrow().running_state.clone();
-                return match state {
-                    Err(openraft::error::Fatal::Stopped) => std::future::pending().await,
-                    Err(fatal) => fatal.to_string(),
-                    Ok(()) => "the raft core exited".to_owned(),
+                return match &state {
+                    Err(fatal) => match self.failure.explain(fatal) {
+                        Some(fatal) => fatal,
+                        None => std::future::pending().await,
+                    },
+                    Ok(()) => Fatal::Exited,
                 };
             }
         }

@@ -17,6 +17,7 @@ use super::error::ReplicaError;
 use super::forward::{BoxFuture, Forwarder, ReadIndex, leader_elsewhere, unless_leader_changes};
 use super::lease_time::SharedClock;
 use crate::TypeConfig;
+use crate::storage::FirstFailure;
 
 type Round = Arc<dyn Fn() -> BoxFuture<Result<ReadIndex, ReplicaError>> + Send + Sync>;
 
@@ -44,9 +45,13 @@ impl ReadIndexRounds {
 
     /// On the leader: confirms leadership with a quorum (openraft's `ensure_linearizable`, which
     /// also waits until everything committed is applied) and reads the lease time.
-    pub(super) fn leader(raft: Raft<TypeConfig>, clock: SharedClock) -> ReadIndexRounds {
+    pub(super) fn leader(
+        raft: Raft<TypeConfig>,
+        clock: SharedClock,
+        failure: Arc<FirstFailure>,
+    ) -> ReadIndexRounds {
         ReadIndexRounds::new(Arc::new(move || {
-            let (raft, clock) = (raft.clone(), clock.clone());
+            let (raft, clock, failure) = (raft.clone(), clock.clone(), failure.clone());
             Box::pin(async move {
                 match raft.ensure_linearizable().await {
                     Ok(read) => Ok(ReadIndex {
@@ -54,7 +59,7 @@ impl ReadIndexRounds {
                         lease_now_ms: clock.get().map(|c| c.now_ms(std::time::Instant::now())),
                     }),
                     Err(RaftError::APIError(_)) => Err(ReplicaError::NoLeader),
-                    Err(RaftError::Fatal(_)) => Err(ReplicaError::Stopped),
+                    Err(RaftError::Fatal(fatal)) => Err(failure.replica_error(&fatal)),
                 }
             })
         }))

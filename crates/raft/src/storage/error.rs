@@ -1,0 +1,126 @@
+//! What a storage failure was: the operation that failed, on what, and the source error itself
+//! (redb's, postcard's, the OS's), never its text only. openraft carries a storage failure on as
+//! text (`AnyError`) and stops; [`FirstFailure`] keeps the typed one for whoever asks why.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use openraft::StorageIOError;
+
+/// A storage operation that failed. `what` names the table or metadata row it was working on.
+/// The message includes the source error, so that one `{}` tells the whole story (the binary
+/// prints it as it exits); the source is in the variant's fields for callers that branch on it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// Creating the data dir.
+    #[error("creating the data dir {dir}: {error}")]
+    CreateDir { dir: PathBuf, error: std::io::Error },
+    /// Opening (or creating) the database file.
+    #[error("opening the database {path}: {error}")]
+    Open { path: PathBuf, error: redb::Error },
+    /// Beginning a read, opening a table for it, or reading a row.
+    #[error("reading {what}: {error}")]
+    Read {
+        what: &'static str,
+        error: redb::Error,
+    },
+    /// Beginning a write transaction, opening a table in it, or writing a row.
+    #[error("writing {what}: {error}")]
+    Write {
+        what: &'static str,
+        error: redb::Error,
+    },
+    /// Committing (and fsyncing) a write transaction.
+    #[error("committing {what}: {error}")]
+    Commit {
+        what: &'static str,
+        error: redb::Error,
+    },
+    /// A stored row (or a snapshot) that does not decode as the type it should hold.
+    #[error("decoding {what}: {error}")]
+    Decode {
+        what: &'static str,
+        error: postcard::Error,
+    },
+    /// A row that decodes but breaks an invariant of the format.
+    #[error("corrupt {what}: {problem}")]
+    Corrupt {
+        what: &'static str,
+        problem: &'static str,
+    },
+    /// A data dir written in a storage format this build does not read.
+    #[error("unsupported storage format {found}; this build reads {supported}")]
+    Format { found: u32, supported: u32 },
+    /// The blocking thread that ran a write panicked or was cancelled.
+    #[error("the storage thread {what}: {error}")]
+    Thread {
+        what: &'static str,
+        error: tokio::task::JoinError,
+    },
+}
+
+impl StorageError {
+    /// For `map_err`: a failed read of `what`.
+    pub(crate) fn read<E: Into<redb::Error>>(what: &'static str) -> impl FnOnce(E) -> StorageError {
+        move |e| StorageError::Read {
+            what,
+            error: e.into(),
+        }
+    }
+
+    /// For `map_err`: a failed write of `what`.
+    pub(crate) fn write<E: Into<redb::Error>>(
+        what: &'static str,
+    ) -> impl FnOnce(E) -> StorageError {
+        move |e| StorageError::Write {
+            what,
+            error: e.into(),
+        }
+    }
+
+    /// For `map_err`: a failed commit of `what`.
+    pub(crate) fn commit<E: Into<redb::Error>>(
+        what: &'static str,
+    ) -> impl FnOnce(E) -> StorageError {
+        move |e| StorageError::Commit {
+            what,
+            error: e.into(),
+        }
+    }
+
+    /// For `map_err`: `what` did not decode.
+    pub(crate) fn decode(what: &'static str) -> impl FnOnce(postcard::Error) -> StorageError {
+        move |error| StorageError::Decode { what, error }
+    }
+}
+
+/// The first storage failure this member met, kept typed. Every storage failure is fatal to
+/// openraft (it stops the Raft core), so the first one is the reason the member stopped;
+/// [`crate::Replica::failed`] and requests that find the core stopped report it. Shared by the
+/// database (which records) and the replica (which reads), without keeping the file open.
+#[derive(Debug, Default)]
+pub(crate) struct FirstFailure(OnceLock<Arc<StorageError>>);
+
+impl FirstFailure {
+    /// Records `e` unless an earlier failure was recorded, and returns it shared.
+    pub(crate) fn record(&self, e: StorageError) -> Arc<StorageError> {
+        let e = Arc::new(e);
+        let _ = self.0.set(e.clone());
+        e
+    }
+
+    /// Records `e` and builds openraft's error for it (with `to_raft`, e.g.
+    /// `StorageIOError::write_logs`), which is how the failure reaches openraft.
+    pub(crate) fn to_raft(
+        &self,
+        e: StorageError,
+        to_raft: impl FnOnce(&StorageError) -> StorageIOError<u64>,
+    ) -> openraft::StorageError<u64> {
+        to_raft(&self.record(e)).into()
+    }
+
+    pub(crate) fn get(&self) -> Option<Arc<StorageError>> {
+        self.0.get().cloned()
+    }
+}
