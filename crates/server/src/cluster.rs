@@ -12,9 +12,6 @@ use crate::context::ServerContext;
 use crate::error::ApiError;
 use crate::identity;
 
-/// etcd's answer to MemberAdd with a peer URL that is not `scheme://host:port`.
-const BAD_URLS: &str = "etcdserver: given member URLs are invalid";
-
 /// Whether `url` is `http://host:port` or `https://host:port` (an optional trailing slash), as
 /// etcd requires of peer URLs.
 fn is_peer_url(url: &str) -> bool {
@@ -110,7 +107,7 @@ impl Cluster for ClusterService {
         let req = req.into_inner();
         let peer_url = match req.peer_ur_ls.first() {
             Some(first) if req.peer_ur_ls.iter().all(|u| is_peer_url(u)) => first.clone(),
-            _ => return Err(Status::invalid_argument(BAD_URLS)),
+            _ => return Err(ApiError::BadPeerUrls.into()),
         };
         let id = identity::member_id(&req.peer_ur_ls, &self.ctx.cluster_token);
         self.change(MemberChange::Add {

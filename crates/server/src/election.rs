@@ -14,15 +14,8 @@ use tonic::{Request, Response, Status};
 
 use crate::context::ServerContext;
 use crate::convert;
-use crate::error::ApiError;
+use crate::error::{ApiError, Recipe, RecipeError};
 use crate::recipe::{self, ReleaseOnDrop};
-
-const NO_LEADER: &str = "election: no leader";
-const NOT_LEADER: &str = "election: not leader";
-const LEADER_MISSING: &str = "\"leader\" field must be provided";
-/// leasehold's answer when a campaigner's key or lease went away while it waited (etcd 3.4
-/// answers success, etcd#11007).
-const SESSION_EXPIRED: &str = "election: session is expired";
 
 /// Observe responses a stream may have queued before the observer waits for the client.
 const OBSERVE_QUEUE_LEN_MAX: usize = 16;
@@ -38,11 +31,12 @@ impl ElectionService {
         ElectionService { ctx }
     }
 
-    async fn campaign(&self, req: pb::CampaignRequest) -> Result<pb::CampaignResponse, Status> {
+    async fn campaign(
+        &self,
+        req: pb::CampaignRequest,
+    ) -> Result<pb::CampaignResponse, RecipeError> {
         let ctx = &self.ctx;
-        let lease = recipe::session_lease(ctx, req.lease)
-            .await
-            .map_err(recipe::api_status)?;
+        let lease = recipe::session_lease(ctx, req.lease).await?;
         let prefix = recipe::queue_prefix(&req.name);
         let key = recipe::lease_key(&prefix, lease);
         let queued = recipe::txn(
@@ -53,8 +47,7 @@ impl ElectionService {
                 failure: vec![recipe::get(&key)],
             },
         )
-        .await
-        .map_err(recipe::api_status)?;
+        .await?;
         let my_rev = if queued.succeeded {
             queued.revision
         } else {
@@ -63,26 +56,21 @@ impl ElectionService {
                 _ => None,
             };
             let Some(existing) = existing else {
-                return Err(Status::unknown(SESSION_EXPIRED));
+                return Err(RecipeError::SessionExpired(Recipe::Election));
             };
             if existing.value != req.value {
                 // Already campaigning with another value: proclaim the new one.
-                let proclaimed = proclaim(ctx, &key, existing.create_revision, lease, req.value)
-                    .await
-                    .map_err(recipe::recipe_status)?;
+                let proclaimed =
+                    proclaim(ctx, &key, existing.create_revision, lease, req.value).await?;
                 if !proclaimed.succeeded {
-                    return Err(Status::unknown(NOT_LEADER));
+                    return Err(RecipeError::NotLeader);
                 }
             }
             existing.create_revision
         };
         let resign = ReleaseOnDrop::arm(ctx.clone(), recipe::delete_txn(&key, Some(my_rev)));
-        recipe::wait_for_turn(ctx, &prefix, &key, my_rev)
-            .await
-            .map_err(|e| e.into_status(SESSION_EXPIRED))?;
-        recipe::confirm_owner(ctx, &prefix, &key, my_rev, lease)
-            .await
-            .map_err(|e| e.into_status(SESSION_EXPIRED))?;
+        recipe::wait_for_turn(ctx, Recipe::Election, &prefix, &key, my_rev).await?;
+        recipe::confirm_owner(ctx, Recipe::Election, &prefix, &key, my_rev, lease).await?;
         resign.disarm();
         Ok(pb::CampaignResponse {
             // etcd: the header of the campaign's own transaction.
@@ -93,6 +81,48 @@ impl ElectionService {
                 rev: my_rev,
                 lease: lease.get(),
             }),
+        })
+    }
+
+    async fn proclaim(
+        &self,
+        req: pb::ProclaimRequest,
+    ) -> Result<pb::ProclaimResponse, RecipeError> {
+        let leader = leader_key(req.leader)?;
+        // As etcd's server: a leader key without a lease proclaims with a fresh session lease.
+        let lease = recipe::session_lease(&self.ctx, leader.lease).await?;
+        let proclaimed = proclaim(&self.ctx, &leader.key, leader.rev, lease, req.value).await?;
+        if !proclaimed.succeeded {
+            return Err(RecipeError::NotLeader);
+        }
+        Ok(pb::ProclaimResponse {
+            header: self.ctx.header().at(proclaimed.revision),
+        })
+    }
+
+    async fn leader(&self, req: pb::LeaderRequest) -> Result<pb::LeaderResponse, RecipeError> {
+        let prefix = recipe::queue_prefix(&req.name);
+        let (revision, first) = self
+            .ctx
+            .replica
+            .read(true, |store| {
+                store
+                    .range(&recipe::first_created(&prefix))
+                    .map(|r| (r.revision, r.kvs.into_iter().next()))
+            })
+            .await?
+            .map_err(ApiError::from)?;
+        let kv = first.ok_or(RecipeError::NoLeader)?;
+        Ok(leader_response(&self.ctx, revision, kv))
+    }
+
+    async fn resign(&self, req: pb::ResignRequest) -> Result<pb::ResignResponse, RecipeError> {
+        let leader = leader_key(req.leader)?;
+        // Not being the leader (any more) is not an error, as in etcd.
+        let resigned =
+            recipe::txn(&self.ctx, recipe::delete_txn(&leader.key, Some(leader.rev))).await?;
+        Ok(pb::ResignResponse {
+            header: self.ctx.header().at(resigned.revision),
         })
     }
 }
@@ -113,7 +143,7 @@ async fn proclaim(
     rev: i64,
     lease: LeaseId,
     value: Vec<u8>,
-) -> Result<mvcc::TxnResponse, Status> {
+) -> Result<mvcc::TxnResponse, ApiError> {
     recipe::txn(
         ctx,
         mvcc::TxnRequest {
@@ -123,11 +153,10 @@ async fn proclaim(
         },
     )
     .await
-    .map_err(Status::from)
 }
 
-fn leader_key(leader: Option<pb::LeaderKey>) -> Result<pb::LeaderKey, Status> {
-    leader.ok_or_else(|| Status::unknown(LEADER_MISSING))
+fn leader_key(leader: Option<pb::LeaderKey>) -> Result<pb::LeaderKey, RecipeError> {
+    leader.ok_or(RecipeError::LeaderMissing)
 }
 
 fn leader_response(ctx: &ServerContext, revision: i64, kv: mvcc::KeyValue) -> pb::LeaderResponse {
@@ -242,8 +271,8 @@ async fn observe(
     }
 }
 
-async fn send_error(tx: &mpsc::Sender<Result<pb::LeaderResponse, Status>>, status: Status) {
-    let _ = tx.send(Err(recipe::recipe_status(status))).await;
+async fn send_error(tx: &mpsc::Sender<Result<pb::LeaderResponse, Status>>, e: RecipeError) {
+    let _ = tx.send(Err(e.into())).await;
 }
 
 #[tonic::async_trait]
@@ -255,47 +284,27 @@ impl Election for ElectionService {
         ElectionService::campaign(self, req.into_inner())
             .await
             .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn proclaim(
         &self,
         req: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
-        let req = req.into_inner();
-        let leader = leader_key(req.leader)?;
-        // As etcd's server: a leader key without a lease proclaims with a fresh session lease.
-        let lease = recipe::session_lease(&self.ctx, leader.lease)
+        ElectionService::proclaim(self, req.into_inner())
             .await
-            .map_err(recipe::api_status)?;
-        let proclaimed = proclaim(&self.ctx, &leader.key, leader.rev, lease, req.value)
-            .await
-            .map_err(recipe::recipe_status)?;
-        if !proclaimed.succeeded {
-            return Err(Status::unknown(NOT_LEADER));
-        }
-        Ok(Response::new(pb::ProclaimResponse {
-            header: self.ctx.header().at(proclaimed.revision),
-        }))
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn leader(
         &self,
         req: Request<pb::LeaderRequest>,
     ) -> Result<Response<pb::LeaderResponse>, Status> {
-        let prefix = recipe::queue_prefix(&req.into_inner().name);
-        let (revision, first) = self
-            .ctx
-            .replica
-            .read(true, |store| {
-                store
-                    .range(&recipe::first_created(&prefix))
-                    .map(|r| (r.revision, r.kvs.into_iter().next()))
-            })
+        ElectionService::leader(self, req.into_inner())
             .await
-            .map_err(|e| recipe::api_status(ApiError::from(e)))?
-            .map_err(|e| recipe::api_status(ApiError::from(e)))?;
-        let kv = first.ok_or_else(|| Status::unknown(NO_LEADER))?;
-        Ok(Response::new(leader_response(&self.ctx, revision, kv)))
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn observe(
@@ -315,13 +324,9 @@ impl Election for ElectionService {
         &self,
         req: Request<pb::ResignRequest>,
     ) -> Result<Response<pb::ResignResponse>, Status> {
-        let leader = leader_key(req.into_inner().leader)?;
-        // Not being the leader (any more) is not an error, as in etcd.
-        let resigned = recipe::txn(&self.ctx, recipe::delete_txn(&leader.key, Some(leader.rev)))
+        ElectionService::resign(self, req.into_inner())
             .await
-            .map_err(recipe::api_status)?;
-        Ok(Response::new(pb::ResignResponse {
-            header: self.ctx.header().at(resigned.revision),
-        }))
+            .map(Response::new)
+            .map_err(Status::from)
     }
 }

@@ -26,6 +26,55 @@ pub enum ApiError {
         len: usize,
         max: usize,
     },
+    /// MemberAdd with a peer URL that is not `http(s)://host:port`.
+    BadPeerUrls,
+    /// A request leasehold does not serve (yet).
+    Unimplemented(Unimplemented),
+}
+
+/// What leasehold answers `Unimplemented`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unimplemented {
+    /// Alarm Activate: leasehold raises no alarms, and clients cannot raise one.
+    RaiseAlarm,
+}
+
+/// The lock (v3lock) and election (v3election) services, which word an expired session each
+/// their own way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recipe {
+    Lock,
+    Election,
+}
+
+/// Why a lock or election call failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RecipeError {
+    /// A step failed as a KV or lease request would.
+    Api(ApiError),
+    /// The caller's key or lease went away before it could be told it owns the name.
+    SessionExpired(Recipe),
+    /// Proclaim (or a campaign with a new value) by a caller whose key is no longer the one it
+    /// campaigned with.
+    NotLeader,
+    /// Leader: nobody is campaigning.
+    NoLeader,
+    /// Proclaim or Resign without a leader key.
+    LeaderMissing,
+}
+
+impl From<ApiError> for RecipeError {
+    fn from(e: ApiError) -> Self {
+        RecipeError::Api(e)
+    }
+}
+
+impl From<ReplicaError> for RecipeError {
+    fn from(e: ReplicaError) -> Self {
+        RecipeError::Api(e.into())
+    }
 }
 
 /// Request validation failures (etcd's `v3rpc/key.go` checks).
@@ -69,6 +118,41 @@ impl ApiError {
 impl From<Invalid> for ApiError {
     fn from(e: Invalid) -> Self {
         ApiError::Invalid(e)
+    }
+}
+
+impl From<Unimplemented> for ApiError {
+    fn from(e: Unimplemented) -> Self {
+        ApiError::Unimplemented(e)
+    }
+}
+
+impl From<RecipeError> for Status {
+    fn from(e: RecipeError) -> Status {
+        match e {
+            // etcd's lock and election servers run their steps through an in-process client and
+            // return its errors as plain errors: code Unknown with the message. Transient faults
+            // keep Unavailable, so that clients retry.
+            RecipeError::Api(e) => {
+                let status = Status::from(e);
+                match status.code() {
+                    Code::Unavailable => status,
+                    _ => Status::new(Code::Unknown, status.message()),
+                }
+            }
+            RecipeError::SessionExpired(Recipe::Lock) => {
+                Status::new(Code::Unknown, "mutex: session is expired")
+            }
+            // etcd 3.4 answers success here (etcd#11007); leasehold tells the campaigner.
+            RecipeError::SessionExpired(Recipe::Election) => {
+                Status::new(Code::Unknown, "election: session is expired")
+            }
+            RecipeError::NotLeader => Status::new(Code::Unknown, "election: not leader"),
+            RecipeError::NoLeader => Status::new(Code::Unknown, "election: no leader"),
+            RecipeError::LeaderMissing => {
+                Status::new(Code::Unknown, "\"leader\" field must be provided")
+            }
+        }
     }
 }
 
@@ -157,6 +241,164 @@ impl From<ApiError> for Status {
                 Code::ResourceExhausted,
                 format!("grpc: received message larger than max ({len} vs. {max})"),
             ),
+            ApiError::BadPeerUrls => Status::new(
+                Code::InvalidArgument,
+                "etcdserver: given member URLs are invalid",
+            ),
+            ApiError::Unimplemented(u) => {
+                let msg = match u {
+                    Unimplemented::RaiseAlarm => {
+                        "leasehold: alarms cannot be raised by clients yet"
+                    }
+                };
+                Status::new(Code::Unimplemented, msg)
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_raft::Fatal;
+    use openraft::error::{ChangeMembershipError, EmptyMembership};
+
+    /// One status per error: etcd's code and message, byte for byte (the differential tests in
+    /// crates/node compare them with a real etcd).
+    fn check(status: impl Into<Status>, code: Code, message: &str) {
+        let status = status.into();
+        assert_eq!(
+            (status.code(), status.message()),
+            (code, message),
+            "{status:?}"
+        );
+    }
+
+    fn api(e: impl Into<ApiError>, code: Code, message: &str) {
+        check(e.into(), code, message);
+    }
+
+    #[test]
+    fn every_api_error_has_etcds_status() {
+        use Code::*;
+        let invalid = [
+            (Invalid::EmptyKey, "etcdserver: key is not provided"),
+            (Invalid::ValueProvided, "etcdserver: value is provided"),
+            (Invalid::LeaseProvided, "etcdserver: lease is provided"),
+            (
+                Invalid::TooManyOps,
+                "etcdserver: too many operations in txn request",
+            ),
+            (
+                Invalid::DuplicateKey,
+                "etcdserver: duplicate key given in txn request",
+            ),
+            (Invalid::EmptyOp, "etcdserver: key not found"),
+            (Invalid::SortOption, "etcdserver: invalid sort option"),
+            (Invalid::RequestTooLarge, "etcdserver: request is too large"),
+        ];
+        for (e, message) in invalid {
+            api(e, InvalidArgument, message);
+        }
+        let compacted = "etcdserver: mvcc: required revision has been compacted";
+        api(mvcc::Error::Compacted, OutOfRange, compacted);
+        let future = "etcdserver: mvcc: required revision is a future revision";
+        api(mvcc::Error::FutureRevision, OutOfRange, future);
+        api(
+            mvcc::Error::KeyNotFound,
+            InvalidArgument,
+            "etcdserver: key not found",
+        );
+        let no_lease = "etcdserver: requested lease not found";
+        api(mvcc::Error::LeaseNotFound, NotFound, no_lease);
+
+        api(ReplicaError::NoLeader, Unavailable, "etcdserver: no leader");
+        api(
+            ReplicaError::Stopped,
+            Unavailable,
+            "etcdserver: server stopped",
+        );
+        let fatal = ReplicaError::Fatal(Fatal::Panicked);
+        api(fatal, Unavailable, "etcdserver: server stopped");
+        let refused = ChangeMembershipError::EmptyMembership(EmptyMembership {});
+        let refused_message = "etcdserver: new membership can not be empty";
+        api(
+            ReplicaError::MembershipChange(refused),
+            Internal,
+            refused_message,
+        );
+        let garbage = postcard::from_bytes::<bool>(&[7]).unwrap_err();
+        let bad_answer = format!("etcdserver: undecodable answer from the leader: {garbage}");
+        api(ReplicaError::BadAnswer(garbage), Internal, &bad_answer);
+        let membership = [
+            (
+                MembershipError::NotFound,
+                NotFound,
+                "etcdserver: member not found",
+            ),
+            (
+                MembershipError::IdExists,
+                FailedPrecondition,
+                "etcdserver: member ID already exist",
+            ),
+            (
+                MembershipError::PeerUrlExists,
+                FailedPrecondition,
+                "etcdserver: Peer URLs already exists",
+            ),
+            (
+                MembershipError::NotLearner,
+                FailedPrecondition,
+                "etcdserver: can only promote a learner member",
+            ),
+        ];
+        for (e, code, message) in membership {
+            api(ReplicaError::Membership(e), code, message);
+        }
+
+        api(LeaseError::NotFound, NotFound, no_lease);
+        let exists = "etcdserver: lease already exists";
+        api(LeaseError::Exists, FailedPrecondition, exists);
+        api(
+            ApiError::LeaseTtlTooLarge,
+            OutOfRange,
+            "etcdserver: too large lease TTL",
+        );
+        let unexpected = ApiError::UnexpectedReply("LeaseTick".into());
+        api(unexpected, Internal, "etcdserver: unexpected apply result");
+        let too_large = ApiError::MessageTooLarge { len: 9, max: 4 };
+        let too_large_message = "grpc: received message larger than max (9 vs. 4)";
+        api(too_large, ResourceExhausted, too_large_message);
+        let bad_urls = "etcdserver: given member URLs are invalid";
+        api(ApiError::BadPeerUrls, InvalidArgument, bad_urls);
+        let alarm = "leasehold: alarms cannot be raised by clients yet";
+        api(super::Unimplemented::RaiseAlarm, Code::Unimplemented, alarm);
+    }
+
+    #[test]
+    fn lock_and_election_errors_are_unknown_except_transient_ones() {
+        use Code::*;
+        let recipe = |e: RecipeError, code, message: &str| check(e, code, message);
+        // An Unlock without a key: the KV check's message, as a plain error.
+        let no_key = ApiError::from(Invalid::EmptyKey);
+        recipe(no_key.into(), Unknown, "etcdserver: key is not provided");
+        let no_lease = ApiError::from(LeaseError::NotFound);
+        recipe(
+            no_lease.into(),
+            Unknown,
+            "etcdserver: requested lease not found",
+        );
+        let no_leader = RecipeError::from(ReplicaError::NoLeader);
+        recipe(no_leader, Unavailable, "etcdserver: no leader");
+        let stopped = RecipeError::from(ReplicaError::Stopped);
+        recipe(stopped, Unavailable, "etcdserver: server stopped");
+        let lock_expired = RecipeError::SessionExpired(Recipe::Lock);
+        recipe(lock_expired, Unknown, "mutex: session is expired");
+        let election_expired = RecipeError::SessionExpired(Recipe::Election);
+        recipe(election_expired, Unknown, "election: session is expired");
+        recipe(RecipeError::NotLeader, Unknown, "election: not leader");
+        recipe(RecipeError::NoLeader, Unknown, "election: no leader");
+        let missing = "\"leader\" field must be provided";
+        recipe(RecipeError::LeaderMissing, Unknown, missing);
     }
 }

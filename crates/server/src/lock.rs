@@ -9,10 +9,8 @@ use leasehold_mvcc as mvcc;
 use tonic::{Request, Response, Status};
 
 use crate::context::ServerContext;
-use crate::recipe::{self, RecipeError, ReleaseOnDrop};
-
-/// What etcd's mutex reports when the caller's key went away while it waited.
-const SESSION_EXPIRED: &str = "mutex: session is expired";
+use crate::error::{ApiError, Invalid, Recipe, RecipeError};
+use crate::recipe::{self, ReleaseOnDrop};
 
 pub struct LockService {
     ctx: Arc<ServerContext>,
@@ -52,7 +50,7 @@ impl LockService {
         } else {
             match queued.responses.first() {
                 Some(mvcc::ResponseOp::Range(r)) if !r.kvs.is_empty() => r.kvs[0].create_revision,
-                _ => return Err(RecipeError::SessionExpired),
+                _ => return Err(RecipeError::SessionExpired(Recipe::Lock)),
             }
         };
         let release = ReleaseOnDrop::arm(ctx.clone(), recipe::delete_txn(&key, None));
@@ -63,9 +61,10 @@ impl LockService {
             _ => false,
         };
         if !owned_at_once {
-            recipe::wait_for_turn(ctx, &prefix, &key, my_rev).await?;
+            recipe::wait_for_turn(ctx, Recipe::Lock, &prefix, &key, my_rev).await?;
         }
-        let checked_at = recipe::confirm_owner(ctx, &prefix, &key, my_rev, lease).await?;
+        let checked_at =
+            recipe::confirm_owner(ctx, Recipe::Lock, &prefix, &key, my_rev, lease).await?;
         release.disarm();
         // etcd: the header of the queueing txn when the lock was free, else of the read after
         // the wait.
@@ -79,6 +78,17 @@ impl LockService {
             key,
         })
     }
+
+    async fn release(&self, req: pb::UnlockRequest) -> Result<pb::UnlockResponse, RecipeError> {
+        if req.key.is_empty() {
+            return Err(ApiError::from(Invalid::EmptyKey).into());
+        }
+        // Deleting a key that is not there succeeds, as in etcd.
+        let deleted = recipe::txn(&self.ctx, recipe::delete_txn(&req.key, None)).await?;
+        Ok(pb::UnlockResponse {
+            header: self.ctx.header().at(deleted.revision),
+        })
+    }
 }
 
 #[tonic::async_trait]
@@ -90,23 +100,16 @@ impl Lock for LockService {
         self.acquire(req.into_inner())
             .await
             .map(Response::new)
-            .map_err(|e| e.into_status(SESSION_EXPIRED))
+            .map_err(Status::from)
     }
 
     async fn unlock(
         &self,
         req: Request<pb::UnlockRequest>,
     ) -> Result<Response<pb::UnlockResponse>, Status> {
-        let req = req.into_inner();
-        if req.key.is_empty() {
-            return Err(Status::unknown("etcdserver: key is not provided"));
-        }
-        // Deleting a key that is not there succeeds, as in etcd.
-        let deleted = recipe::txn(&self.ctx, recipe::delete_txn(&req.key, None))
+        self.release(req.into_inner())
             .await
-            .map_err(recipe::api_status)?;
-        Ok(Response::new(pb::UnlockResponse {
-            header: self.ctx.header().at(deleted.revision),
-        }))
+            .map(Response::new)
+            .map_err(Status::from)
     }
 }

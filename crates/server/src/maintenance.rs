@@ -8,6 +8,7 @@ use pb::alarm_request::AlarmAction;
 use tonic::{Request, Response, Status};
 
 use crate::context::ServerContext;
+use crate::error::{ApiError, Unimplemented};
 
 /// The etcd API version leasehold speaks; clients compare it to enable features.
 pub const ETCD_API_VERSION: &str = "3.5.0";
@@ -34,7 +35,7 @@ impl Maintenance for MaintenanceService {
             .replica
             .read(false, |s| s.current_revision())
             .await
-            .map_err(crate::error::ApiError::from)?;
+            .map_err(ApiError::from)?;
         let db_size = i64::try_from(self.ctx.replica.db_size_bytes()).unwrap_or(i64::MAX);
         Ok(Response::new(pb::StatusResponse {
             header: self.ctx.header().at(revision),
@@ -60,9 +61,7 @@ impl Maintenance for MaintenanceService {
         match AlarmAction::try_from(req.into_inner().action) {
             Ok(AlarmAction::Get | AlarmAction::Deactivate) => {}
             Ok(AlarmAction::Activate) | Err(_) => {
-                return Err(Status::unimplemented(
-                    "leasehold: alarms cannot be raised by clients yet",
-                ));
+                return Err(ApiError::from(Unimplemented::RaiseAlarm).into());
             }
         }
         let revision = self
@@ -70,7 +69,7 @@ impl Maintenance for MaintenanceService {
             .replica
             .read(false, |s| s.current_revision())
             .await
-            .map_err(crate::error::ApiError::from)?;
+            .map_err(ApiError::from)?;
         Ok(Response::new(pb::AlarmResponse {
             header: self.ctx.header().at(revision),
             alarms: Vec::new(),

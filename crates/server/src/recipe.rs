@@ -12,61 +12,14 @@
 
 use leasehold_mvcc::{self as mvcc, RangeRequest, SortOrder, SortTarget};
 use leasehold_raft::{Applied, Command, LeaseId, ReplicaError};
-use tonic::{Code, Status};
 
 use crate::context::ServerContext;
-use crate::error::ApiError;
+use crate::error::{ApiError, Recipe, RecipeError};
 use crate::lease;
 
 /// The TTL of the lease the server grants when a caller names none (etcd's session default; the
 /// server never renews it).
 pub const SESSION_TTL_SECS: i64 = 60;
-
-/// Why a recipe step failed.
-#[derive(Debug)]
-pub enum RecipeError {
-    /// The request failed as a KV or lease request would.
-    Api(ApiError),
-    /// The caller's key or lease went away before it could be told it owns the name.
-    SessionExpired,
-}
-
-impl From<ApiError> for RecipeError {
-    fn from(e: ApiError) -> Self {
-        RecipeError::Api(e)
-    }
-}
-
-impl From<ReplicaError> for RecipeError {
-    fn from(e: ReplicaError) -> Self {
-        RecipeError::Api(e.into())
-    }
-}
-
-impl RecipeError {
-    /// The status a lock or election call answers with; `session_expired` is the service's
-    /// message for a caller whose key or lease went away while it waited.
-    pub fn into_status(self, session_expired: &'static str) -> Status {
-        match self {
-            RecipeError::Api(e) => api_status(e),
-            RecipeError::SessionExpired => Status::unknown(session_expired),
-        }
-    }
-}
-
-/// [`recipe_status`] of a KV or lease error.
-pub fn api_status(e: ApiError) -> Status {
-    recipe_status(e.into())
-}
-
-/// etcd's lock and election servers return their client's errors as plain errors, so gRPC code
-/// Unknown with the message. Transient faults keep `Unavailable` so that clients retry.
-pub fn recipe_status(status: Status) -> Status {
-    match status.code() {
-        Code::Unavailable => status,
-        _ => Status::new(Code::Unknown, status.message().to_owned()),
-    }
-}
 
 /// The key a lease owns under `prefix`: the lease id in lowercase hex without padding, with a
 /// minus sign for negative ids (Go's `%x` of an int64).
@@ -190,6 +143,7 @@ fn still_queued(store: &mvcc::Store, key: &[u8], create_revision: i64) -> bool {
 /// a point lookup of the one key it waits for.
 pub async fn wait_for_turn(
     ctx: &ServerContext,
+    recipe: Recipe,
     prefix: &[u8],
     my_key: &[u8],
     my_rev: i64,
@@ -201,7 +155,7 @@ pub async fn wait_for_turn(
             .replica
             .read(false, |store| {
                 if !still_queued(store, my_key, my_rev) {
-                    return Err(RecipeError::SessionExpired);
+                    return Err(RecipeError::SessionExpired(recipe));
                 }
                 let found = store
                     .range(&predecessor(prefix, my_rev))
@@ -229,7 +183,7 @@ pub async fn wait_for_turn(
                 })
                 .await?;
             if !mine {
-                return Err(RecipeError::SessionExpired);
+                return Err(RecipeError::SessionExpired(recipe));
             }
             if !blocked {
                 break;
@@ -243,6 +197,7 @@ pub async fn wait_for_turn(
 /// leader's lease clock (not merely "not yet revoked"). Returns the store revision read at.
 pub async fn confirm_owner(
     ctx: &ServerContext,
+    recipe: Recipe,
     prefix: &[u8],
     key: &[u8],
     my_rev: i64,
@@ -251,17 +206,17 @@ pub async fn confirm_owner(
     ctx.replica
         .read_at_lease_time(|store, leases, now_ms| {
             if !still_queued(store, key, my_rev) {
-                return Err(RecipeError::SessionExpired);
+                return Err(RecipeError::SessionExpired(recipe));
             }
             let older = store
                 .range(&predecessor(prefix, my_rev))
                 .map_err(ApiError::from)?;
             if !older.kvs.is_empty() {
-                return Err(RecipeError::SessionExpired);
+                return Err(RecipeError::SessionExpired(recipe));
             }
             match leases.record(lease) {
                 Some(record) if record.deadline_ms > now_ms => Ok(store.current_revision()),
-                _ => Err(RecipeError::SessionExpired),
+                _ => Err(RecipeError::SessionExpired(recipe)),
             }
         })
         .await?
@@ -317,17 +272,5 @@ mod tests {
             b"n/-8000000000000000".to_vec()
         );
         assert_eq!(queue_prefix(b"mylock"), b"mylock/".to_vec());
-    }
-
-    #[test]
-    fn recipe_errors_are_unknown_except_transient_ones() {
-        let s = recipe_status(Status::new(
-            Code::NotFound,
-            "etcdserver: requested lease not found",
-        ));
-        assert_eq!(s.code(), Code::Unknown);
-        assert_eq!(s.message(), "etcdserver: requested lease not found");
-        let s = recipe_status(Status::new(Code::Unavailable, "etcdserver: no leader"));
-        assert_eq!(s.code(), Code::Unavailable);
     }
 }
