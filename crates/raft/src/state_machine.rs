@@ -18,7 +18,8 @@ use openraft::{
 };
 use redb::{ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use tokio::sync::oneshot;
 
 use crate::TypeConfig;
 use crate::command::{Applied, Command, Proposal};
@@ -91,6 +92,99 @@ pub(crate) struct SharedState {
     /// time since then as lease time that has passed (a lower bound of what passed since the
     /// old leader stamped it), so an election does not stop the lease clock.
     pub(crate) lease_time_applied: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
+    /// Who waits for which key to be deleted.
+    pub(crate) key_deletes: KeyDeletes,
+}
+
+/// Waiters for the deletion of one key each, woken by the apply that deletes it (writes a
+/// tombstone) or by a snapshot install (which replaces every key at once), and by nothing else.
+/// This is what a lock queue waits on: a release wakes the one waiter queued behind the released
+/// key, not everyone who waits on the store. Entries are removed when fired or when their waiter
+/// gives up ([`KeyDeleteWaiter`]'s drop), so the map holds no more than the waiters that exist.
+///
+/// Lock order: taken after `state` is released (apply fires once the store shows the delete).
+#[derive(Debug, Default)]
+pub(crate) struct KeyDeletes {
+    waiters: Mutex<HashMap<Vec<u8>, Vec<KeyDeleteSlot>>>,
+    next_id: AtomicU64,
+}
+
+impl KeyDeletes {
+    fn register(&self, key: &[u8]) -> (u64, oneshot::Receiver<()>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let mut waiters = self.waiters.lock().expect("key deletes lock poisoned");
+        waiters.entry(key.to_vec()).or_default().push((id, tx));
+        (id, rx)
+    }
+
+    fn unregister(&self, key: &[u8], id: u64) {
+        let mut waiters = self.waiters.lock().expect("key deletes lock poisoned");
+        if let Some(list) = waiters.get_mut(key) {
+            list.retain(|(other, _)| *other != id);
+            if list.is_empty() {
+                waiters.remove(key);
+            }
+        }
+    }
+
+    /// Wakes whoever waits for one of `keys` (keys just deleted).
+    fn deleted<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
+        let mut waiters = self.waiters.lock().expect("key deletes lock poisoned");
+        if waiters.is_empty() {
+            return;
+        }
+        for key in keys {
+            for (_, tx) in waiters.remove(key).into_iter().flatten() {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// Wakes every waiter: the whole store was replaced (they look again).
+    fn replaced(&self) {
+        let waiters = std::mem::take(&mut *self.waiters.lock().expect("key deletes lock poisoned"));
+        for (_, tx) in waiters.into_values().flatten() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// One waiter's registration: its id and how to wake it.
+type KeyDeleteSlot = (u64, oneshot::Sender<()>);
+
+/// One registration in [`KeyDeletes`]; removes itself when dropped (a waiter that gives up).
+pub(crate) struct KeyDeleteWaiter {
+    shared: Shared,
+    key: Vec<u8>,
+    id: u64,
+    fired: oneshot::Receiver<()>,
+}
+
+impl KeyDeleteWaiter {
+    /// Registers for the next delete of `key`. Register before looking at the store, so that a
+    /// delete applied after the look is never missed.
+    pub(crate) fn register(shared: &Shared, key: &[u8]) -> KeyDeleteWaiter {
+        let (id, fired) = shared.key_deletes.register(key);
+        KeyDeleteWaiter {
+            shared: shared.clone(),
+            key: key.to_vec(),
+            id,
+            fired,
+        }
+    }
+
+    /// Completes when the key is deleted (or the store replaced); `false` if the state machine
+    /// is gone first.
+    pub(crate) async fn fired(&mut self) -> bool {
+        (&mut self.fired).await.is_ok()
+    }
+}
+
+impl Drop for KeyDeleteWaiter {
+    fn drop(&mut self) {
+        self.shared.key_deletes.unregister(&self.key, self.id);
+    }
 }
 
 impl SharedState {
@@ -101,6 +195,7 @@ impl SharedState {
             leases_changed: tokio::sync::Notify::new(),
             revision,
             lease_time_applied: std::sync::Mutex::new(None),
+            key_deletes: KeyDeletes::default(),
         }
     }
 
@@ -412,6 +507,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.shared.leases_changed.notify_one();
         }
         self.shared.publish_revision(meta.current_revision);
+        self.shared
+            .key_deletes
+            .deleted(fx.changes.iter().filter_map(|change| match change {
+                Change::Write {
+                    record: Record::Tombstone { key },
+                    ..
+                } => Some(key.as_slice()),
+                Change::Write { .. } | Change::Remove { .. } => None,
+            }));
         // No commit of its own: the log already holds these entries durably, and the changes are
         // written with the next log commit (see `Db::stage_sm`).
         self.db.stage_sm(fx.changes, lease_rows, meta);
@@ -500,6 +604,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         *self.shared.state.write().expect("state lock poisoned") = state;
         self.shared.leases_changed.notify_one();
         self.shared.publish_revision(revision);
+        self.shared.key_deletes.replaced();
         *self.current.lock().expect("snapshot lock poisoned") = Some(StoredSnapshot {
             meta: meta.clone(),
             bytes,

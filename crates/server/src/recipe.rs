@@ -11,7 +11,7 @@
 //! `Compare(CreateRevision(key) == token)` fails once the lock has passed on.
 
 use leasehold_mvcc::{self as mvcc, RangeRequest, SortOrder, SortTarget};
-use leasehold_raft::{Applied, Command, LeaseId, ReplicaError};
+use leasehold_raft::{Applied, Command, LeaseId};
 
 use crate::context::ServerContext;
 use crate::error::{ApiError, Recipe, RecipeError};
@@ -139,8 +139,9 @@ fn still_queued(store: &mvcc::Store, key: &[u8], create_revision: i64) -> bool {
 }
 
 /// Waits until no key under `prefix` created before `my_rev` is left, failing as soon as the
-/// caller's own key (created at `my_rev`) is gone. Re-checks after every applied revision, with
-/// a point lookup of the one key it waits for.
+/// caller's own key (created at `my_rev`) is gone. Waits for exactly two things, the key just
+/// before its own (at its create revision) and its own key, to be deleted: writes to any other
+/// key wake nobody, and a release wakes only the waiter queued behind it (etcd's `waitDelete`).
 pub async fn wait_for_turn(
     ctx: &ServerContext,
     recipe: Recipe,
@@ -148,9 +149,22 @@ pub async fn wait_for_turn(
     my_key: &[u8],
     my_rev: i64,
 ) -> Result<(), RecipeError> {
-    let mut revisions = ctx.replica.subscribe_revisions();
+    let (reads, _) = tokio::sync::watch::channel(0);
+    wait_for_turn_counting(ctx, recipe, prefix, my_key, my_rev, &reads).await
+}
+
+/// [`wait_for_turn`], counting its reads of the store in `reads` (the seam a test watches: a
+/// waiter reads once, and then once each time the key it waits for goes).
+async fn wait_for_turn_counting(
+    ctx: &ServerContext,
+    recipe: Recipe,
+    prefix: &[u8],
+    my_key: &[u8],
+    my_rev: i64,
+    reads: &tokio::sync::watch::Sender<usize>,
+) -> Result<(), RecipeError> {
     loop {
-        revisions.borrow_and_update();
+        reads.send_modify(|n| *n += 1);
         let blocker = ctx
             .replica
             .read(false, |store| {
@@ -166,27 +180,14 @@ pub async fn wait_for_turn(
         let Some(blocker) = blocker else {
             return Ok(());
         };
-        // Wait for that key (at that create revision) to go; then look for the next older one.
-        loop {
-            revisions
-                .changed()
-                .await
-                .map_err(|_| ApiError::from(ReplicaError::Stopped))?;
-            revisions.borrow_and_update();
-            let (blocked, mine) = ctx
-                .replica
-                .read(false, |store| {
-                    (
-                        still_queued(store, &blocker.key, blocker.create_revision),
-                        still_queued(store, my_key, my_rev),
-                    )
-                })
-                .await?;
-            if !mine {
+        // Wait for that key (at that create revision) to go, then look for the next older one.
+        // `key_gone` looks at the store after it registers, so a delete applied since the read
+        // above is seen, not missed.
+        tokio::select! {
+            gone = ctx.replica.key_gone(&blocker.key, blocker.create_revision) => gone?,
+            gone = ctx.replica.key_gone(my_key, my_rev) => {
+                gone?;
                 return Err(RecipeError::SessionExpired(recipe));
-            }
-            if !blocked {
-                break;
             }
         }
     }
@@ -272,5 +273,137 @@ mod tests {
             b"n/-8000000000000000".to_vec()
         );
         assert_eq!(queue_prefix(b"mylock"), b"mylock/".to_vec());
+    }
+
+    /// A single-member replica on a temporary data dir, and a context around it.
+    async fn single_member(dir: &std::path::Path) -> std::sync::Arc<ServerContext> {
+        let replica = leasehold_raft::Replica::start(leasehold_raft::ReplicaConfig {
+            member_id: 1,
+            peer_url: "http://127.0.0.1:1".into(),
+            initial_peers: Default::default(),
+            bootstrap: true,
+            data_dir: dir.to_path_buf(),
+            heartbeat_interval_ms: 50,
+            election_timeout_ms: 200,
+            snapshot_log_entries_max: 10_000,
+        })
+        .await
+        .unwrap();
+        std::sync::Arc::new(ServerContext {
+            replica,
+            cluster_id: 1,
+            member_id: 1,
+            name: "test".into(),
+            client_urls: Vec::new(),
+            peer_urls: Vec::new(),
+            lease_ttl_secs_min: 1,
+            lease_ids: lease::LeaseIdGenerator::new(1, 0),
+            watch_progress_interval: std::time::Duration::from_secs(600),
+            cluster_token: String::new(),
+            member_names: Default::default(),
+        })
+    }
+
+    async fn put(ctx: &ServerContext, key: &str) -> i64 {
+        let applied = ctx
+            .replica
+            .write(Command::Put(mvcc::PutRequest {
+                key: key.into(),
+                ..mvcc::PutRequest::default()
+            }))
+            .await
+            .unwrap();
+        let Applied::Put(Ok(put)) = applied else {
+            panic!("{applied:?}")
+        };
+        put.revision
+    }
+
+    async fn delete(ctx: &ServerContext, key: &str) {
+        txn(ctx, delete_txn(key.as_bytes(), None)).await.unwrap();
+    }
+
+    /// Waits (bounded) until a waiter has read the store `n` times.
+    async fn reads_reach(reads: &mut tokio::sync::watch::Receiver<usize>, n: usize) {
+        let reached = reads.wait_for(|r| *r >= n);
+        let within = std::time::Duration::from_secs(10);
+        tokio::time::timeout(within, reached)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// Item 8 of issue 11: waiters used to wake (and read the store) on every revision of the
+    /// whole store. Now a waiter reads once when it queues and once each time the key it waits
+    /// for goes; writes to other keys (including newer keys of the same queue, and deletes of
+    /// other keys) wake nobody, and a release wakes exactly the next waiter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_wakes_only_the_next_waiter() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = single_member(dir.path()).await;
+        put(&ctx, "lk/a").await;
+        let mut waiters = Vec::new();
+        for key in ["lk/b", "lk/c", "lk/d"] {
+            let rev = put(&ctx, key).await;
+            let (count, mut reads) = tokio::sync::watch::channel(0);
+            let task = tokio::spawn({
+                let ctx = ctx.clone();
+                async move {
+                    let prefix = b"lk/";
+                    let me = key.as_bytes();
+                    wait_for_turn_counting(&ctx, Recipe::Lock, prefix, me, rev, &count).await
+                }
+            });
+            reads_reach(&mut reads, 1).await;
+            waiters.push((task, reads));
+        }
+        let reads = |waiters: &[(_, tokio::sync::watch::Receiver<usize>)]| {
+            waiters
+                .iter()
+                .map(|(_, r)| *r.borrow())
+                .collect::<Vec<usize>>()
+        };
+        for i in 0..30 {
+            put(&ctx, &format!("other/{i}")).await;
+            delete(&ctx, &format!("other/{i}")).await;
+        }
+        // A newer key in the same queue waits behind the others; it blocks nobody.
+        put(&ctx, "lk/z").await;
+        delete(&ctx, "lk/z").await;
+        assert_eq!(reads(&waiters), [1, 1, 1], "woken by writes to other keys");
+
+        // The holder releases: the next waiter (b) wakes, reads once and has its turn.
+        delete(&ctx, "lk/a").await;
+        let (b, b_reads) = waiters.remove(0);
+        b.await.unwrap().unwrap();
+        assert_eq!(
+            *b_reads.borrow(),
+            2,
+            "b: one read to queue, one when a went"
+        );
+        // d's own key goes (its session ended): d wakes, without waking c.
+        delete(&ctx, "lk/d").await;
+        let (d, d_reads) = waiters.pop().unwrap();
+        let expired = d.await.unwrap();
+        assert_eq!(
+            *d_reads.borrow(),
+            1,
+            "d: its own key's delete needs no read"
+        );
+        assert!(
+            matches!(expired, Err(RecipeError::SessionExpired(Recipe::Lock))),
+            "{expired:?}"
+        );
+        assert_eq!(
+            reads(&waiters),
+            [1],
+            "c woke for a release or an exit not its own"
+        );
+        // b releases: c's turn, after one more read.
+        delete(&ctx, "lk/b").await;
+        let (c, mut c_reads) = waiters.pop().unwrap();
+        c.await.unwrap().unwrap();
+        assert_eq!(*c_reads.borrow_and_update(), 2);
+        ctx.replica.shutdown().await;
     }
 }

@@ -39,7 +39,7 @@ use read_index::ReadIndexRounds;
 use crate::command::{Applied, Command, Proposal};
 use crate::log_store::LogStore;
 use crate::network::NoPeers;
-use crate::state_machine::{self, Shared, StateMachine};
+use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
 use crate::storage::FirstFailure;
 use crate::{TypeConfig, storage};
 
@@ -171,6 +171,36 @@ impl Replica {
     /// Follows the applied store revision: changes after every apply that wrote something.
     pub fn subscribe_revisions(&self) -> tokio::sync::watch::Receiver<i64> {
         self.shared.revision.subscribe()
+    }
+
+    /// Completes once `key` has no live version created at `create_revision` (at once if it has
+    /// none now). Woken only by an apply that deletes `key` (or a snapshot install), never by
+    /// writes to other keys; it registers before it looks, so a delete applied between a
+    /// caller's read and this call is not missed. `Stopped` if the replica goes first.
+    pub async fn key_gone(&self, key: &[u8], create_revision: i64) -> Result<(), ReplicaError> {
+        let mut waiter = KeyDeleteWaiter::register(&self.shared, key);
+        loop {
+            let live = state_machine::read(&self.shared, |store| {
+                let point = leasehold_mvcc::RangeRequest {
+                    key: key.to_vec(),
+                    keys_only: true,
+                    ..leasehold_mvcc::RangeRequest::default()
+                };
+                store
+                    .range(&point)
+                    .ok()
+                    .and_then(|r| r.kvs.first().map(|kv| kv.create_revision))
+            });
+            if live != Some(create_revision) {
+                return Ok(());
+            }
+            if !waiter.fired().await {
+                return Err(ReplicaError::Stopped);
+            }
+            // Fired by a delete of `key` (so that version is gone) or a snapshot install (look
+            // again, registered anew first).
+            waiter = KeyDeleteWaiter::register(&self.shared, key);
+        }
     }
 
     /// Lease events applied since this member started: what etcd exports as
