@@ -46,6 +46,22 @@ pub fn key_value(kv: mvcc::KeyValue) -> mvccpb::KeyValue {
     }
 }
 
+/// A watch event; the previous key-value only if the watcher asked for it.
+pub fn event(ev: &mvcc::Event, with_prev_kv: bool) -> mvccpb::Event {
+    mvccpb::Event {
+        r#type: match ev.kind {
+            mvcc::EventKind::Put => mvccpb::event::EventType::Put as i32,
+            mvcc::EventKind::Delete => mvccpb::event::EventType::Delete as i32,
+        },
+        kv: Some(key_value(ev.kv.clone())),
+        prev_kv: if with_prev_kv {
+            ev.prev_kv.clone().map(key_value)
+        } else {
+            None
+        },
+    }
+}
+
 pub fn range_request(r: pb::RangeRequest) -> mvcc::RangeRequest {
     let sort_order = match SortOrder::try_from(r.sort_order) {
         Ok(SortOrder::None) | Err(_) => mvcc::SortOrder::None,

@@ -27,7 +27,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::context::ServerContext;
-use crate::convert::key_value;
+use crate::convert;
 use crate::error::ApiError;
 use crate::validate::REQUEST_BYTES_MAX;
 
@@ -70,18 +70,7 @@ impl Watcher {
     }
 
     fn to_wire(&self, ev: &Event) -> mvccpb::Event {
-        mvccpb::Event {
-            r#type: match ev.kind {
-                EventKind::Put => mvccpb::event::EventType::Put as i32,
-                EventKind::Delete => mvccpb::event::EventType::Delete as i32,
-            },
-            kv: Some(key_value(ev.kv.clone())),
-            prev_kv: if self.prev_kv {
-                ev.prev_kv.clone().map(key_value)
-            } else {
-                None
-            },
-        }
+        convert::event(ev, self.prev_kv)
     }
 }
 
