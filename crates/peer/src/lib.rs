@@ -7,7 +7,7 @@
 //!   openraft ──RaftNetwork──► PeerClient ──gRPC Peer/AppendEntries…──► PeerService ──► openraft
 //! ```
 //!
-//! Messages are openraft's own request and response types (and leasehold's `Proposal`), encoded
+//! Messages are openraft's own request and response types (and leasehold's `Write` batches), encoded
 //! with postcard inside a `Payload`. A remote Raft error comes back inside the payload; a
 //! transport failure is "unreachable", so openraft backs off and retries, and a forwarded client
 //! request fails with the transient "no leader" that clients retry.
@@ -20,8 +20,8 @@ use leasehold_api::leaseholdpeerpb::Payload;
 use leasehold_api::leaseholdpeerpb::peer_client::PeerClient as GrpcClient;
 use leasehold_api::leaseholdpeerpb::peer_server::{Peer, PeerServer};
 use leasehold_raft::{
-    BoxFuture, Forwarded, Forwarder, MemberChange, Proposal, ReadIndex, Replica, ReplicaError,
-    TypeConfig,
+    BoxFuture, Forwarded, Forwarder, MemberChange, ReadIndex, Replica, ReplicaError, TypeConfig,
+    Write,
 };
 use openraft::BasicNode;
 use openraft::error::{
@@ -268,9 +268,9 @@ impl Forwarder for PeerForwarder {
         &self,
         _leader: u64,
         addr: String,
-        proposal: Proposal,
+        writes: Vec<Write>,
     ) -> BoxFuture<Result<Forwarded, ReplicaError>> {
-        self.ask(addr, Rpc::Forward, &proposal)
+        self.ask(addr, Rpc::Forward, &writes)
     }
 
     fn read_index(&self, _leader: u64, addr: String) -> BoxFuture<Result<ReadIndex, ReplicaError>> {
@@ -326,8 +326,8 @@ impl Peer for PeerService {
     }
 
     async fn forward(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
-        let proposal: Proposal = decode(req.get_ref()).map_err(bad_request)?;
-        let result = self.replica.leader_commit(proposal).await;
+        let writes: Vec<Write> = decode(req.get_ref()).map_err(bad_request)?;
+        let result = self.replica.leader_commit(writes).await;
         Ok(Response::new(encode(&result)))
     }
 

@@ -1,6 +1,16 @@
 //! The replicated command: what a client write becomes in the Raft log, and what applying it
 //! returns. Everything nondeterministic is decided before proposing, so that applying an entry is
 //! a pure function of the state and the entry, identical on every member.
+//!
+//! Two types keep apart what a client asks for and what the log holds:
+//! - a [`Write`] is a client write as proposed, on any member: it carries no time;
+//! - a [`Command`] is a log entry's command: the member that commits a batch (the leader) turns
+//!   each `Write` into one with [`Write::stamp`], giving grants and renewals its lease time.
+//!   Leader-only commands (expiry, ticks, promotion) are built stamped.
+//!
+//! Proposing is typed: each request type ([`Compact`], [`LeaseGrant`], ..., and mvcc's put,
+//! delete and txn requests) names its reply type through [`Propose`], so a caller gets its own
+//! reply and never sees another command's.
 
 use leasehold_lease::{LeaseError, LeaseId};
 use leasehold_mvcc as mvcc;
@@ -13,7 +23,139 @@ pub struct Proposal {
     pub commands: Vec<Command>,
 }
 
-/// One client write.
+/// A client write as proposed: what a follower forwards to the leader, unstamped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Write {
+    Put(mvcc::PutRequest),
+    DeleteRange(mvcc::DeleteRangeRequest),
+    Txn(mvcc::TxnRequest),
+    Compact(Compact),
+    LeaseGrant(LeaseGrant),
+    LeaseRevoke(LeaseRevoke),
+    LeaseRenew(LeaseRenew),
+}
+
+/// Compacts history up to `revision`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compact {
+    pub revision: i64,
+}
+
+/// Grants a lease with a validated, clamped TTL and an id chosen before proposing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrant {
+    pub id: LeaseId,
+    pub ttl_secs: i64,
+}
+
+/// Revokes a lease and deletes its keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRevoke {
+    pub id: LeaseId,
+}
+
+/// A keepalive: the lease's deadline becomes the leader's lease time + its TTL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRenew {
+    pub id: LeaseId,
+}
+
+impl Write {
+    /// Whether committing it needs the leader's lease time (grants and renewals).
+    pub fn is_lease_timed(&self) -> bool {
+        matches!(self, Write::LeaseGrant(_) | Write::LeaseRenew(_))
+    }
+
+    /// The log command, with `now_ms` (the committing leader's lease time) on grants and
+    /// renewals.
+    pub fn stamp(self, now_ms: u64) -> Command {
+        match self {
+            Write::Put(p) => Command::Put(p),
+            Write::DeleteRange(d) => Command::DeleteRange(d),
+            Write::Txn(t) => Command::Txn(t),
+            Write::Compact(Compact { revision }) => Command::Compact { revision },
+            Write::LeaseGrant(LeaseGrant { id, ttl_secs }) => Command::LeaseGrant {
+                id,
+                ttl_secs,
+                now_ms,
+            },
+            Write::LeaseRevoke(LeaseRevoke { id }) => Command::LeaseRevoke { id },
+            Write::LeaseRenew(LeaseRenew { id }) => Command::LeaseRenew { id, now_ms },
+        }
+    }
+
+    /// Roughly the bytes this write adds to a log entry: what batch sizes are bounded by.
+    pub fn approx_bytes(&self) -> usize {
+        fn op(o: &mvcc::RequestOp) -> usize {
+            match o {
+                mvcc::RequestOp::Range(r) => r.key.len() + r.range_end.len() + 32,
+                mvcc::RequestOp::Put(p) => p.key.len() + p.value.len() + 16,
+                mvcc::RequestOp::DeleteRange(d) => d.key.len() + d.range_end.len() + 8,
+                mvcc::RequestOp::Txn(t) => txn(t),
+            }
+        }
+        fn txn(t: &mvcc::TxnRequest) -> usize {
+            let compares: usize = t
+                .compare
+                .iter()
+                .map(|c| c.key.len() + c.range_end.len() + 16)
+                .sum();
+            compares + t.success.iter().chain(&t.failure).map(op).sum::<usize>()
+        }
+        match self {
+            Write::Put(p) => p.key.len() + p.value.len() + 16,
+            Write::DeleteRange(d) => d.key.len() + d.range_end.len() + 8,
+            Write::Txn(t) => txn(t),
+            Write::Compact(_) => 8,
+            Write::LeaseGrant(_) | Write::LeaseRevoke(_) | Write::LeaseRenew(_) => 24,
+        }
+    }
+}
+
+/// A request that can be proposed, and the reply its apply produces.
+pub trait Propose: Into<Write> {
+    type Reply;
+
+    /// This request's reply out of what applying it produced; the `Applied` back if it is
+    /// another command's (a broken state machine, never a client's doing).
+    fn reply(applied: Applied) -> Result<Self::Reply, Applied>;
+}
+
+macro_rules! propose {
+    ($request:ty, $write:ident, $reply:ty) => {
+        impl From<$request> for Write {
+            fn from(request: $request) -> Write {
+                Write::$write(request)
+            }
+        }
+
+        impl Propose for $request {
+            type Reply = $reply;
+
+            fn reply(applied: Applied) -> Result<$reply, Applied> {
+                match applied {
+                    Applied::$write(reply) => Ok(reply),
+                    other => Err(other),
+                }
+            }
+        }
+    };
+}
+
+propose!(mvcc::PutRequest, Put, Result<mvcc::PutResponse, mvcc::Error>);
+propose!(
+    mvcc::DeleteRangeRequest,
+    DeleteRange,
+    mvcc::DeleteRangeResponse
+);
+propose!(mvcc::TxnRequest, Txn, Result<mvcc::TxnResponse, mvcc::Error>);
+propose!(Compact, Compact, Result<i64, mvcc::Error>);
+propose!(LeaseGrant, LeaseGrant, Result<(), LeaseError>);
+propose!(LeaseRevoke, LeaseRevoke, Result<i64, LeaseError>);
+propose!(LeaseRenew, LeaseRenew, Option<i64>);
+
+/// One command of a log entry: a client write stamped by the leader that committed it, or one
+/// of the leader's own lease commands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     Put(mvcc::PutRequest),
@@ -55,40 +197,6 @@ pub enum Command {
     },
 }
 
-impl Command {
-    /// Roughly the bytes this command adds to a log entry: what batch sizes are bounded by.
-    pub fn approx_bytes(&self) -> usize {
-        fn op(o: &mvcc::RequestOp) -> usize {
-            match o {
-                mvcc::RequestOp::Range(r) => r.key.len() + r.range_end.len() + 32,
-                mvcc::RequestOp::Put(p) => p.key.len() + p.value.len() + 16,
-                mvcc::RequestOp::DeleteRange(d) => d.key.len() + d.range_end.len() + 8,
-                mvcc::RequestOp::Txn(t) => txn(t),
-            }
-        }
-        fn txn(t: &mvcc::TxnRequest) -> usize {
-            let compares: usize = t
-                .compare
-                .iter()
-                .map(|c| c.key.len() + c.range_end.len() + 16)
-                .sum();
-            compares + t.success.iter().chain(&t.failure).map(op).sum::<usize>()
-        }
-        match self {
-            Command::Put(p) => p.key.len() + p.value.len() + 16,
-            Command::DeleteRange(d) => d.key.len() + d.range_end.len() + 8,
-            Command::Txn(t) => txn(t),
-            Command::Compact { .. } => 8,
-            Command::LeaseGrant { .. }
-            | Command::LeaseRevoke { .. }
-            | Command::LeaseRenew { .. }
-            | Command::LeaseTick { .. }
-            | Command::LeasePromote { .. } => 24,
-            Command::LeaseExpire { ids, .. } => 16 + 8 * ids.len(),
-        }
-    }
-}
-
 /// What applying one command produced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Applied {
@@ -106,4 +214,73 @@ pub enum Applied {
     LeaseExpire(usize),
     LeaseTick,
     LeasePromote,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: i64) -> LeaseId {
+        LeaseId::from_wire(n).expect("non-zero")
+    }
+
+    #[test]
+    fn stamping_gives_grants_and_renewals_the_leaders_time_and_nothing_else() {
+        let cases: Vec<(Write, bool, Command)> = vec![
+            (
+                LeaseGrant {
+                    id: id(1),
+                    ttl_secs: 5,
+                }
+                .into(),
+                true,
+                Command::LeaseGrant {
+                    id: id(1),
+                    ttl_secs: 5,
+                    now_ms: 700,
+                },
+            ),
+            (
+                LeaseRenew { id: id(2) }.into(),
+                true,
+                Command::LeaseRenew {
+                    id: id(2),
+                    now_ms: 700,
+                },
+            ),
+            (
+                LeaseRevoke { id: id(3) }.into(),
+                false,
+                Command::LeaseRevoke { id: id(3) },
+            ),
+            (
+                Compact { revision: 9 }.into(),
+                false,
+                Command::Compact { revision: 9 },
+            ),
+            (
+                mvcc::PutRequest::default().into(),
+                false,
+                Command::Put(mvcc::PutRequest::default()),
+            ),
+        ];
+        for (write, timed, command) in cases {
+            assert_eq!(write.is_lease_timed(), timed, "{write:?}");
+            assert_eq!(write.stamp(700), command);
+        }
+    }
+
+    #[test]
+    fn a_reply_of_another_kind_is_refused_not_reinterpreted() {
+        assert_eq!(LeaseRenew::reply(Applied::LeaseRenew(Some(5))), Ok(Some(5)));
+        assert_eq!(
+            LeaseRenew::reply(Applied::LeaseTick),
+            Err(Applied::LeaseTick)
+        );
+        assert_eq!(
+            <mvcc::TxnRequest as Propose>::reply(Applied::LeaseRevoke(Ok(3))),
+            Err(Applied::LeaseRevoke(Ok(3)))
+        );
+        assert_eq!(Compact::reply(Applied::Compact(Ok(4))), Ok(Ok(4)));
+    }
 }

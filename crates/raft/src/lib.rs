@@ -17,7 +17,9 @@ mod storage;
 
 use std::io::Cursor;
 
-pub use command::{Applied, Command, Proposal};
+pub use command::{
+    Applied, Command, Compact, LeaseGrant, LeaseRenew, LeaseRevoke, Proposal, Propose, Write,
+};
 pub use leasehold_lease::{LEASE_TTL_SECS_MAX, LeaseClock, LeaseError, LeaseId, LeaseTable};
 pub use network::NoPeers;
 pub use replica::{

@@ -7,7 +7,7 @@
 //! `.await`.
 
 use std::io::Cursor;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable, Renewal};
@@ -107,6 +107,9 @@ pub(crate) struct SharedState {
 pub(crate) struct KeyDeletes {
     waiters: Mutex<HashMap<Vec<u8>, Vec<KeyDeleteSlot>>>,
     next_id: AtomicU64,
+    /// Set by [`KeyDeletes::close`]: every waiter, present and future, is told the replica
+    /// stopped.
+    closed: AtomicBool,
 }
 
 impl KeyDeletes {
@@ -114,7 +117,11 @@ impl KeyDeletes {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let mut waiters = self.waiters.lock().expect("key deletes lock poisoned");
-        waiters.entry(key.to_vec()).or_default().push((id, tx));
+        // Checked under the lock that `close` empties the map under, so a registration is
+        // either emptied by `close` or sees the flag: no waiter outlives the close.
+        if !self.closed.load(Ordering::SeqCst) {
+            waiters.entry(key.to_vec()).or_default().push((id, tx));
+        }
         (id, rx)
     }
 
@@ -139,6 +146,15 @@ impl KeyDeletes {
                 let _ = tx.send(());
             }
         }
+    }
+
+    /// Ends every wait, present and future, with "stopped" (the sender is dropped, not fired):
+    /// the member is shutting down or its Raft core failed, and a lock waiter must not hold up
+    /// the drain of client requests forever.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let waiters = std::mem::take(&mut *self.waiters.lock().expect("key deletes lock poisoned"));
+        drop(waiters);
     }
 
     /// Wakes every waiter: the whole store was replaced (they look again).

@@ -103,17 +103,15 @@ async fn replica_restart_recovers_every_write() {
         let replica = Replica::start(cfg.clone()).await.unwrap();
         for i in 0..60 {
             let key = format!("k{i:03}");
-            let applied = replica
-                .write(Command::Put(PutRequest {
+            let resp = replica
+                .propose(PutRequest {
                     key: key.clone().into(),
                     value: vec![i],
                     ..Default::default()
-                }))
+                })
                 .await
+                .unwrap()
                 .unwrap();
-            let Applied::Put(Ok(resp)) = applied else {
-                panic!("{applied:?}")
-            };
             written.insert(key, resp.revision);
         }
         replica.shutdown().await;

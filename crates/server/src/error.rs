@@ -3,7 +3,7 @@
 //! until it has its status.
 
 use leasehold_mvcc as mvcc;
-use leasehold_raft::{Applied, LeaseError, MembershipError, ReplicaError};
+use leasehold_raft::{LeaseError, MembershipError, ReplicaError};
 use tonic::{Code, Status};
 
 /// Everything a client request can fail with at the gRPC edge.
@@ -18,9 +18,6 @@ pub enum ApiError {
     Lease(LeaseError),
     /// A lease TTL above etcd's maximum (9e9 s).
     LeaseTtlTooLarge,
-    /// The state machine answered a command with another command's reply: a bug, not a request
-    /// problem.
-    UnexpectedReply(String),
     /// Bigger than the transport accepts: grpc-go's check, with its message.
     MessageTooLarge {
         len: usize,
@@ -106,12 +103,6 @@ impl From<ReplicaError> for ApiError {
 impl From<LeaseError> for ApiError {
     fn from(e: LeaseError) -> Self {
         ApiError::Lease(e)
-    }
-}
-
-impl ApiError {
-    pub fn unexpected(applied: &Applied) -> ApiError {
-        ApiError::UnexpectedReply(format!("{applied:?}"))
     }
 }
 
@@ -212,6 +203,10 @@ impl From<ApiError> for Status {
                         format!("etcdserver: undecodable answer from the leader: {e}"),
                     )
                 }
+                ReplicaError::WrongReply(reply) => {
+                    tracing::error!("state machine answered with the wrong reply kind: {reply}");
+                    Status::new(Code::Internal, "etcdserver: unexpected apply result")
+                }
                 ReplicaError::Membership(m) => {
                     let code = match m {
                         MembershipError::NotFound => Code::NotFound,
@@ -232,10 +227,6 @@ impl From<ApiError> for Status {
             },
             ApiError::LeaseTtlTooLarge => {
                 Status::new(Code::OutOfRange, "etcdserver: too large lease TTL")
-            }
-            ApiError::UnexpectedReply(reply) => {
-                tracing::error!("state machine answered with the wrong reply kind: {reply}");
-                Status::new(Code::Internal, "etcdserver: unexpected apply result")
             }
             ApiError::MessageTooLarge { len, max } => Status::new(
                 Code::ResourceExhausted,
@@ -264,7 +255,7 @@ mod tests {
     use openraft::error::{ChangeMembershipError, EmptyMembership};
 
     /// One status per error: etcd's code and message, byte for byte (the differential tests in
-    /// crates/node compare them with a real etcd).
+    /// crates/leasehold compare them with a real etcd).
     fn check(status: impl Into<Status>, code: Code, message: &str) {
         let status = status.into();
         assert_eq!(
@@ -364,7 +355,7 @@ mod tests {
             OutOfRange,
             "etcdserver: too large lease TTL",
         );
-        let unexpected = ApiError::UnexpectedReply("LeaseTick".into());
+        let unexpected = ApiError::from(ReplicaError::WrongReply("LeaseTick".into()));
         api(unexpected, Internal, "etcdserver: unexpected apply result");
         let too_large = ApiError::MessageTooLarge { len: 9, max: 4 };
         let too_large_message = "grpc: received message larger than max (9 vs. 4)";

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_raft::{Command, Replica};
+use leasehold_raft::Replica;
 use tokio::sync::watch;
 
 /// How the driver paces itself.
@@ -100,15 +100,11 @@ async fn step(
     if !due.is_empty() {
         // Only as leader: a member that was deposed meanwhile must not get its expiries
         // committed by the new leader (etcd#15247).
-        replica
-            .propose_as_leader(Command::LeaseExpire { ids: due, now_ms })
-            .await?;
+        replica.expire_leases(due, now_ms).await?;
         return Ok(Some(Instant::now()));
     }
     if any && now_ms >= replicated_ms.saturating_add(tick_ms) {
-        replica
-            .propose_as_leader(Command::LeaseTick { now_ms })
-            .await?;
+        replica.tick_lease_clock(now_ms).await?;
     }
     let next_tick = any.then(|| now + Duration::from_millis(tick_ms));
     let next_expiry = next_deadline.map(|d| clock.instant_at(d));

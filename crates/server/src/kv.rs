@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use leasehold_api::etcdserverpb::{self as pb, kv_server::Kv};
-use leasehold_raft::{Applied, Command};
+use leasehold_raft::{Compact, Propose};
 use tonic::{Request, Response, Status};
 
 use crate::context::ServerContext;
@@ -20,14 +20,10 @@ impl KvService {
         KvService { ctx }
     }
 
-    async fn propose(&self, cmd: Command) -> Result<Applied, ApiError> {
-        Ok(self.ctx.replica.write(cmd).await?)
+    /// Proposes a write; its reply, or why it was not applied.
+    async fn propose<P: Propose>(&self, request: P) -> Result<P::Reply, ApiError> {
+        Ok(self.ctx.replica.propose(request).await?)
     }
-}
-
-/// A command's reply did not match the command: the state machine is broken, not the request.
-fn mismatch(applied: &Applied) -> Status {
-    ApiError::unexpected(applied).into()
 }
 
 #[tonic::async_trait]
@@ -56,17 +52,12 @@ impl Kv for KvService {
         let req = req.into_inner();
         validate::proposal_size(&req)?;
         validate::put(&req).map_err(ApiError::from)?;
-        match self
-            .propose(Command::Put(convert::put_request(req)))
+        let resp = self
+            .propose(convert::put_request(req))
             .await?
-        {
-            Applied::Put(result) => {
-                let resp = result.map_err(ApiError::from)?;
-                let header = self.ctx.header().at(resp.revision);
-                Ok(Response::new(convert::put_response(header, resp)))
-            }
-            other => Err(mismatch(&other)),
-        }
+            .map_err(ApiError::from)?;
+        let header = self.ctx.header().at(resp.revision);
+        Ok(Response::new(convert::put_response(header, resp)))
     }
 
     async fn delete_range(
@@ -76,33 +67,21 @@ impl Kv for KvService {
         let req = req.into_inner();
         validate::proposal_size(&req)?;
         validate::delete(&req).map_err(ApiError::from)?;
-        match self
-            .propose(Command::DeleteRange(convert::delete_request(req)))
-            .await?
-        {
-            Applied::DeleteRange(resp) => {
-                let header = self.ctx.header().at(resp.revision);
-                Ok(Response::new(convert::delete_response(header, resp)))
-            }
-            other => Err(mismatch(&other)),
-        }
+        let resp = self.propose(convert::delete_request(req)).await?;
+        let header = self.ctx.header().at(resp.revision);
+        Ok(Response::new(convert::delete_response(header, resp)))
     }
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         let req = req.into_inner();
         validate::proposal_size(&req)?;
         validate::txn(&req).map_err(ApiError::from)?;
-        match self
-            .propose(Command::Txn(convert::txn_request(req)))
+        let resp = self
+            .propose(convert::txn_request(req))
             .await?
-        {
-            Applied::Txn(result) => {
-                let resp = result.map_err(ApiError::from)?;
-                let header = self.ctx.header().at(resp.revision);
-                Ok(Response::new(convert::txn_response(header, resp)))
-            }
-            other => Err(mismatch(&other)),
-        }
+            .map_err(ApiError::from)?;
+        let header = self.ctx.header().at(resp.revision);
+        Ok(Response::new(convert::txn_response(header, resp)))
     }
 
     async fn compact(
@@ -113,19 +92,14 @@ impl Kv for KvService {
         validate::proposal_size(&req)?;
         // Compaction is applied synchronously with the log entry, so `physical` is always
         // satisfied by the time the response is sent.
-        match self
-            .propose(Command::Compact {
+        let revision = self
+            .propose(Compact {
                 revision: req.revision,
             })
             .await?
-        {
-            Applied::Compact(result) => {
-                let revision = result.map_err(ApiError::from)?;
-                Ok(Response::new(pb::CompactionResponse {
-                    header: self.ctx.header().at(revision),
-                }))
-            }
-            other => Err(mismatch(&other)),
-        }
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::CompactionResponse {
+            header: self.ctx.header().at(revision),
+        }))
     }
 }

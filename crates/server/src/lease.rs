@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::stream::{FuturesOrdered, StreamExt as _};
 use leasehold_api::etcdserverpb::{self as pb, lease_server::Lease};
-use leasehold_raft::{Applied, Command, LeaseId, ReplicaError};
+use leasehold_raft::{LeaseGrant, LeaseId, LeaseRenew, LeaseRevoke, ReplicaError};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::BoxStream;
@@ -69,25 +69,10 @@ async fn current_revision(ctx: &ServerContext) -> Result<i64, ApiError> {
     Ok(ctx.replica.read(false, |s| s.current_revision()).await?)
 }
 
-/// The lease time in grants and renewals as proposed: the member that commits them (the leader)
-/// stamps its own lease time on them (see `Replica`), so they count from the leader's clock
-/// whichever member a client talks to.
-const STAMPED_BY_LEADER: u64 = 0;
-
-/// Grants lease `id` for `ttl_secs` (already validated), counting from the leader's lease time.
+/// Grants lease `id` for `ttl_secs` (already validated), counting from the leader's lease time
+/// (the member that commits the grant stamps it, whichever member a client talks to).
 pub(crate) async fn grant(ctx: &ServerContext, id: LeaseId, ttl_secs: i64) -> Result<(), ApiError> {
-    match ctx
-        .replica
-        .write(Command::LeaseGrant {
-            id,
-            ttl_secs,
-            now_ms: STAMPED_BY_LEADER,
-        })
-        .await?
-    {
-        Applied::LeaseGrant(result) => Ok(result?),
-        other => Err(ApiError::unexpected(&other)),
-    }
+    Ok(ctx.replica.propose(LeaseGrant { id, ttl_secs }).await??)
 }
 
 /// One renewal: the TTL renewed for, or 0 for an unknown (or expired, now revoked) lease.
@@ -105,16 +90,8 @@ async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
     let give_up =
         std::time::Instant::now() + RENEW_LEADER_WAIT_BASE + 2 * ctx.replica.election_timeout();
     loop {
-        let renewed = ctx
-            .replica
-            .write(Command::LeaseRenew {
-                id,
-                now_ms: STAMPED_BY_LEADER,
-            })
-            .await;
-        match renewed {
-            Ok(Applied::LeaseRenew(ttl)) => return Ok(ttl.unwrap_or(0)),
-            Ok(other) => return Err(ApiError::unexpected(&other)),
+        match ctx.replica.propose(LeaseRenew { id }).await {
+            Ok(ttl) => return Ok(ttl.unwrap_or(0)),
             Err(ReplicaError::NoLeader) => {
                 let left = give_up.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() || !ctx.replica.wait_for_leader(left).await {
@@ -210,21 +187,16 @@ impl Lease for LeaseService {
         let Some(id) = LeaseId::from_wire(req.id) else {
             return Err(ApiError::from(leasehold_raft::LeaseError::NotFound).into());
         };
-        match self
+        let revision = self
             .ctx
             .replica
-            .write(Command::LeaseRevoke { id })
+            .propose(LeaseRevoke { id })
             .await
             .map_err(ApiError::from)?
-        {
-            Applied::LeaseRevoke(result) => {
-                let revision = result.map_err(ApiError::from)?;
-                Ok(Response::new(pb::LeaseRevokeResponse {
-                    header: self.ctx.header().at(revision),
-                }))
-            }
-            other => Err(ApiError::unexpected(&other).into()),
-        }
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::LeaseRevokeResponse {
+            header: self.ctx.header().at(revision),
+        }))
     }
 
     async fn lease_keep_alive(

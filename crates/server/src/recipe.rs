@@ -11,7 +11,7 @@
 //! `Compare(CreateRevision(key) == token)` fails once the lock has passed on.
 
 use leasehold_mvcc::{self as mvcc, RangeRequest, SortOrder, SortTarget};
-use leasehold_raft::{Applied, Command, LeaseId};
+use leasehold_raft::LeaseId;
 
 use crate::context::ServerContext;
 use crate::error::{ApiError, Recipe, RecipeError};
@@ -59,10 +59,7 @@ pub async fn txn(
     ctx: &ServerContext,
     req: mvcc::TxnRequest,
 ) -> Result<mvcc::TxnResponse, ApiError> {
-    match ctx.replica.write(Command::Txn(req)).await? {
-        Applied::Txn(result) => Ok(result?),
-        other => Err(ApiError::unexpected(&other)),
-    }
+    Ok(ctx.replica.propose(req).await??)
 }
 
 /// A transaction deleting `key` — only while its create revision is `guard`, if given (a
@@ -305,17 +302,15 @@ mod tests {
     }
 
     async fn put(ctx: &ServerContext, key: &str) -> i64 {
-        let applied = ctx
+        let put = ctx
             .replica
-            .write(Command::Put(mvcc::PutRequest {
+            .propose(mvcc::PutRequest {
                 key: key.into(),
                 ..mvcc::PutRequest::default()
-            }))
+            })
             .await
+            .unwrap()
             .unwrap();
-        let Applied::Put(Ok(put)) = applied else {
-            panic!("{applied:?}")
-        };
         put.revision
     }
 

@@ -10,7 +10,7 @@ use super::error::ReplicaError;
 use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere};
 use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
 use crate::TypeConfig;
-use crate::command::{Applied, Command, Proposal};
+use crate::command::{Applied, Proposal, Write};
 use crate::storage::FirstFailure;
 
 /// Most commands in one log entry (a renewal is about 15 bytes of it, a 256-byte put about 280).
@@ -32,7 +32,7 @@ pub(super) const QUEUE_LEN_MAX: usize = 16 * 1024;
 
 /// A client write waiting for its batch.
 pub(super) struct Pending {
-    pub(super) command: Command,
+    pub(super) write: Write,
     pub(super) reply: oneshot::Sender<Result<Applied, ReplicaError>>,
 }
 
@@ -54,12 +54,12 @@ pub(super) async fn propose_batches(
             let Some(first) = queue.recv().await else {
                 return;
             };
-            let mut bytes = first.command.approx_bytes();
+            let mut bytes = first.write.approx_bytes();
             let mut batch = vec![first];
             while batch.len() < BATCH_LEN_MAX && bytes < BATCH_BYTES_MAX {
                 match queue.try_recv() {
                     Ok(next) => {
-                        bytes += next.command.approx_bytes();
+                        bytes += next.write.approx_bytes();
                         batch.push(next);
                     }
                     Err(_) => break,
@@ -67,13 +67,12 @@ pub(super) async fn propose_batches(
             }
             batch
         };
-        let (commands, replies): (Vec<Command>, Vec<_>) =
-            batch.into_iter().map(|p| (p.command, p.reply)).unzip();
-        let count = commands.len();
-        let proposal = Proposal { commands };
+        let (writes, replies): (Vec<Write>, Vec<_>) =
+            batch.into_iter().map(|p| (p.write, p.reply)).unzip();
+        let count = writes.len();
         let result = match leader_elsewhere(&raft, member_id) {
-            Some((leader, addr)) => forward(&raft, &*forwarder, leader, addr, proposal).await,
-            None => commit(&raft, &clock, &failure, proposal)
+            Some((leader, addr)) => forward(&raft, &*forwarder, leader, addr, writes).await,
+            None => commit(&raft, &clock, &failure, writes)
                 .await
                 .map(|f| f.applied),
         };
@@ -93,24 +92,29 @@ pub(super) async fn propose_batches(
     }
 }
 
-/// Commits `proposal` through this member's Raft (which must lead).
+/// Commits `writes` as one log entry through this member's Raft (which must lead).
 pub(super) async fn commit(
     raft: &Raft<TypeConfig>,
     clock: &SharedClock,
     failure: &FirstFailure,
-    mut proposal: Proposal,
+    writes: Vec<Write>,
 ) -> Result<Forwarded, ReplicaError> {
     // A leader times leases only once it has promoted itself (milliseconds after its
     // election): grants and renewals that arrive before then wait for it, bounded.
-    let stamps = proposal
-        .commands
-        .iter()
-        .any(|c| matches!(c, Command::LeaseGrant { .. } | Command::LeaseRenew { .. }));
-    if stamps && clock.get().is_none() {
+    if writes.iter().any(Write::is_lease_timed) && clock.get().is_none() {
         // Woken by the promotion; gives up (and answers "no leader") after the bound.
         clock.wait_timing(PROMOTION_WAIT_MAX).await;
     }
-    stamp_lease_times(clock, &mut proposal)?;
+    let proposal = stamp_lease_times(clock, writes)?;
+    commit_proposal(raft, failure, proposal).await
+}
+
+/// Commits a log entry of stamped commands through this member's Raft (which must lead).
+pub(super) async fn commit_proposal(
+    raft: &Raft<TypeConfig>,
+    failure: &FirstFailure,
+    proposal: Proposal,
+) -> Result<Forwarded, ReplicaError> {
     match raft.client_write(proposal).await {
         Ok(resp) => Ok(Forwarded {
             log_index: resp.log_id.index,

@@ -38,6 +38,10 @@ pub enum ReplicaError {
     /// The leader's answer to a forwarded request did not decode (members of different builds).
     #[error("undecodable answer from the leader: {0}")]
     BadAnswer(postcard::Error),
+    /// Applying a request produced another request's reply: a broken state machine, never the
+    /// client's doing. Found in one place, [`crate::Replica::propose`].
+    #[error("the state machine answered with another command's reply: {0}")]
+    WrongReply(String),
 }
 
 /// Why this member's Raft core stopped on its own (openraft's `Fatal`, apart from the orderly
@@ -106,6 +110,7 @@ enum WireError {
     MembershipChange(ChangeMembershipError<u64>),
     Membership(MembershipError),
     BadAnswer(postcard::Error),
+    WrongReply(String),
 }
 
 impl From<ReplicaError> for WireError {
@@ -116,6 +121,7 @@ impl From<ReplicaError> for WireError {
             ReplicaError::MembershipChange(e) => WireError::MembershipChange(e),
             ReplicaError::Membership(e) => WireError::Membership(e),
             ReplicaError::BadAnswer(e) => WireError::BadAnswer(e),
+            ReplicaError::WrongReply(e) => WireError::WrongReply(e),
         }
     }
 }
@@ -128,6 +134,7 @@ impl From<WireError> for ReplicaError {
             WireError::MembershipChange(e) => ReplicaError::MembershipChange(e),
             WireError::Membership(e) => ReplicaError::Membership(e),
             WireError::BadAnswer(e) => ReplicaError::BadAnswer(e),
+            WireError::WrongReply(e) => ReplicaError::WrongReply(e),
         }
     }
 }

@@ -8,7 +8,7 @@ use openraft::Raft;
 use super::error::ReplicaError;
 use super::membership::MemberChange;
 use crate::TypeConfig;
-use crate::command::{Applied, Proposal};
+use crate::command::{Applied, Write};
 
 /// A boxed future, for the object-safe [`Forwarder`].
 pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
@@ -34,12 +34,13 @@ pub struct ReadIndex {
 /// How a follower reaches the leader for what only the leader can do: commit writes and give a
 /// read index. The peer transport implements it; a one-member cluster never forwards.
 pub trait Forwarder: Send + Sync + 'static {
-    /// Has the leader (`leader`, at peer URL `addr`) commit `proposal`.
+    /// Has the leader (`leader`, at peer URL `addr`) stamp and commit `writes` as one log
+    /// entry.
     fn forward(
         &self,
         leader: u64,
         addr: String,
-        proposal: Proposal,
+        writes: Vec<Write>,
     ) -> BoxFuture<Result<Forwarded, ReplicaError>>;
     /// Asks the leader for a read index: a log index that covers every write acknowledged
     /// before the call, and the leader's lease time at that point.
@@ -61,7 +62,7 @@ impl Forwarder for NoForwarding {
         &self,
         _: u64,
         _: String,
-        _: Proposal,
+        _: Vec<Write>,
     ) -> BoxFuture<Result<Forwarded, ReplicaError>> {
         Box::pin(async { Err(ReplicaError::NoLeader) })
     }
@@ -97,17 +98,17 @@ pub(super) fn leader_elsewhere(raft: &Raft<TypeConfig>, member_id: u64) -> Optio
     Some((leader, addr))
 }
 
-/// Has the leader commit `proposal`, then waits until this member has applied it, so a read
-/// here after the answer sees the write.
+/// Has the leader commit `writes`, then waits until this member has applied them, so a read
+/// here after the answer sees the writes.
 pub(super) async fn forward(
     raft: &Raft<TypeConfig>,
     forwarder: &dyn Forwarder,
     leader: u64,
     addr: String,
-    proposal: Proposal,
+    writes: Vec<Write>,
 ) -> Result<Vec<Applied>, ReplicaError> {
     let forwarded =
-        unless_leader_changes(raft, leader, forwarder.forward(leader, addr, proposal)).await?;
+        unless_leader_changes(raft, leader, forwarder.forward(leader, addr, writes)).await?;
     wait_applied(raft, forwarded.log_index).await?;
     Ok(forwarded.applied)
 }

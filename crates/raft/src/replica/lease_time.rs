@@ -8,9 +8,9 @@ use leasehold_lease::LeaseClock;
 use tokio::sync::watch;
 
 use super::Replica;
-use super::batch::commit;
+use super::batch::commit_proposal;
 use super::error::ReplicaError;
-use crate::command::{Command, Proposal};
+use crate::command::{Command, Proposal, Write};
 use crate::state_machine;
 
 /// Pause before a failed promotion is tried again (unless Raft's state changes first).
@@ -50,30 +50,24 @@ impl SharedClock {
     }
 }
 
-/// Gives every grant and renewal in `proposal` the leader's lease time, rounded up so that a
-/// deadline never falls before its TTL has run (`LeaseClock::now_ms_ceil`). Commands are stamped
-/// here, by the member that commits them, so a follower's forwarded grants and renewals count
-/// from the leader's clock too.
+/// Turns a batch of writes into a log entry, giving every grant and renewal the leader's lease
+/// time, rounded up so that a deadline never falls before its TTL has run
+/// (`LeaseClock::now_ms_ceil`). Writes are stamped here, by the member that commits them, so a
+/// follower's forwarded grants and renewals count from the leader's clock too.
 pub(super) fn stamp_lease_times(
     clock: &SharedClock,
-    proposal: &mut Proposal,
-) -> Result<(), ReplicaError> {
-    let mut now = None;
-    for command in &mut proposal.commands {
-        if let Command::LeaseGrant { now_ms, .. } | Command::LeaseRenew { now_ms, .. } = command {
-            let stamp = match now {
-                Some(stamp) => stamp,
-                None => {
-                    let clock = clock.get().ok_or(ReplicaError::NoLeader)?;
-                    let stamp = clock.now_ms_ceil(Instant::now());
-                    now = Some(stamp);
-                    stamp
-                }
-            };
-            *now_ms = stamp;
-        }
-    }
-    Ok(())
+    writes: Vec<Write>,
+) -> Result<Proposal, ReplicaError> {
+    let now_ms = if writes.iter().any(Write::is_lease_timed) {
+        let clock = clock.get().ok_or(ReplicaError::NoLeader)?;
+        clock.now_ms_ceil(Instant::now())
+    } else {
+        // Nothing in this batch reads it.
+        0
+    };
+    Ok(Proposal {
+        commands: writes.into_iter().map(|w| w.stamp(now_ms)).collect(),
+    })
 }
 
 /// Promotes this member when it becomes leader (once it has applied everything committed
@@ -151,7 +145,7 @@ impl Replica {
                 extend_ms,
             }],
         };
-        commit(&self.raft, &self.lease_clock, &self.failure, proposal).await?;
+        commit_proposal(&self.raft, &self.failure, proposal).await?;
         let clock = LeaseClock::promote(replicated_ms, Instant::now());
         self.lease_clock.set(Some(clock));
         tracing::info!(lease_clock_ms = replicated_ms, "promoted: timing leases");

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_lease::{LeaseClock, LeaseTable};
+use leasehold_lease::{LeaseClock, LeaseId, LeaseTable};
 use leasehold_mvcc::Store;
 use openraft::error::InstallSnapshotError;
 use openraft::error::RaftError;
@@ -31,12 +31,12 @@ pub use error::{Fatal, MembershipError, ReplicaError, StartError};
 pub use forward::{BoxFuture, Forwarded, Forwarder, NoForwarding, ReadIndex};
 pub use membership::{MemberChange, MemberInfo};
 
-use batch::{PROPOSERS, Pending, QUEUE_LEN_MAX, commit, propose_batches};
+use batch::{PROPOSERS, Pending, QUEUE_LEN_MAX, commit, commit_proposal, propose_batches};
 use forward::{leader_elsewhere, wait_applied};
 use lease_time::{SharedClock, follow_leadership};
 use read_index::ReadIndexRounds;
 
-use crate::command::{Applied, Command, Proposal};
+use crate::command::{Applied, Command, Proposal, Propose, Write};
 use crate::log_store::LogStore;
 use crate::network::NoPeers;
 use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
@@ -173,6 +173,13 @@ impl Replica {
         self.shared.revision.subscribe()
     }
 
+    /// Ends every [`Replica::key_gone`] wait, present and future, with `Stopped`: for a member
+    /// that is shutting down (so that a lock or election waiter does not hold up the drain of
+    /// client requests forever) or whose Raft core failed.
+    pub fn stop_waiters(&self) {
+        self.shared.key_deletes.close();
+    }
+
     /// Completes once `key` has no live version created at `create_revision` (at once if it has
     /// none now). Woken only by an apply that deletes `key` (or a snapshot install), never by
     /// writes to other keys; it registers before it looks, so a delete applied between a
@@ -248,9 +255,9 @@ impl Replica {
         self.leader_reads.join().await
     }
 
-    /// The leader's side of [`Forwarder::forward`]: commits a follower's batch.
-    pub async fn leader_commit(&self, proposal: Proposal) -> Result<Forwarded, ReplicaError> {
-        commit(&self.raft, &self.lease_clock, &self.failure, proposal).await
+    /// The leader's side of [`Forwarder::forward`]: stamps and commits a follower's batch.
+    pub async fn leader_commit(&self, writes: Vec<Write>) -> Result<Forwarded, ReplicaError> {
+        commit(&self.raft, &self.lease_clock, &self.failure, writes).await
     }
 
     /// The peer transport's server side: a leader's append-entries for this member.
@@ -284,12 +291,20 @@ impl Replica {
         self.member_id
     }
 
-    /// Proposes a command and waits until it is applied. Concurrent writes are batched into
-    /// one log entry (see [`propose_batches`]).
-    pub async fn write(&self, command: Command) -> Result<Applied, ReplicaError> {
+    /// Proposes a client write and waits until it is applied; answers with the write's own
+    /// reply. Concurrent writes are batched into one log entry (see [`propose_batches`]).
+    pub async fn propose<P: Propose>(&self, request: P) -> Result<P::Reply, ReplicaError> {
+        let applied = self.write(request.into()).await?;
+        P::reply(applied).map_err(|other| {
+            tracing::error!("the state machine answered with another command's reply: {other:?}");
+            ReplicaError::WrongReply(format!("{other:?}"))
+        })
+    }
+
+    async fn write(&self, write: Write) -> Result<Applied, ReplicaError> {
         let (reply, applied) = oneshot::channel();
         self.proposals
-            .send(Pending { command, reply })
+            .send(Pending { write, reply })
             .await
             .map_err(|_| ReplicaError::Stopped)?;
         applied.await.map_err(|_| ReplicaError::Stopped)?
@@ -318,17 +333,45 @@ impl Replica {
         }
     }
 
-    /// Commits `command` through this member's own Raft, only while it leads and times leases;
-    /// never forwarded. For what only a leader may propose (expiries, clock ticks): a member that
-    /// lost its leadership must not have its stale view committed by the new leader.
-    pub async fn propose_as_leader(&self, command: Command) -> Result<Applied, ReplicaError> {
+    /// The leader's expiry: revokes those of `ids` still expired at lease time `now_ms` when
+    /// applied; how many were revoked. Only as leader: a member that was deposed meanwhile must
+    /// not get its expiries committed by the new leader (etcd#15247).
+    pub async fn expire_leases(
+        &self,
+        ids: Vec<LeaseId>,
+        now_ms: u64,
+    ) -> Result<usize, ReplicaError> {
+        match self
+            .propose_as_leader(Command::LeaseExpire { ids, now_ms })
+            .await?
+        {
+            Applied::LeaseExpire(revoked) => Ok(revoked),
+            other => Err(ReplicaError::WrongReply(format!("{other:?}"))),
+        }
+    }
+
+    /// The leader's tick of the replicated lease clock to `now_ms`, so a restart loses at most a
+    /// tick of lease time.
+    pub async fn tick_lease_clock(&self, now_ms: u64) -> Result<(), ReplicaError> {
+        match self
+            .propose_as_leader(Command::LeaseTick { now_ms })
+            .await?
+        {
+            Applied::LeaseTick => Ok(()),
+            other => Err(ReplicaError::WrongReply(format!("{other:?}"))),
+        }
+    }
+
+    /// Commits a leader-only command on this member's Raft, never forwarded; `NoLeader` unless
+    /// this member leads and times leases.
+    async fn propose_as_leader(&self, command: Command) -> Result<Applied, ReplicaError> {
         if leader_elsewhere(&self.raft, self.member_id).is_some() || self.lease_clock().is_none() {
             return Err(ReplicaError::NoLeader);
         }
         let proposal = Proposal {
             commands: vec![command],
         };
-        let mut done = commit(&self.raft, &self.lease_clock, &self.failure, proposal).await?;
+        let mut done = commit_proposal(&self.raft, &self.failure, proposal).await?;
         done.applied.pop().ok_or(ReplicaError::Stopped)
     }
 
@@ -410,6 +453,7 @@ impl Replica {
     /// Stops Raft and waits (bounded) until the storage tasks have closed the database, so a
     /// new replica can open the same data dir at once.
     pub async fn shutdown(&self) {
+        self.stop_waiters();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!("raft shutdown: {e}");
         }
