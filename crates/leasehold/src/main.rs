@@ -96,23 +96,21 @@ fn main() -> anyhow::Result<()> {
 /// `leasehold` with no subcommand: one member until SIGINT or SIGTERM, or until storage fails
 /// (then a non-zero exit, so that a supervisor restarts it).
 async fn serve(config: NodeConfig) -> anyhow::Result<()> {
+    // Signal handlers first: a member that could not be stopped cleanly must not start.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let listeners = Listeners::bind(&config).await?;
-    let node = Node::start(config, listeners, async {
-        if let Err(e) = wait_for_signal().await {
-            tracing::error!("cannot wait for signals: {e}");
+    let node = Node::start(config, listeners, async move {
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => {
+                if let Err(e) = r {
+                    tracing::error!("waiting for SIGINT: {e}; stopping");
+                }
+            }
+            _ = term.recv() => {}
         }
     })
     .await?;
     node.wait().await
-}
-
-async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
-    Ok(())
 }
 
 /// Runs a client command and returns the process's exit code. Client commands log nothing

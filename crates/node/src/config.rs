@@ -126,6 +126,19 @@ impl NodeConfig {
         })
     }
 
+    /// Checks the flags that a member needs to start, without touching the network or disk.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.identity()?;
+        self.client_addrs()?;
+        for url in split_urls(&self.listen_peer_urls) {
+            parse_http_url(&url).with_context(|| format!("--listen-peer-urls {url:?}"))?;
+        }
+        if self.initial_cluster_state != "new" && self.initial_cluster_state != "existing" {
+            bail!("--initial-cluster-state must be 'new' or 'existing'");
+        }
+        Ok(())
+    }
+
     pub fn client_addrs(&self) -> anyhow::Result<Vec<SocketAddr>> {
         split_urls(&self.listen_client_urls)
             .iter()

@@ -13,6 +13,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::{NodeConfig, parse_http_url, split_urls};
 
+/// How long a member whose storage failed waits for its Raft core to stop before it returns.
+const FATAL_STOP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The sockets a member serves on, bound before it starts so that a taken port fails fast,
 /// before storage is touched, and so that a caller may bind port 0 and keep the port.
 #[derive(Debug)]
@@ -24,6 +27,8 @@ pub struct Listeners {
 impl Listeners {
     /// Binds the config's `--listen-client-urls` and `--listen-peer-urls`.
     pub async fn bind(config: &NodeConfig) -> anyhow::Result<Listeners> {
+        // Bad flags are reported before a taken port can hide them.
+        config.validate()?;
         let mut client = Vec::new();
         for addr in config.client_addrs()? {
             let l = TcpListener::bind(addr)
@@ -64,10 +69,8 @@ impl Node {
     where
         S: Future<Output = ()> + Send + 'static,
     {
+        config.validate()?;
         let identity = config.identity()?;
-        if config.initial_cluster_state != "new" && config.initial_cluster_state != "existing" {
-            bail!("--initial-cluster-state must be 'new' or 'existing'");
-        }
         let fresh = !config.data_dir.join("leasehold.redb").exists();
         let data_dir = std::path::absolute(&config.data_dir).unwrap_or(config.data_dir.clone());
         tracing::info!(
@@ -160,11 +163,17 @@ impl Node {
                 reason = supervised.failed() => Some(reason),
             };
             let _ = stop_tx.send(true);
+            // Lock and election waiters wait for deletes that may never come: end them, so the
+            // drain below (or the exit) is not held up.
+            supervised.stop_waiters();
             if let Some(reason) = failure {
                 // Up but serving nothing would be the worst outcome: no supervisor restarts
                 // that. Every acknowledged write is in the fsync'd log; a restart (once the disk
                 // has room) recovers.
                 tracing::error!("fatal: storage failed ({reason}); exiting");
+                // Bounded: the process is about to exit; an in-process member must not keep its
+                // data dir open.
+                let _ = tokio::time::timeout(FATAL_STOP_WAIT_MAX, supervised.shutdown()).await;
                 bail!("storage failed, the member cannot serve: {reason}");
             }
             tracing::info!("shutting down: draining client requests");
