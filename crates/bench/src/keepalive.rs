@@ -37,9 +37,10 @@ struct StreamTally {
 }
 
 /// Runs the workload until `deadline_after` past the end of the grants, or until `total`
-/// renewals were sent in all after it. As clientv3 does, a lease is renewed from the moment its
-/// grant is answered: renewals during the grants keep the early leases alive (and count as lost
-/// if answered TTL <= 0), but only renewals sent after the last grant are measured.
+/// renewals were sent in all after it. A lease is renewed from the moment its grant is answered,
+/// as clientv3 starts keeping a lease alive once it is granted (here back to back rather than
+/// every TTL/3): renewals during the grants keep the early leases alive, and count as lost if
+/// answered TTL <= 0, but only renewals sent after the last grant are measured.
 pub(super) async fn run(
     channels: &[Channel],
     leases: usize,
@@ -76,7 +77,15 @@ pub(super) async fn run(
     let grant_phase = grants_started.elapsed();
     let start = Instant::now();
     let _ = measure.from.set(start);
-    let ids = granted?;
+    let ids = match granted {
+        Ok(ids) => ids,
+        Err(e) => {
+            for task in &tasks {
+                task.abort();
+            }
+            return Err(e);
+        }
+    };
     let mut latency_us = Histogram::<u64>::new(3).expect("valid sigfig");
     let (mut requests, mut errors, mut lost, mut ttl_le_0) = (0, 0, 0, 0);
     for task in tasks {
@@ -194,7 +203,12 @@ async fn renew_over_one_stream(
         let response = match message {
             Ok(Ok(Some(r))) => r,
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
-                tally.errors += 1 + in_flight.len() as u64;
+                // The stream broke: it, and every measured renewal it left unanswered.
+                let unanswered = in_flight
+                    .iter()
+                    .filter(|(_, _, measured)| *measured)
+                    .count();
+                tally.errors += 1 + unanswered as u64;
                 break;
             }
         };

@@ -78,7 +78,7 @@ async fn writes_on_any_member_are_read_on_all() {
 async fn leases_work_through_followers() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
     let cluster = InProcessCluster::start(3).await;
-    let leader = cluster.leader();
+    let leader = cluster.leader().await;
     let (a, b) = followers(leader);
     let mut ca = cluster.members[a].client().await;
     let mut cb = cluster.members[b].client().await;

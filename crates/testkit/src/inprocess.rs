@@ -4,7 +4,7 @@
 //! Members stop when the cluster is shut down or dropped.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser as _;
 use etcd_client::{Client, ConnectOptions};
@@ -18,6 +18,8 @@ use crate::{READY_TIMEOUT, REQUEST_TIMEOUT, STOP_TIMEOUT};
 /// Heartbeat and election timeout of in-process members: etcd's defaults.
 const HEARTBEAT_INTERVAL_MS: u64 = 100;
 const ELECTION_TIMEOUT_MS: u64 = 1000;
+/// How often [`InProcessCluster::leader`] looks again while members disagree.
+const LEADER_POLL: Duration = Duration::from_millis(20);
 
 /// One in-process member.
 pub struct InProcessMember {
@@ -141,21 +143,40 @@ impl InProcessCluster {
         cluster
     }
 
-    /// The index of the member that leads, as the members themselves report it.
-    pub fn leader(&self) -> usize {
-        let leaders: Vec<usize> = self
-            .members
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| {
-                m.node
-                    .as_ref()
-                    .is_some_and(|n| n.replica().status().leader == Some(n.member_id()))
-            })
-            .map(|(i, _)| i)
-            .collect();
-        assert_eq!(leaders.len(), 1, "exactly one member leads: {leaders:?}");
-        leaders[0]
+    /// The index of the member that leads, once every running member names the same leader
+    /// and that member knows it leads (bounded by [`READY_TIMEOUT`]: an election may be under
+    /// way).
+    pub async fn leader(&self) -> usize {
+        let started = Instant::now();
+        loop {
+            let named: Vec<(usize, Option<u64>, u64)> = self
+                .members
+                .iter()
+                .enumerate()
+                .filter_map(|(i, m)| {
+                    let n = m.node.as_ref()?;
+                    Some((i, n.replica().status().leader, n.member_id()))
+                })
+                .collect();
+            let agreed = named
+                .first()
+                .and_then(|(_, leader, _)| *leader)
+                .filter(|leader| named.iter().all(|(_, l, _)| *l == Some(*leader)));
+            let leading = agreed.and_then(|leader| {
+                named
+                    .iter()
+                    .find(|(_, l, id)| *id == leader && *l == Some(leader))
+                    .map(|(i, _, _)| *i)
+            });
+            if let Some(i) = leading {
+                return i;
+            }
+            assert!(
+                started.elapsed() < READY_TIMEOUT,
+                "no leader all members agree on within {READY_TIMEOUT:?}: {named:?}"
+            );
+            tokio::time::sleep(LEADER_POLL).await;
+        }
     }
 
     pub fn endpoints(&self) -> Vec<String> {
