@@ -19,7 +19,7 @@
 //! waits (bounded) for the output it expects, then signals them and records how they ended.
 
 use leasehold_testkit as common;
-use leasehold_testkit::find_remaining;
+use leasehold_testkit::{find_remaining, sort_attached_keys};
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{ExitStatus, Output, Stdio};
@@ -397,16 +397,7 @@ impl Masker {
                 .push(remaining <= granted && remaining >= granted - 3);
             line.replace_range(at..at + len, "remaining(<n>s)");
         }
-        if let Some(at) = line.find("attached keys([")
-            && let Some(end) = line[at..].find("])")
-        {
-            let start = at + "attached keys([".len();
-            let end = at + end;
-            let mut keys: Vec<&str> = line[start..end].split(' ').collect();
-            keys.sort_unstable();
-            let sorted = keys.join(" ");
-            line.replace_range(start..end, &sorted);
-        }
+        sort_attached_keys(&mut line);
         line
     }
 }

@@ -11,7 +11,7 @@
 //! in unspecified order and are sorted.
 
 use leasehold_testkit as common;
-use leasehold_testkit::{find_remaining, stdout_of};
+use leasehold_testkit::{find_remaining, sort_attached_keys, stdout_of};
 
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
@@ -158,16 +158,7 @@ fn mask_remaining_and_sort_keys(line: &str) -> String {
     if let Some((at, len, _)) = find_remaining(&line) {
         line.replace_range(at..at + len, "remaining(<n>s)");
     }
-    if let Some(at) = line.find("attached keys([")
-        && let Some(end) = line[at..].find("])")
-    {
-        let start = at + "attached keys([".len();
-        let end = at + end;
-        let mut keys: Vec<&str> = line[start..end].split(' ').collect();
-        keys.sort_unstable();
-        let sorted = keys.join(" ");
-        line.replace_range(start..end, &sorted);
-    }
+    sort_attached_keys(&mut line);
     line
 }
 

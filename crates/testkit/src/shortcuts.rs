@@ -37,6 +37,22 @@ pub fn find_remaining(line: &str) -> Option<(usize, usize, i64)> {
     Some((at, OPEN.len() + digits + 2, value))
 }
 
+/// Sorts the keys of `attached keys([b a])` in a `lease timetolive --keys` line: their order is
+/// unspecified (etcd sends them in map order).
+pub fn sort_attached_keys(line: &mut String) {
+    const OPEN: &str = "attached keys([";
+    if let Some(at) = line.find(OPEN)
+        && let Some(end) = line[at..].find("])")
+    {
+        let start = at + OPEN.len();
+        let end = at + end;
+        let mut keys: Vec<&str> = line[start..end].split(' ').collect();
+        keys.sort_unstable();
+        let sorted = keys.join(" ");
+        line.replace_range(start..end, &sorted);
+    }
+}
+
 /// Every key (etcdctl's `--from-key ''`).
 pub fn all_keys() -> Option<GetOptions> {
     Some(GetOptions::new().with_all_keys())
@@ -60,5 +76,15 @@ mod tests {
         assert_eq!(find_remaining("remaining(s)"), None);
         assert_eq!(find_remaining("remaining(1-s)"), None);
         assert_eq!(find_remaining("no lease"), None);
+    }
+
+    #[test]
+    fn attached_keys_are_sorted_in_place() {
+        let mut line = "lease 1 granted with TTL(5s), attached keys([c a b])".to_owned();
+        sort_attached_keys(&mut line);
+        assert_eq!(line, "lease 1 granted with TTL(5s), attached keys([a b c])");
+        let mut none = "lease 1 already expired".to_owned();
+        sort_attached_keys(&mut none);
+        assert_eq!(none, "lease 1 already expired");
     }
 }
