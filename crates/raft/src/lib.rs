@@ -3,7 +3,7 @@
 //! (at a linearizable or serializable point). It owns durability; it must never know about gRPC.
 //!
 //! ```text
-//!   Replica::write(cmd) ──► openraft ──► LogStore::append (redb, fsync per batch)
+//!   Replica::propose(write) ──► openraft ──► LogStore::append (redb, fsync per batch)
 //!                                   └──► StateMachine::apply ──► mvcc::Store (+ staged rows)
 //!   Replica::read(f)   ──► read index (ensure_linearizable) ──► f(&Store)
 //! ```

@@ -11,6 +11,7 @@ use openraft::{Entry, LogId, RaftLogReader, StorageIOError, Vote};
 use redb::{Durability, ReadableDatabase, ReadableTable};
 
 use crate::TypeConfig;
+use crate::state_machine::AppendTimes;
 use crate::storage::{
     COMMITTED, Db, LAST_PURGED, MetaKey, RAFT_LOG, RAFT_META, StorageError, VOTE, decode, encode,
 };
@@ -21,15 +22,18 @@ type RaftStorageError = openraft::StorageError<u64>;
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Db>,
+    /// Shared with the state machine, which dates lease times by them.
+    append_times: Arc<AppendTimes>,
     /// The latest committed log id openraft reported. Only a hint for re-applying on restart,
     /// so it is written with the next log commit rather than costing a commit of its own.
     committed: Arc<Mutex<Option<LogId<u64>>>>,
 }
 
 impl LogStore {
-    pub(crate) fn new(db: Arc<Db>) -> LogStore {
+    pub(crate) fn new(db: Arc<Db>, append_times: Arc<AppendTimes>) -> LogStore {
         LogStore {
             db,
+            append_times,
             committed: Arc::new(Mutex::new(None)),
         }
     }
@@ -193,6 +197,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .into_iter()
             .map(|e| (e.log_id.index, encode(&e)))
             .collect();
+        if let (Some((first, _)), Some((last, _))) = (rows.first(), rows.last()) {
+            self.append_times.appending(*first, *last);
+        }
         let committed = *self.committed.lock().expect("committed lock poisoned");
         let result = self
             .write("raft_log", move |txn| {

@@ -94,6 +94,53 @@ pub(crate) struct SharedState {
     pub(crate) lease_time_applied: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
     /// Who waits for which key to be deleted.
     pub(crate) key_deletes: KeyDeletes,
+    /// When this member appended its log entries (see [`AppendTimes`]).
+    pub(crate) append_times: Arc<AppendTimes>,
+}
+
+/// When this member appended which log entries, so that the lease time an entry carries is
+/// dated from when the entry reached this member, not from when it was applied. An entry is
+/// applied only once this member learns it was committed; entries the old leader replicated
+/// but whose commit it never announced are applied by the next leader only after the election.
+/// Dated at apply, their lease time would lose the whole election gap, and inherited leases
+/// would live that much longer (a dead client's lease, and the "no fresh TTL" promise). The
+/// append comes after the leader stamped the entry, so the time since it is still a lower bound
+/// of the lease time that has passed: never early.
+#[derive(Debug, Default)]
+pub(crate) struct AppendTimes {
+    /// (first index, last index, when) per append, oldest first; pruned as entries are applied.
+    appends: Mutex<std::collections::VecDeque<(u64, u64, std::time::Instant)>>,
+}
+
+/// Most appends remembered: a member that applies far behind dates older entries at apply.
+const APPEND_TIMES_MAX: usize = 4096;
+
+impl AppendTimes {
+    /// Records that entries `first..=last` are being appended now.
+    pub(crate) fn appending(&self, first: u64, last: u64) {
+        let mut appends = self.appends.lock().expect("append times lock poisoned");
+        if appends.len() >= APPEND_TIMES_MAX {
+            appends.pop_front();
+        }
+        appends.push_back((first, last, std::time::Instant::now()));
+    }
+
+    /// When the entry at `index` (as it is now) was appended, if remembered; forgets appends
+    /// wholly below `index`, which is being applied.
+    fn appended_at(&self, index: u64) -> Option<std::time::Instant> {
+        let mut appends = self.appends.lock().expect("append times lock poisoned");
+        // The latest append that covers `index` wrote the entry there now (a conflicting entry
+        // is overwritten by a later append).
+        let at = appends
+            .iter()
+            .rev()
+            .find(|(first, last, _)| (*first..=*last).contains(&index))
+            .map(|(_, _, at)| *at);
+        while appends.front().is_some_and(|(_, last, _)| *last < index) {
+            appends.pop_front();
+        }
+        at
+    }
 }
 
 /// Waiters for the deletion of one key each, woken by the apply that deletes it (writes a
@@ -212,17 +259,19 @@ impl SharedState {
             revision,
             lease_time_applied: std::sync::Mutex::new(None),
             key_deletes: KeyDeletes::default(),
+            append_times: Arc::default(),
         }
     }
 
-    /// Records that the replicated lease time is `clock_ms` as of now, if that moved it.
-    fn note_lease_time(&self, clock_ms: u64) {
+    /// Records that the replicated lease time is `clock_ms` as of `at` (when the entry that
+    /// set it reached this member), if that moved it.
+    fn note_lease_time(&self, clock_ms: u64, at: std::time::Instant) {
         let mut seen = self
             .lease_time_applied
             .lock()
             .expect("lease time lock poisoned");
         if seen.is_none_or(|(ms, _)| clock_ms > ms) {
-            *seen = Some((clock_ms, std::time::Instant::now()));
+            *seen = Some((clock_ms, at));
         }
     }
 
@@ -490,10 +539,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut replies = Vec::new();
         let mut fx = Effects::default();
-        let (meta, lease_rows, lease_clock_ms) = {
+        let (meta, lease_rows, lease_clock_ms, clock_moved_at) = {
             let mut guard = self.shared.state.write().expect("state lock poisoned");
             let state = &mut *guard;
+            // The last entry that moved the lease clock.
+            let mut clock_moved_at = None;
             for entry in entries {
+                let clock_before = state.leases.clock_ms();
                 state.last_applied = Some(entry.log_id);
                 let reply = match entry.payload {
                     EntryPayload::Blank => Vec::new(),
@@ -507,6 +559,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         .collect(),
                 };
                 replies.push(reply);
+                if state.leases.clock_ms() > clock_before {
+                    clock_moved_at = Some(entry.log_id.index);
+                }
             }
             if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
                 state.leases.validate();
@@ -516,9 +571,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 .iter()
                 .map(|id| (*id, state.leases.record(*id)))
                 .collect();
-            (state.meta(), lease_rows, state.leases.clock_ms())
+            (
+                state.meta(),
+                lease_rows,
+                state.leases.clock_ms(),
+                clock_moved_at,
+            )
         };
-        self.shared.note_lease_time(lease_clock_ms);
+        let dated = clock_moved_at
+            .and_then(|index| self.shared.append_times.appended_at(index))
+            .unwrap_or_else(std::time::Instant::now);
+        self.shared.note_lease_time(lease_clock_ms, dated);
         if !lease_rows.is_empty() {
             self.shared.leases_changed.notify_one();
         }
@@ -681,3 +744,30 @@ pub(crate) fn read_state<T>(shared: &Shared, f: impl FnOnce(&Store, &LeaseTable)
 
 #[cfg(test)]
 mod apply_tests;
+
+#[cfg(test)]
+mod append_times_tests {
+    use super::AppendTimes;
+
+    #[test]
+    fn an_entry_is_dated_by_its_latest_append_and_applied_appends_are_forgotten() {
+        let times = AppendTimes::default();
+        times.appending(1, 3);
+        let first = times.appended_at(2).expect("appended");
+        // A new leader overwrites 3 (a conflicting entry) and appends 4.
+        times.appending(3, 4);
+        let second = times.appended_at(3).expect("appended");
+        assert!(second >= first);
+        assert_eq!(times.appended_at(4), Some(second));
+        assert_eq!(
+            times.appended_at(2),
+            None,
+            "appends wholly below 4 are forgotten"
+        );
+        assert_eq!(
+            times.appended_at(9),
+            None,
+            "never appended here: dated at apply"
+        );
+    }
+}

@@ -18,7 +18,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
         let dir = tempfile::tempdir().expect("tempdir");
         let db = storage::open(dir.path()).expect("open");
         let sm = StateMachine::open(db.clone()).expect("state machine");
-        Ok((dir, LogStore::new(db), sm))
+        let log = LogStore::new(db, sm.shared().append_times.clone());
+        Ok((dir, log, sm))
     }
 }
 
@@ -53,7 +54,7 @@ async fn state_machine_reopens_at_the_same_applied_state() {
     let (applied, membership, records) = {
         let db = storage::open(dir.path()).unwrap();
         let mut sm = StateMachine::open(db.clone()).unwrap();
-        let mut log = LogStore::new(db);
+        let mut log = LogStore::new(db, sm.shared().append_times.clone());
         let members = Membership::new(vec![BTreeSet::from([7u64])], None);
         let entries = vec![
             Entry {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use openraft::Raft;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::error::ReplicaError;
 use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere};
@@ -30,16 +30,33 @@ pub(super) const PROPOSERS: usize = 1;
 /// Writes waiting to be batched before callers wait for room.
 pub(super) const QUEUE_LEN_MAX: usize = 16 * 1024;
 
-/// A client write waiting for its batch.
+/// Forwarded batches a follower keeps in flight to the leader at once. The leader folds them
+/// into its own batches (see [`crate::Replica::leader_commit`]), so a follower need not wait for
+/// one to commit before it sends the next: what its clients write meanwhile joins the leader's
+/// next log entry instead of waiting a whole commit round trip here.
+pub(super) const FORWARDS_IN_FLIGHT_MAX: usize = 8;
+
+/// A write waiting for its batch.
 pub(super) struct Pending {
     pub(super) write: Write,
-    pub(super) reply: oneshot::Sender<Result<Applied, ReplicaError>>,
+    /// Forwarded to this member by a follower: never forwarded again (a member that no longer
+    /// leads answers "no leader", and the follower retries with the new leader).
+    pub(super) from_peer: bool,
+    pub(super) reply: oneshot::Sender<Result<Committed, ReplicaError>>,
+}
+
+/// A write's outcome: what applying it produced, and the index of the log entry that held it.
+#[derive(Debug)]
+pub(super) struct Committed {
+    pub(super) log_index: u64,
+    pub(super) applied: Applied,
 }
 
 /// Takes whatever writes are queued (at least one, at most a batch), proposes them as one log
 /// entry, and answers each caller with its own result. [`PROPOSERS`] of these run (one), so the
 /// next batch forms while the previous one is being made durable. On a follower the batch goes
-/// to the leader, and the callers are answered once this member has applied it too.
+/// to the leader, up to [`FORWARDS_IN_FLIGHT_MAX`] batches at once, and the callers are
+/// answered once this member has applied it too.
 pub(super) async fn propose_batches(
     raft: Raft<TypeConfig>,
     member_id: u64,
@@ -48,6 +65,7 @@ pub(super) async fn propose_batches(
     forwarder: Arc<dyn Forwarder>,
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
 ) {
+    let forwards = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT_MAX));
     loop {
         let batch = {
             let mut queue = queue.lock().await;
@@ -67,26 +85,52 @@ pub(super) async fn propose_batches(
             }
             batch
         };
-        let (writes, replies): (Vec<Write>, Vec<_>) =
-            batch.into_iter().map(|p| (p.write, p.reply)).unzip();
-        let count = writes.len();
-        let result = match leader_elsewhere(&raft, member_id) {
-            Some((leader, addr)) => forward(&raft, &*forwarder, leader, addr, writes).await,
-            None => commit(&raft, &clock, &failure, writes)
-                .await
-                .map(|f| f.applied),
-        };
-        match result {
-            Ok(applied) => {
-                debug_assert_eq!(applied.len(), count, "one result per command");
-                for (reply, applied) in replies.into_iter().zip(applied) {
-                    let _ = reply.send(Ok(applied));
+        match leader_elsewhere(&raft, member_id) {
+            Some((leader, addr)) => {
+                let (from_peers, own): (Vec<Pending>, Vec<Pending>) =
+                    batch.into_iter().partition(|p| p.from_peer);
+                for p in from_peers {
+                    let _ = p.reply.send(Err(ReplicaError::NoLeader));
                 }
+                if own.is_empty() {
+                    continue;
+                }
+                let Ok(permit) = forwards.clone().acquire_owned().await else {
+                    return;
+                };
+                let (raft, forwarder) = (raft.clone(), forwarder.clone());
+                tokio::spawn(async move {
+                    let (writes, replies): (Vec<Write>, Vec<_>) =
+                        own.into_iter().map(|p| (p.write, p.reply)).unzip();
+                    let result = forward(&raft, &*forwarder, leader, addr, writes).await;
+                    answer(replies, result);
+                    drop(permit);
+                });
             }
-            Err(err) => {
-                for reply in replies {
-                    let _ = reply.send(Err(err.clone()));
-                }
+            None => {
+                let (writes, replies): (Vec<Write>, Vec<_>) =
+                    batch.into_iter().map(|p| (p.write, p.reply)).unzip();
+                answer(replies, commit(&raft, &clock, &failure, writes).await);
+            }
+        }
+    }
+}
+
+/// Answers each write of a batch with its own result (or the batch's error).
+fn answer(
+    replies: Vec<oneshot::Sender<Result<Committed, ReplicaError>>>,
+    result: Result<Forwarded, ReplicaError>,
+) {
+    match result {
+        Ok(Forwarded { log_index, applied }) => {
+            debug_assert_eq!(applied.len(), replies.len(), "one result per command");
+            for (reply, applied) in replies.into_iter().zip(applied) {
+                let _ = reply.send(Ok(Committed { log_index, applied }));
+            }
+        }
+        Err(err) => {
+            for reply in replies {
+                let _ = reply.send(Err(err.clone()));
             }
         }
     }
@@ -100,8 +144,15 @@ pub(super) async fn commit(
     writes: Vec<Write>,
 ) -> Result<Forwarded, ReplicaError> {
     // A leader times leases only once it has promoted itself (milliseconds after its
-    // election): grants and renewals that arrive before then wait for it, bounded.
+    // election): grants and renewals that arrive before then wait for it, bounded. Only a
+    // leader is ever promoted: a member that does not lead (an election is under way, so no
+    // leader is known) answers "no leader" at once, and its caller waits for the next leader.
+    // Waiting here instead held this member's only proposer for the whole bound, and a renewal
+    // retried after the election missed its lease's grace (a cluster test lost a kept lease).
     if writes.iter().any(Write::is_lease_timed) && clock.get().is_none() {
+        if !raft.metrics().borrow().state.is_leader() {
+            return Err(ReplicaError::NoLeader);
+        }
         // Woken by the promotion; gives up (and answers "no leader") after the bound.
         clock.wait_timing(PROMOTION_WAIT_MAX).await;
     }

@@ -106,11 +106,11 @@ pub(super) async fn forward(
     leader: u64,
     addr: String,
     writes: Vec<Write>,
-) -> Result<Vec<Applied>, ReplicaError> {
+) -> Result<Forwarded, ReplicaError> {
     let forwarded =
         unless_leader_changes(raft, leader, forwarder.forward(leader, addr, writes)).await?;
     wait_applied(raft, forwarded.log_index).await?;
-    Ok(forwarded.applied)
+    Ok(forwarded)
 }
 
 /// Runs a request to `leader`, but gives up with "no leader" as soon as this member learns of

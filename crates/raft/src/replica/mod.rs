@@ -31,7 +31,7 @@ pub use error::{Fatal, MembershipError, ReplicaError, StartError};
 pub use forward::{BoxFuture, Forwarded, Forwarder, NoForwarding, ReadIndex};
 pub use membership::{MemberChange, MemberInfo};
 
-use batch::{PROPOSERS, Pending, QUEUE_LEN_MAX, commit, commit_proposal, propose_batches};
+use batch::{Committed, PROPOSERS, Pending, QUEUE_LEN_MAX, commit_proposal, propose_batches};
 use forward::{leader_elsewhere, wait_applied};
 use lease_time::{SharedClock, follow_leadership};
 use read_index::ReadIndexRounds;
@@ -72,6 +72,8 @@ pub struct Replica {
     leader_reads: ReadIndexRounds,
     /// Read-index requests to the leader, shared by concurrent reads on this follower.
     follower_reads: ReadIndexRounds,
+    /// Set once the member is stopping (see [`Replica::stop_waiters`]).
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Replica {
@@ -94,7 +96,7 @@ impl Replica {
         let shared = sm.shared();
         let db_closed = db.closed();
         let failure = db.failure().clone();
-        let log = LogStore::new(db);
+        let log = LogStore::new(db, shared.append_times.clone());
         let config = Config {
             cluster_name: "leasehold".into(),
             heartbeat_interval: cfg.heartbeat_interval_ms,
@@ -145,6 +147,7 @@ impl Replica {
             member_id: cfg.member_id,
             db_path: cfg.data_dir.join("leasehold.redb"),
             forwarder,
+            stopping: tokio::sync::watch::Sender::new(false),
         });
         tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
         if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
@@ -173,11 +176,24 @@ impl Replica {
         self.shared.revision.subscribe()
     }
 
-    /// Ends every [`Replica::key_gone`] wait, present and future, with `Stopped`: for a member
-    /// that is shutting down (so that a lock or election waiter does not hold up the drain of
-    /// client requests forever) or whose Raft core failed.
+    /// Ends every [`Replica::key_gone`] wait, present and future, with `Stopped`, and
+    /// completes [`Replica::stopping`]: for a member that is shutting down (so that a lock
+    /// waiter or a long-lived stream does not hold up the drain of client requests forever) or
+    /// whose Raft core failed.
     pub fn stop_waiters(&self) {
         self.shared.key_deletes.close();
+        self.stopping.send_replace(true);
+    }
+
+    /// Whether [`Replica::stop_waiters`] was called.
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    /// Completes once [`Replica::stop_waiters`] was called: long-lived streams end on it.
+    pub async fn stopping(&self) {
+        let mut stopping = self.stopping.subscribe();
+        let _ = stopping.wait_for(|s| *s).await;
     }
 
     /// Completes once `key` has no live version created at `create_revision` (at once if it has
@@ -255,9 +271,28 @@ impl Replica {
         self.leader_reads.join().await
     }
 
-    /// The leader's side of [`Forwarder::forward`]: stamps and commits a follower's batch.
+    /// The leader's side of [`Forwarder::forward`]: a follower's batch joins this member's own
+    /// write queue, so forwarded writes share log entries (and fsyncs) with every other
+    /// client's; answered with the replies and the last log index that held them. A member that
+    /// does not lead answers "no leader" (it never forwards a forwarded write again).
     pub async fn leader_commit(&self, writes: Vec<Write>) -> Result<Forwarded, ReplicaError> {
-        commit(&self.raft, &self.lease_clock, &self.failure, writes).await
+        if leader_elsewhere(&self.raft, self.member_id).is_some() {
+            return Err(ReplicaError::NoLeader);
+        }
+        let mut waits = Vec::with_capacity(writes.len());
+        for write in writes {
+            waits.push(self.enqueue(write, true).await?);
+        }
+        let mut forwarded = Forwarded {
+            log_index: 0,
+            applied: Vec::with_capacity(waits.len()),
+        };
+        for wait in waits {
+            let committed = wait.await.map_err(|_| ReplicaError::Stopped)??;
+            forwarded.log_index = forwarded.log_index.max(committed.log_index);
+            forwarded.applied.push(committed.applied);
+        }
+        Ok(forwarded)
     }
 
     /// The peer transport's server side: a leader's append-entries for this member.
@@ -302,12 +337,26 @@ impl Replica {
     }
 
     async fn write(&self, write: Write) -> Result<Applied, ReplicaError> {
-        let (reply, applied) = oneshot::channel();
+        let committed = self.enqueue(write, false).await?;
+        Ok(committed.await.map_err(|_| ReplicaError::Stopped)??.applied)
+    }
+
+    /// Queues `write` for the next batch; the receiver gets its outcome.
+    async fn enqueue(
+        &self,
+        write: Write,
+        from_peer: bool,
+    ) -> Result<oneshot::Receiver<Result<Committed, ReplicaError>>, ReplicaError> {
+        let (reply, committed) = oneshot::channel();
         self.proposals
-            .send(Pending { write, reply })
+            .send(Pending {
+                write,
+                from_peer,
+                reply,
+            })
             .await
             .map_err(|_| ReplicaError::Stopped)?;
-        applied.await.map_err(|_| ReplicaError::Stopped)?
+        Ok(committed)
     }
 
     /// Reads the applied state. A linearizable read first confirms leadership and waits until
