@@ -96,10 +96,11 @@ fn main() -> anyhow::Result<()> {
 /// `leasehold` with no subcommand: one member until SIGINT or SIGTERM, or until storage fails
 /// (then a non-zero exit, so that a supervisor restarts it).
 async fn serve(config: NodeConfig) -> anyhow::Result<()> {
-    // Signal handlers first: a member that could not be stopped cleanly must not start.
+    // Signal handlers first, so a signal at any point (start-up included: log replay, waiting
+    // to lead) stops the member; a member that could not be stopped cleanly must not start.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let listeners = Listeners::bind(&config).await?;
-    let node = Node::start(config, listeners, async move {
+    let (signalled, mut stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
         tokio::select! {
             r = tokio::signal::ctrl_c() => {
                 if let Err(e) = r {
@@ -108,8 +109,20 @@ async fn serve(config: NodeConfig) -> anyhow::Result<()> {
             }
             _ = term.recv() => {}
         }
-    })
-    .await?;
+        signalled.send_replace(true);
+    });
+    let listeners = Listeners::bind(&config).await?;
+    let mut on_signal = stop.clone();
+    let shutdown = async move {
+        let _ = on_signal.wait_for(|s| *s).await;
+    };
+    let node = tokio::select! {
+        node = Node::start(config, listeners, shutdown) => node?,
+        _ = stop.wait_for(|s| *s) => {
+            tracing::info!("stopped while starting");
+            return Ok(());
+        }
+    };
     node.wait().await
 }
 

@@ -62,3 +62,56 @@ async fn wait_for_keys(client: &mut Client, prefix: &str, n: i64) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Long-lived streams (a watch, a keepalive stream) end when the member stops, with etcd's
+/// Unavailable "etcdserver: server stopped", rather than holding up the drain until it is cut
+/// off (which would break them without a status).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_watch_and_keepalive_streams_end_with_server_stopped() {
+    let mut cluster = InProcessCluster::start(1).await;
+    let mut client = cluster.client().await;
+    let mut watch = client.watch("w", None).await.expect("watch");
+    let lease = client.lease_grant(60, None).await.expect("grant").id();
+    let (mut keeper, mut renewals) = client.lease_keep_alive(lease).await.expect("keepalive");
+    keeper.keep_alive().await.expect("renew");
+    renewals
+        .message()
+        .await
+        .expect("a renewal answer")
+        .expect("a message");
+    cluster.members[0].stop().await;
+    // Whatever the streams had queued (the watch's "created"), then how they ended.
+    let watch_end = tokio::time::timeout(REQUEST_TIMEOUT, async {
+        loop {
+            match watch.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await
+    .expect("the watch stream ends once the member stops");
+    let keepalive_end = tokio::time::timeout(REQUEST_TIMEOUT, async {
+        loop {
+            match renewals.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await
+    .expect("the keepalive stream ends once the member stops");
+    for (name, end) in [("watch", watch_end), ("keepalive", keepalive_end)] {
+        let Err(etcd_client::Error::GRpcStatus(status)) = end else {
+            panic!("{name}: not ended with a status: {end:?}");
+        };
+        assert_eq!(
+            (status.code(), status.message()),
+            (tonic::Code::Unavailable, "etcdserver: server stopped"),
+            "{name}"
+        );
+    }
+    cluster.shutdown().await;
+}

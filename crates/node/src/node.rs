@@ -13,6 +13,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::{NodeConfig, parse_http_url, split_urls};
 
+/// How long a stopping member lets client requests finish before it cuts them off.
+const DRAIN_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long a member whose storage failed waits for its Raft core to stop before it returns.
 const FATAL_STOP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -177,8 +180,24 @@ impl Node {
                 bail!("storage failed, the member cannot serve: {reason}");
             }
             tracing::info!("shutting down: draining client requests");
-            for server in servers {
-                server.await??;
+            // Streams end on the stop (`Replica::stopping`); a request still running after the
+            // bound is cut off, as etcd's GracefulStop is followed by Stop.
+            let drain = async {
+                for server in &mut servers {
+                    server.await??;
+                }
+                anyhow::Ok(())
+            };
+            match tokio::time::timeout(DRAIN_WAIT_MAX, drain).await {
+                Ok(drained) => drained?,
+                Err(_) => {
+                    tracing::warn!(
+                        "client requests still running {DRAIN_WAIT_MAX:?} after the stop; cutting them off"
+                    );
+                    for server in &servers {
+                        server.abort();
+                    }
+                }
             }
             expiry.await?;
             supervised.shutdown().await;

@@ -55,25 +55,32 @@ impl ServerContext {
         Ok(required)
     }
 
-    /// Runs a stream's task; if the stream requires a leader, ends it with `Unavailable
-    /// "etcdserver: no leader"` once this member has had no leader for three election timeouts,
-    /// as etcd does.
+    /// Runs a stream's task until it ends, or until the member stops (then the stream ends
+    /// with `Unavailable "etcdserver: server stopped"`, so a client reconnects elsewhere and a
+    /// graceful stop is not held up by open streams); if the stream requires a leader, also
+    /// until this member has had no leader for three election timeouts (`Unavailable
+    /// "etcdserver: no leader"`), as etcd does.
     pub async fn guard_leader<T>(
         &self,
         required: bool,
         tx: tokio::sync::mpsc::Sender<Result<T, tonic::Status>>,
         task: impl std::future::Future<Output = ()>,
     ) {
-        if !required {
-            return task.await;
-        }
-        let lost = self
-            .replica
-            .leader_lost_for(3 * self.replica.election_timeout());
+        let lost = async {
+            if required {
+                let lost_for = 3 * self.replica.election_timeout();
+                self.replica.leader_lost_for(lost_for).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             () = task => {}
             () = lost => {
                 let _ = tx.send(Err(no_leader())).await;
+            }
+            () = self.replica.stopping() => {
+                let _ = tx.send(Err(stopped())).await;
             }
         }
     }
@@ -81,4 +88,8 @@ impl ServerContext {
 
 fn no_leader() -> tonic::Status {
     crate::error::ApiError::from(leasehold_raft::ReplicaError::NoLeader).into()
+}
+
+fn stopped() -> tonic::Status {
+    crate::error::ApiError::from(leasehold_raft::ReplicaError::Stopped).into()
 }

@@ -221,7 +221,8 @@ pub async fn confirm_owner(
 }
 
 /// Runs `release` (a transaction) if dropped while armed: a caller that gives up waiting (its
-/// request cancelled) leaves no key queued behind it, as etcd's servers delete it too.
+/// request cancelled) leaves no key queued behind it, as etcd's servers delete it too. Not while
+/// the member stops (see `Drop`).
 pub struct ReleaseOnDrop {
     ctx: Option<std::sync::Arc<ServerContext>>,
     release: Option<mvcc::TxnRequest>,
@@ -245,6 +246,12 @@ impl Drop for ReleaseOnDrop {
         let (Some(ctx), Some(release)) = (self.ctx.take(), self.release.take()) else {
             return;
         };
+        if ctx.replica.is_stopping() {
+            // The caller was told this member stopped and may retry elsewhere with the same
+            // lease, so the same key at the same create revision: a late delete from here could
+            // take the lock it gets there. The key belongs to the caller's lease; it stays.
+            return;
+        }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 if let Err(e) = txn(&ctx, release).await {
