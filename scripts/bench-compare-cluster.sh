@@ -17,15 +17,8 @@ bin=./target/release/leasehold
 command -v etcd >/dev/null || { echo "etcd not found (apt-get install etcd-server)" >&2; exit 2; }
 command -v etcdctl >/dev/null || { echo "etcdctl not found (apt-get install etcd-client)" >&2; exit 2; }
 
-# A port below the kernel's ephemeral range (which outbound connections draw from) that binds now.
-free_port() { python3 -c '
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-while True:
-    p = random.randrange(10000, low); s = socket.socket()
-    try: s.bind(("127.0.0.1", p)); print(p); break
-    except OSError: pass
-    finally: s.close()'; }
+# shellcheck source=lib/ports.sh
+. scripts/lib/ports.sh
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }

@@ -203,12 +203,14 @@ async fn renew_over_one_stream(
         let response = match message {
             Ok(Ok(Some(r))) => r,
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
-                // The stream broke: it, and every measured renewal it left unanswered.
+                // The stream broke: every measured renewal it left unanswered, and the break
+                // itself if it came in the measured part of the run.
                 let unanswered = in_flight
                     .iter()
                     .filter(|(_, _, measured)| *measured)
                     .count();
-                tally.errors += 1 + unanswered as u64;
+                let broke_measured = measure.from.get().is_some();
+                tally.errors += u64::from(broke_measured) + unanswered as u64;
                 break;
             }
         };
