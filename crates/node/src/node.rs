@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use leasehold_raft::{Replica, ReplicaConfig};
+use leasehold_raft::{Fatal, Replica, ReplicaConfig};
 use leasehold_server::ServerContext;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -173,11 +173,15 @@ impl Node {
                 // Up but serving nothing would be the worst outcome: no supervisor restarts
                 // that. Every acknowledged write is in the fsync'd log; a restart (once the disk
                 // has room) recovers.
-                tracing::error!("fatal: storage failed ({reason}); exiting");
+                let what = match reason {
+                    Fatal::Storage(_) | Fatal::Raft(_) => "storage failed",
+                    _ => "the raft core stopped",
+                };
+                tracing::error!("fatal: {what} ({reason}); exiting");
                 // Bounded: the process is about to exit; an in-process member must not keep its
                 // data dir open.
                 let _ = tokio::time::timeout(FATAL_STOP_WAIT_MAX, supervised.shutdown()).await;
-                bail!("storage failed, the member cannot serve: {reason}");
+                bail!("{what}, the member cannot serve: {reason}");
             }
             tracing::info!("shutting down: draining client requests");
             // Streams end on the stop (`Replica::stopping`); a request still running after the
