@@ -66,6 +66,24 @@ async fn wait_for_keys(client: &mut Client, prefix: &str, n: i64) {
 /// Long-lived streams (a watch, a keepalive stream) end when the member stops, with etcd's
 /// Unavailable "etcdserver: server stopped", rather than holding up the drain until it is cut
 /// off (which would break them without a status).
+/// Reads a response stream (etcd-client's watch or keepalive stream) to its end, bounded:
+/// `Ok` if it ended without a status, the error it ended with otherwise.
+macro_rules! how_it_ends {
+    ($stream:expr, $what:literal) => {
+        tokio::time::timeout(REQUEST_TIMEOUT, async {
+            loop {
+                match $stream.message().await {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+        .await
+        .expect($what)
+    };
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_watch_and_keepalive_streams_end_with_server_stopped() {
     let mut cluster = InProcessCluster::start(1).await;
@@ -81,28 +99,8 @@ async fn open_watch_and_keepalive_streams_end_with_server_stopped() {
         .expect("a message");
     cluster.members[0].stop().await;
     // Whatever the streams had queued (the watch's "created"), then how they ended.
-    let watch_end = tokio::time::timeout(REQUEST_TIMEOUT, async {
-        loop {
-            match watch.message().await {
-                Ok(Some(_)) => continue,
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(e),
-            }
-        }
-    })
-    .await
-    .expect("the watch stream ends once the member stops");
-    let keepalive_end = tokio::time::timeout(REQUEST_TIMEOUT, async {
-        loop {
-            match renewals.message().await {
-                Ok(Some(_)) => continue,
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(e),
-            }
-        }
-    })
-    .await
-    .expect("the keepalive stream ends once the member stops");
+    let watch_end = how_it_ends!(watch, "the watch stream ends once the member stops");
+    let keepalive_end = how_it_ends!(renewals, "the keepalive stream ends once the member stops");
     for (name, end) in [("watch", watch_end), ("keepalive", keepalive_end)] {
         let Err(etcd_client::Error::GRpcStatus(status)) = end else {
             panic!("{name}: not ended with a status: {end:?}");
