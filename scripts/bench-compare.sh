@@ -48,6 +48,7 @@ workloads=(
   "lease-keepalive --leases 5000 --streams 1 --conns 1 --duration 8"
   "lease-keepalive --leases 10000 --streams 4 --conns 4 --duration 8"
   "lease-keepalive --leases 5000 --streams 1 --conns 1 --ttl-secs 2 --duration 8"
+  "lease-keepalive --leases 50000 --streams 1 --conns 1 --ttl-secs 6 --paced --duration 10"
   "lease-timetolive --clients 64 --conns 8 --total 40000 --keys-per-lease 10"
   "put-with-lease --clients 64 --conns 8 --total 20000 --keys-per-lease 10"
   "expiry-storm --clients 64 --conns 8 --total 10000 --ttl-secs 3"

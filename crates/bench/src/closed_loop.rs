@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -345,8 +345,9 @@ impl Workload for LeaseGrant {
 /// Keepalives. Without `--leases`: each client renews its own lease over its own long-lived
 /// stream, one request in flight at a time. With `--leases N`: etcd's client pattern, `N`
 /// leases spread over `--streams` streams (a stream carries all of its leases' renewals), each
-/// lease renewed again as soon as its answer arrives; reports `leases_lost` (renewals answered
-/// TTL <= 0). Runs for `--duration` seconds, or until `--total` renewals.
+/// lease renewed again as soon as its answer arrives (or, with `--paced`, TTL/3 after it, as
+/// clientv3 renews); reports `leases_lost` (renewals answered TTL <= 0). Runs for `--duration`
+/// seconds, or until `--total` renewals.
 #[derive(Args, Debug, Clone)]
 pub struct LeaseKeepalive {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -356,6 +357,11 @@ pub struct LeaseKeepalive {
     /// TTL of the leases the `--leases` mode grants.
     #[arg(long, default_value_t = 60)]
     ttl_secs: i64,
+    /// With `--leases`: renew each lease a third of its TTL after its last answer, as etcd's Go
+    /// client does, instead of at once. The offered load is then `leases / (TTL / 3)` renewals
+    /// a second, and latency is the server's, not a closed loop's queue.
+    #[arg(long, requires = "leases")]
+    paced: bool,
 }
 
 /// A keepalive client: its lease, and the stream that renews it.
@@ -407,6 +413,9 @@ impl Workload for LeaseKeepalive {
                     usize::try_from(leases)?,
                     usize::try_from(self.streams)?,
                     self.ttl_secs,
+                    self.paced.then(|| {
+                        Duration::from_millis(u64::try_from(self.ttl_secs).unwrap_or(0) * 1000 / 3)
+                    }),
                     run.request_limit(),
                     run.bound(),
                 )

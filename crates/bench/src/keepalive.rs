@@ -1,7 +1,9 @@
 //! `lease-keepalive --leases N --streams S`: etcd's Go client pattern. A clientv3 `Lease` sends
 //! the renewals of all of a client's leases over one `LeaseKeepAlive` stream; here `N` leases
 //! are spread over `S` such streams, and each lease is renewed again as soon as the answer to
-//! its previous renewal arrives, so a stream carries up to `N / S` renewals in flight.
+//! its previous renewal arrives, so a stream carries up to `N / S` renewals in flight. Paced
+//! (`--paced`), each lease is renewed a third of its TTL after its previous answer, as clientv3
+//! does: an open loop offering `N / (TTL / 3)` renewals a second.
 //!
 //! Reported besides throughput and latency: `leases_lost` (leases that got a renewal answered
 //! with TTL <= 0 while their client was renewing them: a live client's lease was revoked) and
@@ -46,6 +48,7 @@ pub(super) async fn run(
     leases: usize,
     streams: usize,
     ttl_secs: i64,
+    pace: Option<Duration>,
     total: u64,
     deadline_after: Duration,
 ) -> anyhow::Result<Report> {
@@ -70,6 +73,7 @@ pub(super) async fn run(
             channel,
             rx,
             measure.clone(),
+            pace,
         )));
     }
     let grants_started = Instant::now();
@@ -104,6 +108,11 @@ pub(super) async fn run(
     extra.insert("leases".into(), leases.into());
     extra.insert("streams".into(), streams.into());
     extra.insert("ttl_secs".into(), ttl_secs.into());
+    if let Some(pace) = pace {
+        extra.insert("renew_every_ms".into(), (pace.as_millis() as u64).into());
+        let offered = leases as f64 / pace.as_secs_f64().max(1e-3);
+        extra.insert("offered_per_s".into(), offered.into());
+    }
     extra.insert("grant_phase_s".into(), grant_phase.as_secs_f64().into());
     extra.insert("leases_lost".into(), lost.into());
     extra.insert("renewals_ttl_le_0".into(), ttl_le_0.into());
@@ -129,6 +138,11 @@ struct Measure {
 }
 
 impl Measure {
+    /// When the measured part ends at the latest (unknown until the grants are done).
+    fn window_end(&self) -> Option<Instant> {
+        self.from.get().map(|from| *from + self.deadline_after)
+    }
+
     /// Whether to send one more renewal, and whether it counts.
     fn may_send(&self) -> Option<bool> {
         let Some(from) = self.from.get() else {
@@ -141,13 +155,14 @@ impl Measure {
 }
 
 /// Renews the leases granted to this stream, each from the moment its grant is answered and
-/// again whenever its answer arrives, until the measured part of the run ends. Answers come in
-/// request order (as etcd and leasehold both answer a stream), so the oldest request in flight
-/// is the one answered.
+/// again whenever its answer arrives (or `pace` after it), until the measured part of the run
+/// ends. Answers come in request order (as etcd and leasehold both answer a stream), so the
+/// oldest request in flight is the one answered.
 async fn renew_over_one_stream(
     channel: Channel,
     mut granted: mpsc::UnboundedReceiver<i64>,
     measure: Arc<Measure>,
+    pace: Option<Duration>,
 ) -> StreamTally {
     let mut tally = StreamTally {
         latency_us: Some(Histogram::<u64>::new(3).expect("valid sigfig")),
@@ -182,11 +197,36 @@ async fn renew_over_one_stream(
     };
     let mut granting = true;
     let mut lost = std::collections::HashSet::new();
+    // Paced: (due, lease), in due order, since every lease waits the same `pace` after an
+    // answer and answers come in order.
+    let mut due: VecDeque<(tokio::time::Instant, i64)> = VecDeque::new();
     loop {
-        if in_flight.is_empty() && !granting {
+        if in_flight.is_empty() && !granting && due.is_empty() {
             break;
         }
+        let next_due = due.front().map(|(at, _)| *at);
+        let window_end = measure.window_end().filter(|_| !due.is_empty());
         let message = tokio::select! {
+            // Paced renewals not yet due when the run ends are not sent: the run ends now,
+            // not a pace later.
+            () = tokio::time::sleep_until(window_end.map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std)), if window_end.is_some() => {
+                due.clear();
+                continue;
+            }
+            () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)), if next_due.is_some() => {
+                let now = tokio::time::Instant::now();
+                while let Some(&(at, id)) = due.front() {
+                    if at > now {
+                        break;
+                    }
+                    due.pop_front();
+                    if let Some(measured) = measure.may_send() {
+                        in_flight.push_back((id, Instant::now(), measured));
+                        let _ = tx.send(LeaseKeepAliveRequest { id });
+                    }
+                }
+                continue;
+            }
             id = granted.recv(), if granting => {
                 match id {
                     Some(id) => {
@@ -234,7 +274,9 @@ async fn renew_over_one_stream(
             }
             continue; // A lost lease is not renewed again.
         }
-        if let Some(measured) = measure.may_send() {
+        if let Some(pace) = pace {
+            due.push_back((tokio::time::Instant::now() + pace, id));
+        } else if let Some(measured) = measure.may_send() {
             in_flight.push_back((id, Instant::now(), measured));
             let _ = tx.send(LeaseKeepAliveRequest { id });
         }

@@ -3,7 +3,7 @@
 //! (commit this batch of client writes; give me a read index).
 //!
 //! ```text
-//!   follower Replica ──Forwarder──► PeerClient ──gRPC Peer/Forward──► PeerService ──► leader Replica
+//!   follower Replica ──Forwarder──► Lines ══gRPC Peer/Forwarding (one stream)══► PeerService ──► leader Replica
 //!   openraft ──RaftNetwork──► PeerClient ──gRPC Peer/AppendEntries…──► PeerService ──► openraft
 //! ```
 //!
@@ -35,7 +35,14 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
+
+mod line;
+
+/// The answers on a `Forwarding` stream, as the generated server trait names them.
+type AnswerStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Payload, Status>> + Send + 'static>>;
+use line::{Answer, Ask, LineError, Lines};
 
 /// Largest peer message accepted: a batch of log entries or a snapshot chunk.
 pub const PEER_MESSAGE_BYTES_MAX: usize = 256 * 1024 * 1024;
@@ -234,17 +241,72 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
-/// Takes a follower's writes and read-index requests to the leader.
+/// Takes a follower's writes and read-index requests to the leader: over the leader's line
+/// (one long-lived stream, many requests in flight), or with unary calls to a leader of an older
+/// build.
 pub struct PeerForwarder {
     network: PeerNetwork,
+    lines: Lines,
     timeout: Duration,
 }
 
 impl PeerForwarder {
     pub fn new(network: PeerNetwork, election_timeout: Duration) -> PeerForwarder {
         PeerForwarder {
+            lines: Lines::new(network.clone()),
             network,
             timeout: election_timeout * FORWARD_TIMEOUT_ELECTIONS,
+        }
+    }
+
+    /// Asks over the leader's line; a leader without `Forwarding` is asked with the unary
+    /// method instead. What comes back is the leader's answer or, for any transport failure,
+    /// "no leader".
+    fn ask_on_line<Resp: Send + 'static>(
+        &self,
+        addr: String,
+        ask: Ask,
+        answered: fn(Answer) -> Option<Result<Resp, ReplicaError>>,
+    ) -> BoxFuture<Result<Resp, ReplicaError>> {
+        let unwrap = move |answer: Answer| {
+            // An answer of another kind is as unreadable as bytes left over.
+            answered(answer).unwrap_or(Err(ReplicaError::BadAnswer(
+                postcard::Error::DeserializeBadEnum,
+            )))
+        };
+        if self.lines.unary_only(&addr) {
+            let unary = self.unary(addr, ask);
+            return Box::pin(async move { unwrap(unary.await) });
+        }
+        let fallback = PeerForwarder {
+            network: self.network.clone(),
+            lines: self.lines.clone(),
+            timeout: self.timeout,
+        };
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            let answer =
+                tokio::time::timeout(fallback.timeout, fallback.lines.ask(&addr, ask)).await;
+            tracing::debug!(%addr, elapsed = ?started.elapsed(), ok = matches!(answer, Ok(Ok(_))), "asked the leader over its line");
+            match answer {
+                Ok(Ok(answer)) => unwrap(answer),
+                Ok(Err(LineError::Unsupported(ask))) => unwrap(fallback.unary(addr, ask).await),
+                Ok(Err(LineError::Broken)) | Err(_) => Err(ReplicaError::NoLeader),
+            }
+        })
+    }
+
+    /// `ask` as a unary call, for a leader of an older build.
+    fn unary(&self, addr: String, ask: Ask) -> BoxFuture<Answer> {
+        match ask {
+            Ask::Writes(writes) => {
+                let call = self.ask(addr, Rpc::Forward, &writes);
+                Box::pin(async move { Answer::Writes(call.await) })
+            }
+            Ask::ReadIndex => {
+                let call = self.ask(addr, Rpc::ReadIndex, &());
+                Box::pin(async move { Answer::ReadIndex(call.await) })
+            }
         }
     }
 
@@ -280,11 +342,17 @@ impl Forwarder for PeerForwarder {
         addr: String,
         writes: Vec<Write>,
     ) -> BoxFuture<Result<Forwarded, ReplicaError>> {
-        self.ask(addr, Rpc::Forward, &writes)
+        self.ask_on_line(addr, Ask::Writes(writes), |answer| match answer {
+            Answer::Writes(result) => Some(result),
+            Answer::ReadIndex(_) => None,
+        })
     }
 
     fn read_index(&self, _leader: u64, addr: String) -> BoxFuture<Result<ReadIndex, ReplicaError>> {
-        self.ask(addr, Rpc::ReadIndex, &())
+        self.ask_on_line(addr, Ask::ReadIndex, |answer| match answer {
+            Answer::ReadIndex(result) => Some(result),
+            Answer::Writes(_) => None,
+        })
     }
 
     fn change_members(
@@ -363,6 +431,16 @@ impl Peer for PeerService {
             })?;
         let result = self.replica.leader_commit(writes).await;
         Ok(Response::new(encode(&result)))
+    }
+
+    async fn forwarding(
+        &self,
+        req: Request<Streaming<Payload>>,
+    ) -> Result<Response<AnswerStream>, Status> {
+        Ok(Response::new(Box::pin(line::serve_line(
+            self.replica.clone(),
+            req.into_inner(),
+        ))))
     }
 
     async fn read_index(&self, _req: Request<Payload>) -> Result<Response<Payload>, Status> {
