@@ -66,6 +66,16 @@ impl Write {
         matches!(self, Write::LeaseGrant(_) | Write::LeaseRenew(_))
     }
 
+    /// Whether a follower may answer it as soon as the leader has committed it, before applying
+    /// it itself. True of renewals only: a renewal changes nothing a client reads from this
+    /// member's own state (lease time and deadlines are read through the leader, after a read
+    /// index that covers the renewal), and the leader's answer already says what it did. Any
+    /// other write is answered after this member applies it, so that a serializable read here
+    /// afterwards sees it, as etcd's followers do.
+    pub fn answered_at_commit(&self) -> bool {
+        matches!(self, Write::LeaseRenew(_))
+    }
+
     /// The log command, with `now_ms` (the committing leader's lease time) on grants and
     /// renewals.
     pub fn stamp(self, now_ms: u64) -> Command {
@@ -289,6 +299,31 @@ mod tests {
         for (write, timed, command) in cases {
             assert_eq!(write.is_lease_timed(), timed, "{write:?}");
             assert_eq!(write.stamp(700), command);
+        }
+    }
+
+    /// A follower answers only renewals before it applies them: a grant, revoke or put it
+    /// answered early could be missing from a serializable read on the same member just after.
+    #[test]
+    fn only_renewals_are_answered_before_the_follower_applies_them() {
+        let cases: Vec<(Write, bool)> = vec![
+            (LeaseRenew { id: id(2) }.into(), true),
+            (
+                LeaseGrant {
+                    id: id(1),
+                    ttl_secs: 5,
+                }
+                .into(),
+                false,
+            ),
+            (LeaseRevoke { id: id(3) }.into(), false),
+            (Compact { revision: 9 }.into(), false),
+            (mvcc::PutRequest::default().into(), false),
+            (mvcc::DeleteRangeRequest::default().into(), false),
+            (mvcc::TxnRequest::default().into(), false),
+        ];
+        for (write, at_commit) in cases {
+            assert_eq!(write.answered_at_commit(), at_commit, "{write:?}");
         }
     }
 

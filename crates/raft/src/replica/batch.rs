@@ -7,7 +7,7 @@ use openraft::Raft;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::error::ReplicaError;
-use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere};
+use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere, wait_applied};
 use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
 use crate::TypeConfig;
 use crate::command::{Applied, Proposal, Write};
@@ -102,9 +102,11 @@ pub(super) async fn propose_batches(
                 tokio::spawn(async move {
                     let (writes, replies): (Vec<Write>, Vec<_>) =
                         own.into_iter().map(|p| (p.write, p.reply)).unzip();
+                    let at_commit: Vec<bool> =
+                        writes.iter().map(Write::answered_at_commit).collect();
                     let result = forward(&raft, &*forwarder, leader, addr, writes).await;
-                    answer(replies, result);
                     drop(permit);
+                    answer_forwarded(&raft, replies, &at_commit, result).await;
                 });
             }
             None => {
@@ -114,6 +116,37 @@ pub(super) async fn propose_batches(
             }
         }
     }
+}
+
+/// Answers a forwarded batch: renewals at once (see [`Write::answered_at_commit`]), every other
+/// write once this member has applied the entry that holds it.
+async fn answer_forwarded(
+    raft: &Raft<TypeConfig>,
+    replies: Vec<oneshot::Sender<Result<Committed, ReplicaError>>>,
+    at_commit: &[bool],
+    result: Result<Forwarded, ReplicaError>,
+) {
+    let Forwarded { log_index, applied } = match result {
+        Ok(forwarded) => forwarded,
+        Err(e) => return answer(replies, Err(e)),
+    };
+    debug_assert_eq!(applied.len(), replies.len(), "one result per command");
+    let mut after_apply = Vec::new();
+    for ((reply, applied), at_commit) in replies.into_iter().zip(applied).zip(at_commit) {
+        if *at_commit {
+            let _ = reply.send(Ok(Committed { log_index, applied }));
+        } else {
+            after_apply.push((reply, applied));
+        }
+    }
+    if after_apply.is_empty() {
+        return;
+    }
+    let (replies, applied): (Vec<_>, Vec<_>) = after_apply.into_iter().unzip();
+    let result = wait_applied(raft, log_index)
+        .await
+        .map(|()| Forwarded { log_index, applied });
+    answer(replies, result);
 }
 
 /// Answers each write of a batch with its own result (or the batch's error).

@@ -98,8 +98,8 @@ pub(super) fn leader_elsewhere(raft: &Raft<TypeConfig>, member_id: u64) -> Optio
     Some((leader, addr))
 }
 
-/// Has the leader commit `writes`, then waits until this member has applied them, so a read
-/// here after the answer sees the writes.
+/// Has the leader commit `writes`. The answer comes before this member has applied them: a
+/// caller whose client may read here next waits for that with [`wait_applied`].
 pub(super) async fn forward(
     raft: &Raft<TypeConfig>,
     forwarder: &dyn Forwarder,
@@ -107,10 +107,7 @@ pub(super) async fn forward(
     addr: String,
     writes: Vec<Write>,
 ) -> Result<Forwarded, ReplicaError> {
-    let forwarded =
-        unless_leader_changes(raft, leader, forwarder.forward(leader, addr, writes)).await?;
-    wait_applied(raft, forwarded.log_index).await?;
-    Ok(forwarded)
+    unless_leader_changes(raft, leader, forwarder.forward(leader, addr, writes)).await
 }
 
 /// Runs a request to `leader`, but gives up with "no leader" as soon as this member learns of
