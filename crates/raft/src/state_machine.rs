@@ -371,7 +371,9 @@ impl StateMachine {
 
     /// Snapshots the current state and makes it the current snapshot.
     fn snapshot(&self) -> Snapshot<TypeConfig> {
-        let stored = {
+        // The state lock is held only to copy the state: apply waits for it, so encoding (the
+        // larger part, 100 ms and more with a million leases) happens after it is released.
+        let (payload, meta) = {
             let state = self.shared.state.read().expect("state lock poisoned");
             let payload = SnapshotPayload {
                 last_applied: state.last_applied,
@@ -384,14 +386,16 @@ impl StateMachine {
             };
             let seq = SNAPSHOT_SEQ.fetch_add(1, Ordering::Relaxed);
             let snapshot_id = format!("{}-{seq}", state.last_applied.map_or(0, |l| l.index));
-            StoredSnapshot {
-                meta: SnapshotMeta {
-                    last_log_id: state.last_applied,
-                    last_membership: state.membership.clone(),
-                    snapshot_id,
-                },
-                bytes: encode(&payload),
-            }
+            let meta = SnapshotMeta {
+                last_log_id: state.last_applied,
+                last_membership: state.membership.clone(),
+                snapshot_id,
+            };
+            (payload, meta)
+        };
+        let stored = StoredSnapshot {
+            meta,
+            bytes: encode(&payload),
         };
         *self.current.lock().expect("snapshot lock poisoned") = Some(stored.clone());
         stored.into_snapshot()
