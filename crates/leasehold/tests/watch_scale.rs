@@ -386,3 +386,75 @@ async fn rewatch_after_a_restart_from_the_last_revision_gets_exactly_the_missed_
         "history from revision 1 after the restart"
     );
 }
+
+/// etcd#15220: a progress response tells the client "you have every event up to revision R",
+/// so it must never come before those events. A watcher that replays 2,500 revisions of history
+/// (three delivery passes of at most 1,000 revisions) asks for progress right after its create;
+/// the answer must come after the whole replay, and name a revision the client has every event
+/// of. Ten streams: the old server answered at once with the current revision whenever it read
+/// the request between two passes, which the first stream alone made likely. (etcd 3.4 answers
+/// at once too, so this test is against leasehold only.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_progress_response_never_comes_before_the_events_it_covers() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    const PUTS: i64 = 2_500;
+    const WRITERS: i64 = 8;
+    const STREAMS: usize = 10;
+    let server = Leasehold::start().await;
+    let client = server.client().await;
+    let first = put(&mut client.clone(), "progress/first").await;
+    let writers = (0..WRITERS).map(|w| {
+        let mut c = client.clone();
+        tokio::spawn(async move {
+            for i in (w..PUTS - 1).step_by(WRITERS as usize) {
+                c.put(format!("progress/{i:05}"), "v", None)
+                    .await
+                    .expect("put");
+            }
+        })
+    });
+    let written = futures::future::join_all(writers);
+    for done in tokio::time::timeout(SCALE_WAIT_MAX, written)
+        .await
+        .expect("the puts finish in time")
+    {
+        done.expect("writer task");
+    }
+    // One put per revision, from `first` on: the events up to revision r number r - first + 1.
+    let deadline = Instant::now() + SCALE_WAIT_MAX;
+    for s in 0..STREAMS {
+        let mut c = client.clone();
+        let (mut requests, mut stream) = c
+            .watch(
+                "progress/",
+                Some(WatchOptions::new().with_prefix().with_start_revision(first)),
+            )
+            .await
+            .expect("watch")
+            .split();
+        requests.request_progress().await.expect("progress request");
+        let mut received: i64 = 0;
+        loop {
+            let m = next_before(&mut stream, deadline, "replay").await;
+            if m.created() {
+                continue;
+            }
+            if m.watch_id() == -1 && m.events().is_empty() {
+                let r = m.header().expect("header").revision();
+                assert!(
+                    r >= first,
+                    "stream {s}: progress at {r}, before the history"
+                );
+                assert_eq!(
+                    received,
+                    r - first + 1,
+                    "stream {s}: progress says every event up to revision {r}, \
+                     but {received} of them have arrived"
+                );
+                assert_eq!(received, PUTS, "stream {s}: the whole history first");
+                break;
+            }
+            received += m.events().len() as i64;
+        }
+    }
+}

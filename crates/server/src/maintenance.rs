@@ -10,8 +10,11 @@ use tonic::{Request, Response, Status};
 use crate::context::ServerContext;
 use crate::error::{ApiError, Unimplemented};
 
-/// The etcd API version leasehold speaks; clients compare it to enable features.
-pub const ETCD_API_VERSION: &str = "3.5.0";
+/// The etcd API version leasehold speaks; clients compare it to enable features. 3.5.13 is the
+/// first etcd whose watch progress responses never run ahead of the events they cover (etcd#15220,
+/// etcd#17507), which kube-apiserver requires before it trusts them; leasehold's do not either
+/// (`watch.rs`).
+pub const ETCD_API_VERSION: &str = "3.5.13";
 
 pub struct MaintenanceService {
     ctx: Arc<ServerContext>,

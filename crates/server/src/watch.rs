@@ -102,6 +102,8 @@ impl Watch for WatchService {
             watchers: BTreeMap::new(),
             next_id: 0,
             dirty: false,
+            pumped_through: 0,
+            progress_requested: 0,
         };
         let task = stream.run(req.into_inner());
         tokio::spawn(async move {
@@ -121,6 +123,12 @@ struct WatchStream {
     /// or the last pass did not finish. Without it a burst of creates would rescan every watcher
     /// per request.
     dirty: bool,
+    /// The store revision the last delivery pass read: no watcher was sent an event above it.
+    pumped_through: i64,
+    /// Progress requests not answered yet: each is answered once every watcher of the stream
+    /// has been sent every event up to the revision it names (etcd#15220), so a client is
+    /// never told "you have everything up to R" before it has.
+    progress_requested: usize,
 }
 
 impl WatchStream {
@@ -134,6 +142,12 @@ impl WatchStream {
                     Ok(behind) => self.dirty = behind,
                     Err(Closed) => return,
                 }
+            }
+            if self.progress_requested > 0
+                && !self.dirty
+                && self.answer_progress_requests().await.is_err()
+            {
+                return;
             }
             let behind = self.dirty;
             tokio::select! {
@@ -193,13 +207,10 @@ impl WatchStream {
                 Ok(())
             }
             Some(RequestUnion::ProgressRequest(_)) => {
-                let rev = self.current_revision().await?;
-                self.send(pb::WatchResponse {
-                    header: self.ctx.header().at(rev),
-                    watch_id: NO_WATCH_ID,
-                    ..Default::default()
-                })
-                .await
+                // Answered by the run loop after a delivery pass leaves no watcher behind.
+                self.progress_requested += 1;
+                self.dirty = true;
+                Ok(())
             }
             None => Ok(()),
         }
@@ -304,6 +315,7 @@ impl WatchStream {
                 return Err(Closed);
             }
         };
+        self.pumped_through = current;
         // The pass covers every revision up to `upto` (all of them unless the batch was cut).
         let distinct = {
             let mut revs: Vec<i64> = events.iter().map(|e| e.kv.mod_revision).collect();
@@ -380,19 +392,50 @@ impl WatchStream {
         Ok(behind)
     }
 
-    /// Tells idle, caught-up watchers that asked for it how far the store has come.
+    /// The revision through which every watcher of the stream has been sent its events.
+    fn delivered_through(&self) -> i64 {
+        self.watchers
+            .values()
+            .map(|w| w.next_revision - 1)
+            .fold(self.pumped_through, i64::min)
+    }
+
+    /// Answers the pending progress requests (once no watcher is behind): with the revision
+    /// every watcher has been sent everything up to, as etcd 3.5 does; etcd 3.4 answered with
+    /// the current revision at once, events still unsent.
+    async fn answer_progress_requests(&mut self) -> Result<(), Closed> {
+        let rev = if self.watchers.is_empty() {
+            self.current_revision().await?
+        } else {
+            self.delivered_through()
+        };
+        while self.progress_requested > 0 {
+            self.progress_requested -= 1;
+            self.send(pb::WatchResponse {
+                header: self.ctx.header().at(rev),
+                watch_id: NO_WATCH_ID,
+                ..Default::default()
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Tells idle, caught-up watchers that asked for it how far the store has come: after a
+    /// delivery pass, and only as far as each was sent its events.
     async fn notify_progress(&mut self) -> Result<(), Closed> {
-        let rev = self.current_revision().await?;
-        let due: Vec<i64> = self
+        self.dirty = self.pump().await?;
+        let pumped_through = self.pumped_through;
+        let due: Vec<(i64, i64)> = self
             .watchers
             .iter()
             .filter(|(_, w)| w.progress_notify && w.synced && !w.sent_since_progress)
-            .map(|(id, _)| *id)
+            .map(|(id, w)| (*id, (w.next_revision - 1).min(pumped_through)))
             .collect();
         for w in self.watchers.values_mut() {
             w.sent_since_progress = false;
         }
-        for id in due {
+        for (id, rev) in due {
             self.send(pb::WatchResponse {
                 header: self.ctx.header().at(rev),
                 watch_id: id,
