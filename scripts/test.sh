@@ -3,7 +3,8 @@
 #   etcd + etcdctl (Debian's etcd-server, etcd-client): the differential tests run a real etcd;
 #   protoc (Debian's protobuf-compiler) and the well-known .proto files it imports
 #   (Debian's libprotobuf-dev, /usr/include/google/protobuf/descriptor.proto): the etcd-client
-#   crate used by the tests needs both to build.
+#   crate used by the tests needs both to build;
+#   curl: the HTTP endpoint tests read /health, /livez, /readyz and /version with it.
 # The leasehold binary itself builds with cargo alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 # Check the header file itself, not only the binary: protobuf-compiler without recommends does not
 # bring it, and etcd-client's build fails with 'google/protobuf/descriptor.proto: File not found'.
 [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
@@ -22,7 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-for need in etcd etcdctl protoc; do
+for need in etcd etcdctl protoc curl; do
   command -v "$need" >/dev/null 2>&1 || { echo "test.sh: $need is still missing after install" >&2; exit 1; }
 done
 [ -f /usr/include/google/protobuf/descriptor.proto ] ||

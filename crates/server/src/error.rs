@@ -35,6 +35,8 @@ pub enum ApiError {
 pub enum Unimplemented {
     /// Alarm Activate: leasehold raises no alarms, and clients cannot raise one.
     RaiseAlarm,
+    /// A gRPC method no service here has (tonic answers the same, with an empty message).
+    UnknownMethod,
 }
 
 /// The lock (v3lock) and election (v3election) services, which word an expired session each
@@ -241,6 +243,7 @@ impl From<ApiError> for Status {
                     Unimplemented::RaiseAlarm => {
                         "leasehold: alarms cannot be raised by clients yet"
                     }
+                    Unimplemented::UnknownMethod => "",
                 };
                 Status::new(Code::Unimplemented, msg)
             }
@@ -364,6 +367,7 @@ mod tests {
         api(ApiError::BadPeerUrls, InvalidArgument, bad_urls);
         let alarm = "leasehold: alarms cannot be raised by clients yet";
         api(super::Unimplemented::RaiseAlarm, Code::Unimplemented, alarm);
+        api(super::Unimplemented::UnknownMethod, Code::Unimplemented, "");
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod convert;
 mod election;
 mod error;
 mod expiry;
+mod health;
 pub mod identity;
 mod kv;
 mod lease;
@@ -67,26 +68,54 @@ pub async fn serve(
             }
         })
     });
+    let mut grpc = tonic::service::Routes::builder();
+    grpc.add_service(
+        KvServer::new(kv::KvService::new(ctx.clone())).max_decoding_message_size(DECODE_BYTES_MAX),
+    )
+    .add_service(LeaseServer::new(lease::LeaseService::new(ctx.clone())))
+    .add_service(
+        WatchServer::new(watch::WatchService::new(ctx.clone()))
+            .max_decoding_message_size(DECODE_BYTES_MAX),
+    )
+    .add_service(MaintenanceServer::new(
+        maintenance::MaintenanceService::new(ctx.clone()),
+    ))
+    .add_service(ClusterServer::new(cluster::ClusterService::new(
+        ctx.clone(),
+    )))
+    .add_service(LockServer::new(lock::LockService::new(ctx.clone())))
+    .add_service(ElectionServer::new(election::ElectionService::new(
+        ctx.clone(),
+    )))
+    .add_service(grpc_health(&ctx));
+    // etcd serves its HTTP endpoints on the client port too, over HTTP/1.1 as well as HTTP/2.
+    let routes = tonic::service::Routes::from(
+        grpc.routes()
+            .into_axum_router()
+            .merge(health::router(ctx))
+            .fallback(health::not_found),
+    );
     tonic::transport::Server::builder()
+        .accept_http1(true)
         .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .add_service(
-            KvServer::new(kv::KvService::new(ctx.clone()))
-                .max_decoding_message_size(DECODE_BYTES_MAX),
-        )
-        .add_service(LeaseServer::new(lease::LeaseService::new(ctx.clone())))
-        .add_service(
-            WatchServer::new(watch::WatchService::new(ctx.clone()))
-                .max_decoding_message_size(DECODE_BYTES_MAX),
-        )
-        .add_service(MaintenanceServer::new(
-            maintenance::MaintenanceService::new(ctx.clone()),
-        ))
-        .add_service(ClusterServer::new(cluster::ClusterService::new(
-            ctx.clone(),
-        )))
-        .add_service(LockServer::new(lock::LockService::new(ctx.clone())))
-        .add_service(ElectionServer::new(election::ElectionService::new(ctx)))
+        .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+/// `grpc.health.v1.Health`, as etcd registers it: the whole server ("") is serving until this
+/// member stops.
+fn grpc_health(
+    ctx: &Arc<ServerContext>,
+) -> tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health> {
+    let (reporter, service) = tonic_health::server::health_reporter();
+    let replica = ctx.replica.clone();
+    tokio::spawn(async move {
+        replica.stopping().await;
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+    });
+    service
 }
