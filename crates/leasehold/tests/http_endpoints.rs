@@ -132,18 +132,48 @@ async fn health_version_and_grpc_health_answer_as_etcd_does() {
     );
 }
 
-/// A member whose two peers are gone has no leader: `/health` says so with 503 on both (etcd
+/// A member whose two peers are gone has no leader, whether it led or followed: `/health` says
+/// so with 503 on both (etcd
 /// 3.5's reason `RAFT NO LEADER` on leasehold). leasehold's `/health?serializable=true` still
 /// answers 200, as etcd 3.5's does (3.4 ignores the parameter), `/livez` stays ok (a local read
 /// works) and `/readyz` fails on the linearizable read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_without_a_leader_is_unhealthy_but_alive() {
-    for kind in [Kind::Etcd, Kind::Leasehold] {
+    // The survivor was the leader (etcd's steps down for want of a quorum; openraft's would go
+    // on naming itself) or a follower (it stops naming the lost leader when it campaigns).
+    let cases = [
+        (Kind::Etcd, true),
+        (Kind::Leasehold, true),
+        (Kind::Leasehold, false),
+    ];
+    for (kind, survivor_led) in cases {
         let mut cluster = Cluster::start(kind, 3).await;
-        cluster.members[1].kill9();
-        cluster.members[2].kill9();
-        let ep = cluster.members[0].endpoint();
-        let side = cluster.members[0].label().to_owned();
+        let leader = cluster.leader().await;
+        let survivor = if survivor_led {
+            leader
+        } else {
+            (leader + 1) % 3
+        };
+        // Healthy first, the leader (which hears its peers' heartbeat answers) included.
+        for member in &cluster.members {
+            let (code, body) = get(&member.endpoint(), "/health");
+            assert_eq!(code, 200, "{}: {body}", member.label());
+        }
+        for (i, member) in cluster.members.iter_mut().enumerate() {
+            if i != survivor {
+                member.kill9();
+            }
+        }
+        let ep = cluster.members[survivor].endpoint();
+        let side = format!(
+            "{} ({})",
+            cluster.members[survivor].label(),
+            if survivor_led {
+                "was leader"
+            } else {
+                "was follower"
+            }
+        );
         let deadline = Instant::now() + NO_LEADER_WAIT_MAX;
         // Until the member notices: at first a read fails (leasehold's reason `RANGE ERROR:`),
         // then its election timeout passes and it knows it has no leader.
@@ -185,5 +215,24 @@ async fn a_member_without_a_leader_is_unhealthy_but_alive() {
                 && body.ends_with("readyz check failed\n"),
             "{body}"
         );
+    }
+}
+
+/// `--listen-metrics-urls` serves the HTTP endpoints on a port of their own, as etcd does
+/// (kubeadm's static pods probe `/health` and `/readyz` there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_urls_serve_the_health_endpoints() {
+    for kind in [Kind::Etcd, Kind::Leasehold] {
+        let metrics = format!("http://127.0.0.1:{}", common::free_port());
+        let cluster = Cluster::start_with(kind, 1, &["--listen-metrics-urls", &metrics]).await;
+        let side = cluster.members[0].label().to_owned();
+        let (code, body) = get(&metrics, "/health?exclude=NOSPACE&serializable=true");
+        assert_eq!(code, 200, "{side}: {body}");
+        assert_eq!(json(&body)["health"], "true", "{side}: {body}");
+        if kind == Kind::Leasehold {
+            assert_eq!(get(&metrics, "/readyz"), (200, "ok".to_owned()));
+            assert_eq!(get(&metrics, "/livez"), (200, "ok".to_owned()));
+            assert_eq!(get(&metrics, "/version").0, 200);
+        }
     }
 }

@@ -25,6 +25,10 @@ pub struct NodeConfig {
     /// Comma-separated URLs to listen on for peer traffic (Raft and forwarding between members).
     #[arg(long, default_value = "http://127.0.0.1:2380")]
     pub listen_peer_urls: String,
+    /// Comma-separated URLs to listen on for etcd's HTTP endpoints only (`/health`, `/livez`,
+    /// `/readyz`, `/version`), as etcd's `--listen-metrics-urls`; none by default.
+    #[arg(long, default_value = "")]
+    pub listen_metrics_urls: String,
     /// This member's peer URLs to advertise to the rest of the cluster.
     #[arg(long, default_value = "http://127.0.0.1:2380")]
     pub initial_advertise_peer_urls: String,
@@ -133,10 +137,19 @@ impl NodeConfig {
         for url in split_urls(&self.listen_peer_urls) {
             parse_http_url(&url).with_context(|| format!("--listen-peer-urls {url:?}"))?;
         }
+        self.metrics_addrs()?;
         if self.initial_cluster_state != "new" && self.initial_cluster_state != "existing" {
             bail!("--initial-cluster-state must be 'new' or 'existing'");
         }
         Ok(())
+    }
+
+    /// `--listen-metrics-urls` as socket addresses (none when the flag is empty).
+    pub fn metrics_addrs(&self) -> anyhow::Result<Vec<SocketAddr>> {
+        split_urls(&self.listen_metrics_urls)
+            .iter()
+            .map(|u| parse_http_url(u).with_context(|| format!("--listen-metrics-urls {u:?}")))
+            .collect()
     }
 
     pub fn client_addrs(&self) -> anyhow::Result<Vec<SocketAddr>> {

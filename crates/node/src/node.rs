@@ -25,10 +25,13 @@ const FATAL_STOP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(
 pub struct Listeners {
     pub client: Vec<TcpListener>,
     pub peer: Vec<TcpListener>,
+    /// `--listen-metrics-urls`: HTTP endpoints only.
+    pub metrics: Vec<TcpListener>,
 }
 
 impl Listeners {
-    /// Binds the config's `--listen-client-urls` and `--listen-peer-urls`.
+    /// Binds the config's `--listen-client-urls`, `--listen-peer-urls` and
+    /// `--listen-metrics-urls`.
     pub async fn bind(config: &NodeConfig) -> anyhow::Result<Listeners> {
         // Bad flags are reported before a taken port can hide them.
         config.validate()?;
@@ -48,7 +51,18 @@ impl Listeners {
                 .with_context(|| format!("listen on {addr} for peers"))?;
             peer.push(l);
         }
-        Ok(Listeners { client, peer })
+        let mut metrics = Vec::new();
+        for addr in config.metrics_addrs()? {
+            let l = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen on {addr} for metrics"))?;
+            metrics.push(l);
+        }
+        Ok(Listeners {
+            client,
+            peer,
+            metrics,
+        })
     }
 }
 
@@ -150,6 +164,17 @@ impl Node {
             tokio::spawn(async move {
                 if let Err(e) = leasehold_peer::serve_peers(replica, listener, stop).await {
                     tracing::error!("peer transport on {addr}: {e}");
+                }
+            });
+        }
+        for listener in listeners.metrics {
+            let addr = listener.local_addr()?;
+            tracing::info!("serving /health, /livez, /readyz, /version on http://{addr}");
+            let stop = stopped(stop_rx.clone());
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                if let Err(e) = leasehold_server::serve_http(ctx, listener, stop).await {
+                    tracing::error!("HTTP endpoints on {addr}: {e}");
                 }
             });
         }

@@ -119,7 +119,7 @@ async fn health(State(ctx): State<Arc<ServerContext>>, RawQuery(query): RawQuery
         let body = serde_json::json!({ "health": "false", "reason": reason });
         text(StatusCode::SERVICE_UNAVAILABLE, body.to_string())
     };
-    if !serializable && ctx.replica.status().leader.is_none() {
+    if !serializable && !ctx.replica.has_leader() {
         return unhealthy("RAFT NO LEADER".to_owned());
     }
     if let Err(why) = read_check(&ctx, !serializable).await {

@@ -104,6 +104,21 @@ pub async fn serve(
         .await
 }
 
+/// Serves only the HTTP endpoints (no gRPC) on `listener`, as etcd serves
+/// `--listen-metrics-urls`, until `shutdown` completes.
+pub async fn serve_http(
+    ctx: Arc<ServerContext>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let routes = tonic::service::Routes::from(health::router(ctx).fallback(health::not_found));
+    tonic::transport::Server::builder()
+        .accept_http1(true)
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}
+
 /// `grpc.health.v1.Health`, as etcd registers it: the whole server ("") is serving until this
 /// member stops.
 fn grpc_health(

@@ -118,6 +118,7 @@ impl InProcessCluster {
             let listeners = Listeners {
                 client: vec![client],
                 peer: vec![peer],
+                metrics: Vec::new(),
             };
             let (stop, stopped) = oneshot::channel::<()>();
             let node = Node::start(config, listeners, async move {

@@ -372,6 +372,23 @@ impl Replica {
         Ok(state_machine::read(&self.shared, f))
     }
 
+    /// Whether this member knows a leader it can count on: another member it follows, or itself
+    /// as leader having heard from a quorum within the election timeout. etcd's leader steps
+    /// down after that long without a quorum; openraft's stays leader until it hears of a newer
+    /// term, so a leader cut off from every peer would otherwise go on naming itself.
+    pub fn has_leader(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        match m.current_leader {
+            None => false,
+            Some(leader) if leader != self.member_id => true,
+            Some(_) => {
+                let alone = m.membership_config.membership().voter_ids().count() <= 1;
+                let window = u64::try_from(self.election_timeout().as_millis()).unwrap_or(u64::MAX);
+                alone || m.millis_since_quorum_ack.is_some_and(|ms| ms <= window)
+            }
+        }
+    }
+
     pub fn status(&self) -> RaftStatus {
         let m = self.raft.metrics().borrow().clone();
         RaftStatus {
