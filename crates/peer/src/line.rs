@@ -271,8 +271,12 @@ pub(crate) fn serve_line(
                     break;
                 }
             };
-            let Ok(permit) = in_flight.clone().acquire_owned().await else {
-                break;
+            let permit = tokio::select! {
+                permit = in_flight.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+                () = &mut stopping => break,
             };
             let replica = replica.clone();
             let answers = answers.clone();

@@ -67,7 +67,8 @@ impl Write {
     }
 
     /// Whether a follower may answer it as soon as the leader has committed it, before applying
-    /// it itself. True of renewals only: a renewal changes nothing a client reads from this
+    /// it itself (unless the leader's answer says the renewal found no live lease: it may have
+    /// revoked it, see `batch::answer_forwarded`). True of renewals only: a renewal changes nothing a client reads from this
     /// member's own state (lease time and deadlines are read through the leader, after a read
     /// index that covers the renewal), and the leader's answer already says what it did. Any
     /// other write is answered after this member applies it, so that a serializable read here

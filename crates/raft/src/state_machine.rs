@@ -397,7 +397,17 @@ impl StateMachine {
             meta,
             bytes: encode(&payload),
         };
-        *self.current.lock().expect("snapshot lock poisoned") = Some(stored.clone());
+        {
+            // A snapshot installed from the leader while this one was encoding is newer: keep it
+            // (a follower sent this older one would need log entries already purged).
+            let mut current = self.current.lock().expect("snapshot lock poisoned");
+            let newer = current
+                .as_ref()
+                .is_none_or(|c| c.meta.last_log_id <= stored.meta.last_log_id);
+            if newer {
+                *current = Some(stored.clone());
+            }
+        }
         stored.into_snapshot()
     }
 }

@@ -133,7 +133,10 @@ async fn answer_forwarded(
     debug_assert_eq!(applied.len(), replies.len(), "one result per command");
     let mut after_apply = Vec::new();
     for ((reply, applied), at_commit) in replies.into_iter().zip(applied).zip(at_commit) {
-        if *at_commit {
+        // A renewal that found no live lease may have revoked it (deleting its keys): answered
+        // after this member applies that too, like any other delete.
+        let found_no_lease = matches!(applied, Applied::LeaseRenew(None));
+        if *at_commit && !found_no_lease {
             let _ = reply.send(Ok(Committed { log_index, applied }));
         } else {
             after_apply.push((reply, applied));
