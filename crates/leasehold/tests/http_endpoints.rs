@@ -19,6 +19,10 @@ const NO_LEADER_WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// `curl` over HTTP/1.1: the status code and the body.
 fn get(endpoint: &str, path: &str) -> (u16, String) {
+    request("GET", endpoint, path)
+}
+
+fn request(method: &str, endpoint: &str, path: &str) -> (u16, String) {
     let out = Command::new("curl")
         .args([
             "-sS",
@@ -28,6 +32,7 @@ fn get(endpoint: &str, path: &str) -> (u16, String) {
             "-w",
             "\n%{http_code}",
         ])
+        .args(["-X", method])
         .arg(format!("{endpoint}{path}"))
         .output()
         .expect("run curl");
@@ -60,8 +65,8 @@ async fn grpc_health(server: &Server) -> ServingStatus {
 }
 
 /// What both servers answer alike: `/health` (plain and serializable) says healthy with 200,
-/// `/version` names the server and cluster versions in etcd's key order, an unknown path gets
-/// etcd's 404 page, and `grpc.health.v1` says SERVING.
+/// `/version` names the server and cluster versions in etcd's key order, a POST gets etcd's
+/// 405, an unknown path gets etcd's 404 page, and `grpc.health.v1` says SERVING.
 async fn check_common(server: &Server) -> (Value, Value) {
     let side = server.label().to_owned();
     let ep = server.endpoint();
@@ -84,6 +89,11 @@ async fn check_common(server: &Server) -> (Value, Value) {
             .as_str()
             .is_some_and(|v| v.ends_with(".0")),
         "{side}: {body}"
+    );
+    assert_eq!(
+        request("POST", &ep, "/health"),
+        (405, "Method Not Allowed\n".to_owned()),
+        "{side}"
     );
     let (code, body) = get(&ep, "/no/such/path");
     assert_eq!(

@@ -32,10 +32,10 @@ const ETCD_CLUSTER_VERSION: &str = "3.5.0";
 /// The HTTP routes, to merge with the gRPC services' (whose fallback [`not_found`] replaces).
 pub(crate) fn router(ctx: Arc<ServerContext>) -> Router {
     Router::new()
-        .route("/health", get(health))
-        .route("/livez", get(livez))
-        .route("/readyz", get(readyz))
-        .route("/version", get(version))
+        .route("/health", get(health).fallback(method_not_allowed))
+        .route("/livez", get(livez).fallback(method_not_allowed))
+        .route("/readyz", get(readyz).fallback(method_not_allowed))
+        .route("/version", get(version).fallback(method_not_allowed))
         .with_state(ctx)
 }
 
@@ -85,6 +85,18 @@ async fn version() -> Response {
     json(StatusCode::OK, body)
 }
 
+/// Any method but GET on an endpoint: etcd's 405.
+async fn method_not_allowed() -> Response {
+    let mut response = text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Method Not Allowed\n".to_owned(),
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("GET"));
+    response
+}
+
 /// What a path that is neither an HTTP endpoint nor a gRPC method gets: gRPC's Unimplemented
 /// for a gRPC request (as tonic answers), etcd's 404 page for anything else.
 pub(crate) async fn not_found(request: axum::extract::Request) -> Response {
@@ -119,7 +131,7 @@ async fn health(State(ctx): State<Arc<ServerContext>>, RawQuery(query): RawQuery
         let body = serde_json::json!({ "health": "false", "reason": reason });
         text(StatusCode::SERVICE_UNAVAILABLE, body.to_string())
     };
-    if !serializable && !ctx.replica.has_leader() {
+    if !serializable && ctx.replica.status().leader.is_none() {
         return unhealthy("RAFT NO LEADER".to_owned());
     }
     if let Err(why) = read_check(&ctx, !serializable).await {

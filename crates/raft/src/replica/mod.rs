@@ -372,28 +372,27 @@ impl Replica {
         Ok(state_machine::read(&self.shared, f))
     }
 
-    /// Whether this member knows a leader it can count on: another member it follows, or itself
-    /// as leader having heard from a quorum within the election timeout. etcd's leader steps
-    /// down after that long without a quorum; openraft's stays leader until it hears of a newer
-    /// term, so a leader cut off from every peer would otherwise go on naming itself.
-    pub fn has_leader(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
-        match m.current_leader {
-            None => false,
-            Some(leader) if leader != self.member_id => true,
-            Some(_) => {
-                let alone = m.membership_config.membership().voter_ids().count() <= 1;
-                let window = u64::try_from(self.election_timeout().as_millis()).unwrap_or(u64::MAX);
-                alone || m.millis_since_quorum_ack.is_some_and(|ms| ms <= window)
-            }
+    /// The leader this member counts on: the one it follows, or itself as leader only while it
+    /// has heard from a quorum within the election timeout. etcd's leader steps down after that
+    /// long without a quorum; openraft's stays leader until it hears of a newer term, so a
+    /// leader cut off from every peer would otherwise go on naming itself (in Status, to
+    /// `hasleader` streams and to `/health`).
+    fn counted_leader(&self, m: &openraft::RaftMetrics<u64, BasicNode>) -> Option<u64> {
+        let leader = m.current_leader?;
+        if leader != self.member_id {
+            return Some(leader);
         }
+        let alone = m.membership_config.membership().voter_ids().count() <= 1;
+        let window = u64::try_from(self.election_timeout().as_millis()).unwrap_or(u64::MAX);
+        let heard_from_quorum = m.millis_since_quorum_ack.is_some_and(|ms| ms <= window);
+        (alone || heard_from_quorum).then_some(leader)
     }
 
     pub fn status(&self) -> RaftStatus {
         let m = self.raft.metrics().borrow().clone();
         RaftStatus {
             term: m.current_term,
-            leader: m.current_leader,
+            leader: self.counted_leader(&m),
             last_log_index: m.last_log_index.unwrap_or(0),
             applied_index: m.last_applied.map_or(0, |l| l.index),
         }
@@ -458,7 +457,7 @@ impl Replica {
     pub async fn leader_lost_for(&self, period: Duration) {
         let mut metrics = self.raft.metrics();
         loop {
-            while metrics.borrow_and_update().current_leader.is_some() {
+            while self.counted_leader(&metrics.borrow_and_update()).is_some() {
                 if metrics.changed().await.is_err() {
                     return std::future::pending().await;
                 }
@@ -468,7 +467,7 @@ impl Replica {
                     if metrics.changed().await.is_err() {
                         return std::future::pending::<()>().await;
                     }
-                    if metrics.borrow_and_update().current_leader.is_some() {
+                    if self.counted_leader(&metrics.borrow_and_update()).is_some() {
                         return;
                     }
                 }
