@@ -158,25 +158,15 @@ impl Node {
         }
         for listener in listeners.peer {
             let addr = listener.local_addr()?;
-            tracing::info!("serving peers on http://{addr}");
             let stop = stopped(stop_rx.clone());
-            let replica = replica.clone();
-            tokio::spawn(async move {
-                if let Err(e) = leasehold_peer::serve_peers(replica, listener, stop).await {
-                    tracing::error!("peer transport on {addr}: {e}");
-                }
-            });
+            let served = leasehold_peer::serve_peers(replica.clone(), listener, stop);
+            serve_in_background("peers", addr, served);
         }
         for listener in listeners.metrics {
             let addr = listener.local_addr()?;
-            tracing::info!("serving /health, /livez, /readyz, /version on http://{addr}");
             let stop = stopped(stop_rx.clone());
-            let ctx = ctx.clone();
-            tokio::spawn(async move {
-                if let Err(e) = leasehold_server::serve_http(ctx, listener, stop).await {
-                    tracing::error!("HTTP endpoints on {addr}: {e}");
-                }
-            });
+            let served = leasehold_server::serve_http(ctx.clone(), listener, stop);
+            serve_in_background("/health, /livez, /readyz, /version", addr, served);
         }
         let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
             replica.clone(),
@@ -269,4 +259,19 @@ fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Serves `what` on `addr` on a task of its own, not waited for at a stop (the client servers
+/// are: they drain requests); a failure is logged.
+fn serve_in_background<E: std::fmt::Display>(
+    what: &'static str,
+    addr: SocketAddr,
+    served: impl std::future::Future<Output = Result<(), E>> + Send + 'static,
+) {
+    tracing::info!("serving {what} on http://{addr}");
+    tokio::spawn(async move {
+        if let Err(e) = served.await {
+            tracing::error!("serving {what} on {addr}: {e}");
+        }
+    });
 }

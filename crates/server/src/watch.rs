@@ -411,14 +411,19 @@ impl WatchStream {
         };
         while self.progress_requested > 0 {
             self.progress_requested -= 1;
-            self.send(pb::WatchResponse {
-                header: self.ctx.header().at(rev),
-                watch_id: NO_WATCH_ID,
-                ..Default::default()
-            })
-            .await?;
+            self.send_progress(NO_WATCH_ID, rev).await?;
         }
         Ok(())
+    }
+
+    /// A progress response: no events, the header at `rev`.
+    async fn send_progress(&self, watch_id: i64, rev: i64) -> Result<(), Closed> {
+        self.send(pb::WatchResponse {
+            header: self.ctx.header().at(rev),
+            watch_id,
+            ..Default::default()
+        })
+        .await
     }
 
     /// Tells idle, caught-up watchers that asked for it how far the store has come: after a
@@ -436,12 +441,7 @@ impl WatchStream {
             w.sent_since_progress = false;
         }
         for (id, rev) in due {
-            self.send(pb::WatchResponse {
-                header: self.ctx.header().at(rev),
-                watch_id: id,
-                ..Default::default()
-            })
-            .await?;
+            self.send_progress(id, rev).await?;
         }
         Ok(())
     }
