@@ -266,6 +266,45 @@ async fn two_thousand_leases_over_one_stream_are_never_lost() {
     assert!(r["duration_s"].as_f64() >= Some(5.9), "{r}");
 }
 
+/// `--paced` renews each lease a third of its TTL after its last answer, as clientv3 does: 100
+/// leases of TTL 3 s are renewed about once a second each, so 3 measured seconds carry about
+/// 300 renewals (fewer by the answer latency), not a closed loop's thousands; the run ends when
+/// its window does, not a pace later; and no lease is lost. The band is the client's pacing,
+/// not the server's speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paced_keepalive_renews_each_lease_every_third_of_its_ttl() {
+    let server = Leasehold::start().await;
+    let r = bench(
+        &server,
+        &[
+            "lease-keepalive",
+            "--leases",
+            "100",
+            "--streams",
+            "2",
+            "--ttl-secs",
+            "3",
+            "--paced",
+            "--duration",
+            "3",
+        ],
+    );
+    assert_eq!(r["errors"].as_u64(), Some(0), "{r}");
+    assert_eq!(r["leases_lost"].as_u64(), Some(0), "{r}");
+    assert_eq!(r["renew_every_ms"].as_u64(), Some(1000), "{r}");
+    assert_eq!(r["offered_per_s"].as_f64(), Some(100.0), "{r}");
+    let renewals = r["requests"].as_u64().expect("requests");
+    assert!(
+        (150..=400).contains(&renewals),
+        "about one renewal per lease a second: {r}"
+    );
+    let took = r["duration_s"].as_f64().expect("duration_s");
+    assert!(
+        (2.9..4.0).contains(&took),
+        "the run ends with its 3 s window: {r}"
+    );
+}
+
 #[test]
 fn remote_endpoints_are_refused_without_the_flag() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
