@@ -144,6 +144,7 @@ impl Node {
             watch_progress_interval: config.experimental_watch_progress_notify_interval,
             cluster_token: config.initial_cluster_token.clone(),
             member_names: identity.names.clone(),
+            metrics: Arc::new(leasehold_server::Metrics::new(replica.clone())),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut servers = Vec::new();
@@ -166,10 +167,11 @@ impl Node {
             let addr = listener.local_addr()?;
             let stop = stopped(stop_rx.clone());
             let served = leasehold_server::serve_http(ctx.clone(), listener, stop);
-            serve_in_background("/health, /livez, /readyz, /version", addr, served);
+            serve_in_background("/metrics, /health, /livez, /readyz, /version", addr, served);
         }
         let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
             replica.clone(),
+            ctx.metrics.clone(),
             leasehold_server::ExpiryConfig::default(),
             stop_rx,
         ));

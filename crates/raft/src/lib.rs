@@ -14,6 +14,7 @@ mod network;
 mod replica;
 mod state_machine;
 mod storage;
+mod telemetry;
 
 use std::io::Cursor;
 
@@ -27,6 +28,7 @@ pub use replica::{
     NoForwarding, RaftStatus, ReadIndex, Replica, ReplicaConfig, ReplicaError, StartError,
 };
 pub use storage::StorageError;
+pub use telemetry::{DISK_BUCKETS_SECS, HistogramReading, TelemetryReading};
 
 openraft::declare_raft_types!(
     /// The Raft type configuration of leasehold.

@@ -73,9 +73,16 @@ impl LogStore {
                 .map_err(StorageError::write(what))?;
             // Every log commit also carries the state machine's applied-but-unwritten changes:
             // this is the group commit of log and state machine (see `Db::stage_sm`).
-            db.write_staged_sm(&txn)?;
+            let with_state = db.write_staged_sm(&txn)?;
             f(&txn)?;
-            txn.commit().map_err(StorageError::commit(what))
+            let started = std::time::Instant::now();
+            txn.commit().map_err(StorageError::commit(what))?;
+            let took = started.elapsed();
+            db.telemetry().log_commit.observe(took);
+            if with_state {
+                db.telemetry().state_commit.observe(took);
+            }
+            Ok(())
         })
         .await
         .map_err(|error| StorageError::Thread { what, error })?
@@ -174,6 +181,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         committed: Option<LogId<u64>>,
     ) -> Result<(), RaftStorageError> {
         *self.committed.lock().expect("committed lock poisoned") = committed;
+        if let Some(log_id) = committed {
+            self.db.telemetry().committed(log_id.index);
+        }
         Ok(())
     }
 

@@ -682,7 +682,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     .map_err(StorageError::write(WHAT))?;
             }
             write_sm(&txn, &changes, &leases, &row)?;
-            txn.commit().map_err(StorageError::commit(WHAT))
+            let started = std::time::Instant::now();
+            txn.commit().map_err(StorageError::commit(WHAT))?;
+            db.telemetry().state_commit.observe(started.elapsed());
+            Ok(())
         })
         .await
         .map_err(|error| StorageError::Thread { what: WHAT, error })

@@ -18,6 +18,8 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::telemetry::Telemetry;
+
 mod error;
 
 pub(crate) use error::FirstFailure;
@@ -114,6 +116,8 @@ pub(crate) struct Db {
     /// The first storage failure, typed; shared with the replica, which outlives the file.
     failure: Arc<FirstFailure>,
     closed: tokio::sync::watch::Sender<()>,
+    /// Commit times and the other counters operators read.
+    telemetry: Arc<Telemetry>,
 }
 
 #[derive(Default)]
@@ -207,12 +211,20 @@ impl Db {
     }
 
     /// Writes the staged state-machine changes into `txn` (a log commit).
-    pub(crate) fn write_staged_sm(&self, txn: &redb::WriteTransaction) -> Result<(), StorageError> {
+    /// Writes the staged state-machine rows into `txn`; whether there were any.
+    pub(crate) fn write_staged_sm(
+        &self,
+        txn: &redb::WriteTransaction,
+    ) -> Result<bool, StorageError> {
         let staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
         match staged.meta {
-            Some(meta) => write_sm(txn, &staged.changes, &staged.leases, &meta),
-            None => Ok(()),
+            Some(meta) => write_sm(txn, &staged.changes, &staged.leases, &meta).map(|()| true),
+            None => Ok(false),
         }
+    }
+
+    pub(crate) fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.telemetry
     }
 
     /// Drops staged changes that a snapshot install makes obsolete.
@@ -276,5 +288,6 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         staged_sm: Mutex::new(StagedSm::default()),
         failure: Arc::new(FirstFailure::default()),
         closed,
+        telemetry: Arc::default(),
     }))
 }

@@ -6,6 +6,7 @@ use leasehold_raft::Replica;
 
 use crate::convert::Header;
 use crate::lease::LeaseIdGenerator;
+use crate::metrics::Metrics;
 
 pub struct ServerContext {
     pub replica: Arc<Replica>,
@@ -23,6 +24,8 @@ pub struct ServerContext {
     pub cluster_token: String,
     /// Names of the other members, as `--initial-cluster` gives them.
     pub member_names: std::collections::BTreeMap<u64, String>,
+    /// What `/metrics` exports.
+    pub metrics: Arc<Metrics>,
 }
 
 impl ServerContext {

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_raft::Replica;
+
+use crate::metrics::Metrics;
 use tokio::sync::watch;
 
 /// How the driver paces itself.
@@ -36,6 +38,7 @@ impl Default for ExpiryConfig {
 /// Runs until `shutdown` turns true.
 pub async fn drive_lease_expiry(
     replica: Arc<Replica>,
+    metrics: Arc<Metrics>,
     cfg: ExpiryConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -53,7 +56,7 @@ pub async fn drive_lease_expiry(
             }
             continue;
         }
-        let wake = match step(&replica, &cfg, tick_ms).await {
+        let wake = match step(&replica, &metrics, &cfg, tick_ms).await {
             Ok(wake) => wake,
             Err(e) => {
                 tracing::warn!("lease expiry: {e}; retrying");
@@ -78,6 +81,7 @@ pub async fn drive_lease_expiry(
 /// (`None`: only a lease change can make work).
 async fn step(
     replica: &Replica,
+    metrics: &Metrics,
     cfg: &ExpiryConfig,
     tick_ms: u64,
 ) -> Result<Option<Instant>, leasehold_raft::ReplicaError> {
@@ -87,10 +91,16 @@ async fn step(
     };
     let now = Instant::now();
     let now_ms = clock.now_ms(now);
-    let (due, next_deadline, replicated_ms, any) = replica
+    let (due, deadlines, next_deadline, replicated_ms, any) = replica
         .read_leases(false, |t| {
+            let due = t.expired(now_ms, cfg.revoke_batch_len_max);
+            let deadlines: Vec<u64> = due
+                .iter()
+                .filter_map(|id| t.record(*id).map(|r| r.deadline_ms))
+                .collect();
             (
-                t.expired(now_ms, cfg.revoke_batch_len_max),
+                due,
+                deadlines,
                 t.next_deadline_ms(),
                 t.clock_ms(),
                 !t.is_empty(),
@@ -101,6 +111,12 @@ async fn step(
         // Only as leader: a member that was deposed meanwhile must not get its expiries
         // committed by the new leader (etcd#15247).
         replica.expire_leases(due, now_ms).await?;
+        let committed_ms = clock.now_ms(Instant::now());
+        metrics.leases_expired(
+            deadlines
+                .iter()
+                .map(|d| Duration::from_millis(committed_ms.saturating_sub(*d))),
+        );
         return Ok(Some(Instant::now()));
     }
     if any && now_ms >= replicated_ms.saturating_add(tick_ms) {

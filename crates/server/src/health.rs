@@ -36,6 +36,10 @@ pub(crate) fn router(ctx: Arc<ServerContext>) -> Router {
         .route("/livez", get(livez).fallback(method_not_allowed))
         .route("/readyz", get(readyz).fallback(method_not_allowed))
         .route("/version", get(version).fallback(method_not_allowed))
+        .route(
+            "/metrics",
+            get(crate::metrics::serve_metrics).fallback(method_not_allowed),
+        )
         .with_state(ctx)
 }
 

@@ -170,6 +170,7 @@ impl Lease for LeaseService {
         let ttl_secs = validate::lease_ttl(req.ttl, self.ctx.lease_ttl_secs_min)?;
         let id = LeaseId::from_wire(req.id).unwrap_or_else(|| self.ctx.lease_ids.next_id());
         grant(&self.ctx, id, ttl_secs).await?;
+        self.ctx.metrics.lease_granted(ttl_secs);
         let revision = current_revision(&self.ctx).await?;
         Ok(Response::new(pb::LeaseGrantResponse {
             header: self.ctx.header().at(revision),

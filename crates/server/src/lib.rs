@@ -24,6 +24,7 @@ mod kv;
 mod lease;
 mod lock;
 mod maintenance;
+mod metrics;
 mod recipe;
 mod validate;
 mod watch;
@@ -47,6 +48,7 @@ pub use context::ServerContext;
 pub use expiry::{ExpiryConfig, drive_lease_expiry};
 pub use lease::LeaseIdGenerator;
 pub use maintenance::ETCD_API_VERSION;
+pub use metrics::Metrics;
 pub use validate::lease_ttl_secs_min;
 pub use validate::{GRPC_MESSAGE_BYTES_MAX, REQUEST_BYTES_MAX, TXN_OPS_MAX};
 
@@ -89,9 +91,12 @@ pub async fn serve(
     )))
     .add_service(grpc_health(&ctx));
     // etcd serves its HTTP endpoints on the client port too, over HTTP/1.1 as well as HTTP/2.
+    // Only the gRPC routes are counted as gRPC calls.
+    let counted = axum::middleware::from_fn_with_state(ctx.metrics.clone(), metrics::count_grpc);
     let routes = tonic::service::Routes::from(
         grpc.routes()
             .into_axum_router()
+            .layer(counted)
             .merge(health::router(ctx))
             .fallback(health::not_found),
     );

@@ -294,6 +294,7 @@ mod tests {
         .await
         .unwrap();
         std::sync::Arc::new(ServerContext {
+            metrics: std::sync::Arc::new(crate::Metrics::new(replica.clone())),
             replica,
             cluster_id: 1,
             member_id: 1,

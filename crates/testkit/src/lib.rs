@@ -29,6 +29,7 @@ pub mod inprocess;
 pub mod netns;
 pub mod ports;
 pub mod process;
+pub mod prometheus;
 pub mod record;
 pub mod shortcuts;
 

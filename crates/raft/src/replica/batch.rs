@@ -12,6 +12,7 @@ use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
 use crate::TypeConfig;
 use crate::command::{Applied, Proposal, Write};
 use crate::storage::FirstFailure;
+use crate::telemetry::Telemetry;
 
 /// Most commands in one log entry (a renewal is about 15 bytes of it, a 256-byte put about 280).
 pub(super) const BATCH_LEN_MAX: usize = 4096;
@@ -62,6 +63,7 @@ pub(super) async fn propose_batches(
     member_id: u64,
     clock: SharedClock,
     failure: Arc<FirstFailure>,
+    telemetry: Arc<Telemetry>,
     forwarder: Arc<dyn Forwarder>,
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
 ) {
@@ -112,7 +114,10 @@ pub(super) async fn propose_batches(
             None => {
                 let (writes, replies): (Vec<Write>, Vec<_>) =
                     batch.into_iter().map(|p| (p.write, p.reply)).unzip();
-                answer(replies, commit(&raft, &clock, &failure, writes).await);
+                answer(
+                    replies,
+                    commit(&raft, &clock, &failure, &telemetry, writes).await,
+                );
             }
         }
     }
@@ -177,6 +182,7 @@ pub(super) async fn commit(
     raft: &Raft<TypeConfig>,
     clock: &SharedClock,
     failure: &FirstFailure,
+    telemetry: &Telemetry,
     writes: Vec<Write>,
 ) -> Result<Forwarded, ReplicaError> {
     // A leader times leases only once it has promoted itself (milliseconds after its
@@ -193,20 +199,25 @@ pub(super) async fn commit(
         clock.wait_timing(PROMOTION_WAIT_MAX).await;
     }
     let proposal = stamp_lease_times(clock, writes)?;
-    commit_proposal(raft, failure, proposal).await
+    commit_proposal(raft, failure, telemetry, proposal).await
 }
 
 /// Commits a log entry of stamped commands through this member's Raft (which must lead).
 pub(super) async fn commit_proposal(
     raft: &Raft<TypeConfig>,
     failure: &FirstFailure,
+    telemetry: &Telemetry,
     proposal: Proposal,
 ) -> Result<Forwarded, ReplicaError> {
+    let _pending = telemetry.proposing();
     match raft.client_write(proposal).await {
         Ok(resp) => Ok(Forwarded {
             log_index: resp.log_id.index,
             applied: resp.data,
         }),
-        Err(e) => Err(failure.client_write_error(e)),
+        Err(e) => {
+            telemetry.proposal_failed();
+            Err(failure.client_write_error(e))
+        }
     }
 }

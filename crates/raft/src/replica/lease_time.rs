@@ -145,7 +145,7 @@ impl Replica {
                 extend_ms,
             }],
         };
-        commit_proposal(&self.raft, &self.failure, proposal).await?;
+        commit_proposal(&self.raft, &self.failure, &self.telemetry, proposal).await?;
         let clock = LeaseClock::promote(replicated_ms, Instant::now());
         self.lease_clock.set(Some(clock));
         tracing::info!(lease_clock_ms = replicated_ms, "promoted: timing leases");

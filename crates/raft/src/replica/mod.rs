@@ -41,6 +41,7 @@ use crate::log_store::LogStore;
 use crate::network::NoPeers;
 use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
 use crate::storage::FirstFailure;
+use crate::telemetry::{Telemetry, TelemetryReading};
 use crate::{TypeConfig, storage};
 
 /// A snapshot of Raft's progress, for headers and Status.
@@ -63,6 +64,8 @@ pub struct Replica {
     db_closed: tokio::sync::watch::Receiver<()>,
     /// The first storage failure, typed (openraft only passes its text on).
     failure: Arc<FirstFailure>,
+    /// Counters for operators (see [`Replica::telemetry`]).
+    telemetry: Arc<Telemetry>,
     shared: Shared,
     member_id: u64,
     db_path: PathBuf,
@@ -96,6 +99,7 @@ impl Replica {
         let shared = sm.shared();
         let db_closed = db.closed();
         let failure = db.failure().clone();
+        let telemetry = db.telemetry().clone();
         let log = LogStore::new(db, shared.append_times.clone());
         let config = Config {
             cluster_name: "leasehold".into(),
@@ -126,6 +130,7 @@ impl Replica {
                 cfg.member_id,
                 lease_clock.clone(),
                 failure.clone(),
+                telemetry.clone(),
                 forwarder.clone(),
                 queue.clone(),
             ));
@@ -143,6 +148,7 @@ impl Replica {
             proposals,
             db_closed,
             failure,
+            telemetry: telemetry.clone(),
             shared,
             member_id: cfg.member_id,
             db_path: cfg.data_dir.join("leasehold.redb"),
@@ -150,6 +156,7 @@ impl Replica {
             stopping: tokio::sync::watch::Sender::new(false),
         });
         tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
+        tokio::spawn(count_leader_changes(replica.raft.metrics(), telemetry));
         if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
             let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
             if !replica.lease_clock.wait_timing(bound).await {
@@ -231,6 +238,11 @@ impl Replica {
     /// `etcd_debugging_server_lease_expired_total`.
     pub fn lease_counters(&self) -> leasehold_lease::Counters {
         state_machine::read_leases(&self.shared, |t| t.counters())
+    }
+
+    /// How many leases this member holds (applied, expired or not).
+    pub fn leases_live(&self) -> usize {
+        state_machine::read_leases(&self.shared, LeaseTable::len)
     }
 
     /// Completes after the next apply that touched a lease (the earliest deadline may have moved).
@@ -436,7 +448,8 @@ impl Replica {
         let proposal = Proposal {
             commands: vec![command],
         };
-        let mut done = commit_proposal(&self.raft, &self.failure, proposal).await?;
+        let mut done =
+            commit_proposal(&self.raft, &self.failure, &self.telemetry, proposal).await?;
         done.applied.pop().ok_or(ReplicaError::Stopped)
     }
 
@@ -510,6 +523,16 @@ impl Replica {
         }
     }
 
+    /// What this member has counted about itself (commit times, proposals, leader changes).
+    pub fn telemetry(&self) -> TelemetryReading {
+        self.telemetry.read()
+    }
+
+    /// Whether this member leads (openraft's view, as etcd's `is_leader` gauge).
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state.is_leader()
+    }
+
     /// Size of the database file in bytes.
     pub fn db_size_bytes(&self) -> u64 {
         std::fs::metadata(&self.db_path).map_or(0, |m| m.len())
@@ -529,6 +552,26 @@ impl Replica {
             .is_err()
         {
             tracing::warn!("storage still open 10 s after raft shutdown");
+        }
+    }
+}
+
+/// Counts every time this member learns of a leader it did not know a moment ago (the first one
+/// included, and a leader found again after an election without one), as etcd counts
+/// `leader_changes_seen`. Ends with the Raft core.
+async fn count_leader_changes(
+    mut metrics: tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, BasicNode>>,
+    telemetry: Arc<Telemetry>,
+) {
+    let mut last = None;
+    loop {
+        let leader = metrics.borrow_and_update().current_leader;
+        if leader.is_some() && leader != last {
+            telemetry.leader_changed();
+        }
+        last = leader;
+        if metrics.changed().await.is_err() {
+            return;
         }
     }
 }
