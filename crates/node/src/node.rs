@@ -144,8 +144,8 @@ impl Node {
             watch_progress_interval: config.experimental_watch_progress_notify_interval,
             cluster_token: config.initial_cluster_token.clone(),
             member_names: identity.names.clone(),
-            limits: leasehold_server::Limits::default(),
-            keepalive: leasehold_server::GrpcKeepalive::default(),
+            limits: config.limits(),
+            keepalive: config.keepalive(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut servers = Vec::new();
