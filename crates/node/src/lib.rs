@@ -6,6 +6,7 @@
 //! its two callers.
 //!
 //! ```text
+//! flags, ETCD_* or --config-file ──> NodeConfig::from_sources ──> NodeConfig (+ notices to log)
 //! NodeConfig ──> Listeners::bind ──> Node::start(config, listeners, shutdown)
 //!                                      ├─ Replica (raft)      ├─ client server (server)
 //!                                      ├─ peer server (peer)  └─ lease expiry driver (server)
