@@ -7,17 +7,22 @@
 //! that lives here.
 
 mod cluster;
+mod logging;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 use leasehold_bench as bench;
 use leasehold_ctl as ctl;
-use leasehold_node::{Listeners, Node, NodeConfig};
+use leasehold_node::{Listeners, Node, NodeConfig, NoticeLevel};
 
+/// Serving takes etcd's server flags, which may also come from `ETCD_*` variables or
+/// `--config-file` (see `leasehold_node::NodeConfig::from_sources`); as in Go, a flag given
+/// twice takes its last value.
 #[derive(Parser, Debug)]
 #[command(
     name = "leasehold",
     version,
-    about = "An etcd-v3-compatible, lease-centred coordination store"
+    about = "An etcd-v3-compatible, lease-centred coordination store",
+    args_override_self = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -64,6 +69,7 @@ fn main() -> anyhow::Result<()> {
     let is_client = argv
         .get(1)
         .is_some_and(|first| ctl::COMMANDS.contains(&first.as_str()));
+    let argv = go_style_serve_flags(argv);
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         Err(e) if is_client => std::process::exit(client_parse_error(&e, &argv)),
@@ -75,18 +81,44 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Cluster(args)) => Some(Command::Cluster(args)),
         Some(client) => std::process::exit(run_client(client)),
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
-        )
-        .init();
+    let config = match server_side {
+        None => {
+            // The command line again, now with the environment, or the config file instead.
+            let env: Vec<(String, String)> = std::env::vars_os()
+                .map(|(k, v)| {
+                    (
+                        k.to_string_lossy().into_owned(),
+                        v.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect();
+            let resolved = match NodeConfig::from_sources(&argv[1..], &env) {
+                Ok(resolved) => resolved,
+                Err(e) => {
+                    eprintln!("leasehold: {e:#}");
+                    std::process::exit(1);
+                }
+            };
+            let targets = resolved.config.log_targets()?;
+            logging::init(Some(resolved.config.log_level), &targets)?;
+            for notice in &resolved.notices {
+                match notice.level {
+                    NoticeLevel::Info => tracing::info!("{}", notice.message),
+                    NoticeLevel::Warn => tracing::warn!("{}", notice.message),
+                }
+            }
+            Some(resolved.config)
+        }
+        Some(_) => {
+            logging::init(None, &[leasehold_node::LogTarget::Stderr])?;
+            None
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     match server_side {
-        None => runtime.block_on(serve(cli.serve)),
+        None => runtime.block_on(serve(config.expect("resolved above"))),
         Some(Command::Bench(args)) => runtime.block_on(bench::run(args)),
         Some(Command::Cluster(args)) => runtime.block_on(cluster::run(args)),
         Some(_) => unreachable!("client commands ran above"),
@@ -129,7 +161,7 @@ async fn serve(config: NodeConfig) -> anyhow::Result<()> {
 /// Runs a client command and returns the process's exit code. Client commands log nothing
 /// unless `LEASEHOLD_LOG` asks for it, so their output is exactly etcdctl's.
 fn run_client(command: Command) -> i32 {
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG") {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env(logging::FILTER_VAR) {
         tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
             .with_env_filter(filter)
@@ -163,6 +195,22 @@ fn run_client(command: Command) -> i32 {
         // An empty message means the command already reported (etcdctl's `watch -- cmd`).
         Err(e) if e.message.is_empty() => e.code,
         Err(e) => ctl::report(&e),
+    }
+}
+
+/// etcd's server flags may be written Go's way, `-name`: when serving (no subcommand), such
+/// flags become `--name`.
+fn go_style_serve_flags(argv: Vec<String>) -> Vec<String> {
+    let subcommand = argv.get(1).is_some_and(|first| {
+        Cli::command()
+            .get_subcommands()
+            .any(|sub| sub.get_name() == first)
+    });
+    match (subcommand, argv.split_first()) {
+        (false, Some((program, args))) => std::iter::once(program.clone())
+            .chain(leasehold_node::normalize_args(args.to_vec()))
+            .collect(),
+        _ => argv,
     }
 }
 
@@ -225,6 +273,18 @@ mod tests {
         let cli = Cli::try_parse_from(&serve).unwrap();
         assert!(cli.command.is_none());
         assert_eq!(cli.serve.name, "get");
+    }
+
+    #[test]
+    fn serving_takes_go_style_flags_and_the_last_of_a_repeated_flag() {
+        let serve = go_style_serve_flags(argv(&["-name", "a", "--name", "b", "-data-dir=/d"]));
+        let cli = Cli::try_parse_from(&serve).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.serve.name, "b");
+        assert_eq!(cli.serve.data_dir.to_str(), Some("/d"));
+        // Subcommands keep their own flags as they are.
+        let get = argv(&["get", "k", "-w", "json"]);
+        assert_eq!(go_style_serve_flags(get.clone()), get);
     }
 
     #[test]

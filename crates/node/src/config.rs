@@ -1,15 +1,28 @@
 //! A member's configuration: etcd's server flags with etcd's names and defaults, and the
 //! identity etcd derives from them (member and cluster IDs from peer URLs and the cluster token).
+//!
+//! Every etcd 3.5 server flag is declared here once, as a clap argument: the flags leasehold
+//! implements as fields of [`NodeConfig`], the TLS flags in `tls.rs`, and the flags that have no
+//! effect here in `inert.rs`'s table. `sources.rs` maps `ETCD_*` variables and config file keys
+//! onto these same arguments.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use leasehold_server::identity;
+
+use crate::inert::InertFlags;
+use crate::tls::TlsFlags;
 
 #[derive(Args, Debug, Clone)]
 pub struct NodeConfig {
+    /// A YAML file with etcd's configuration keys; when given, every other flag and `ETCD_*`
+    /// variable is ignored (as etcd does).
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
     /// Human-readable name for this member.
     #[arg(long, default_value = "default")]
     pub name: String,
@@ -49,11 +62,80 @@ pub struct NodeConfig {
     pub election_timeout: u64,
     /// How often idle watchers that asked for progress notifications get one, e.g. `10m`, `5s`,
     /// `500ms`.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
-    pub experimental_watch_progress_notify_interval: std::time::Duration,
+    #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
+    pub experimental_watch_progress_notify_interval: Duration,
     /// Raft entries between snapshots of the state machine (etcd's --snapshot-count).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_count: u64,
+    /// Largest client request, in bytes, that may enter the log.
+    #[arg(long, default_value_t = leasehold_server::REQUEST_BYTES_MAX_DEFAULT)]
+    pub max_request_bytes: usize,
+    /// Most operations in one transaction.
+    #[arg(long, default_value_t = leasehold_server::TXN_OPS_MAX_DEFAULT)]
+    pub max_txn_ops: usize,
+    /// Idle time after which the server pings a client connection (0: the default, 2h).
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    pub grpc_keepalive_interval: Duration,
+    /// How long the server waits for a ping's answer before it closes the connection (0: the
+    /// default, 20s).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub grpc_keepalive_timeout: Duration,
+    /// Least severe level logged (`LEASEHOLD_LOG`, a tracing filter, wins when set).
+    #[arg(long, value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
+    pub log_level: LogLevel,
+    /// Only `zap`, etcd 3.5's only logger; accepted for compatibility.
+    #[arg(long, default_value = "zap", value_parser = parse_logger)]
+    pub logger: String,
+    /// Comma-separated log targets: `default` (stderr), `stderr`, `stdout`, `systemd/journal`
+    /// (stderr, which systemd passes to the journal) or file paths.
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "default")]
+    pub log_outputs: Vec<String>,
+    #[command(flatten)]
+    pub tls: TlsFlags,
+    #[command(flatten)]
+    pub inert: InertFlags,
+}
+
+/// `--log-level`: zap's levels, as etcd takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Warn,
+    Error,
+    Dpanic,
+    Panic,
+    Fatal,
+}
+
+impl LogLevel {
+    /// The `tracing` level that logs what zap logs at this level (zap's panic and fatal levels
+    /// log only errors that end the process, which are errors here).
+    pub fn tracing_level(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error | LogLevel::Dpanic | LogLevel::Panic | LogLevel::Fatal => "error",
+        }
+    }
+}
+
+/// Where the log goes, one `--log-outputs` entry each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogTarget {
+    Stderr,
+    Stdout,
+    /// Appended to.
+    File(PathBuf),
+}
+
+fn parse_logger(s: &str) -> Result<String, String> {
+    match s {
+        "zap" => Ok(s.to_owned()),
+        "capnslog" => Err("--logger=capnslog is removed in v3.5".to_owned()),
+        _ => Err(format!("unknown logger option {s:?}")),
+    }
 }
 
 /// The member's identity, derived as etcd derives it: from its peer URLs and the cluster token.
@@ -130,8 +212,62 @@ impl NodeConfig {
         })
     }
 
+    /// `--log-outputs` as targets, refused as etcd refuses them: `default` only alone, and
+    /// `systemd/journal` only alone. The journal is written through stderr (systemd passes a
+    /// unit's stderr to the journal).
+    pub fn log_targets(&self) -> anyhow::Result<Vec<LogTarget>> {
+        let outputs: Vec<&str> = self
+            .log_outputs
+            .iter()
+            .map(String::as_str)
+            .filter(|o| !o.is_empty())
+            .collect();
+        if outputs.len() > 1 && outputs.contains(&"default") {
+            bail!("multi logoutput for \"default\" is not supported yet");
+        }
+        if outputs.len() > 1 && outputs.contains(&"systemd/journal") {
+            bail!(
+                "running with systemd/journal but other '--log-outputs' values ({outputs:?}) are \
+                 configured; override them with one target"
+            );
+        }
+        let mut targets = Vec::new();
+        for output in outputs {
+            let target = match output {
+                "default" | "stderr" | "systemd/journal" => LogTarget::Stderr,
+                "stdout" => LogTarget::Stdout,
+                path => LogTarget::File(PathBuf::from(path)),
+            };
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+        if targets.is_empty() {
+            targets.push(LogTarget::Stderr);
+        }
+        Ok(targets)
+    }
+
+    /// `--max-request-bytes` and `--max-txn-ops`.
+    pub fn limits(&self) -> leasehold_server::Limits {
+        leasehold_server::Limits {
+            request_bytes_max: self.max_request_bytes,
+            txn_ops_max: self.max_txn_ops,
+        }
+    }
+
+    /// `--grpc-keepalive-interval` and `--grpc-keepalive-timeout`.
+    pub fn keepalive(&self) -> leasehold_server::GrpcKeepalive {
+        leasehold_server::GrpcKeepalive {
+            interval: self.grpc_keepalive_interval,
+            timeout: self.grpc_keepalive_timeout,
+        }
+    }
+
     /// Checks the flags that a member needs to start, without touching the network or disk.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.inert.check()?;
+        self.log_targets()?;
         self.identity()?;
         self.client_addrs()?;
         for url in split_urls(&self.listen_peer_urls) {
@@ -172,24 +308,79 @@ pub(crate) fn parse_http_url(url: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("not host:port: {hostport:?}"))
 }
 
-/// Durations as etcd writes them: a number and a unit (`ms`, `s`, `m`, `h`).
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("not a duration: {s:?}"))?;
-    let ms = match unit {
-        "ms" => n,
-        "s" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        _ => return Err(format!("unknown unit in {s:?} (use ms, s, m or h)")),
-    };
-    if ms == 0 {
-        return Err("a duration must be positive".into());
+/// Go's `strconv.ParseBool`, as Go's flag package parses a bool flag's value.
+pub(crate) fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("parse error: {s:?} is not a boolean")),
     }
-    Ok(std::time::Duration::from_millis(ms))
+}
+
+/// Durations as etcd's flags take them (Go's `time.ParseDuration`): `0`, or a sequence of
+/// decimal numbers, each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), such as `1m30s`,
+/// `1.5h` or `500ms`. Negative durations are refused.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let invalid = || format!("invalid duration {s:?}");
+    let mut rest = s.strip_prefix('+').unwrap_or(s);
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() || rest.starts_with('-') {
+        return Err(invalid());
+    }
+    let mut total_nanos: u128 = 0;
+    while !rest.is_empty() {
+        let whole_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (whole, after) = rest.split_at(whole_len);
+        let (fraction, after) = match after.strip_prefix('.') {
+            Some(after) => after.split_at(after.bytes().take_while(u8::is_ascii_digit).count()),
+            None => ("", after),
+        };
+        if whole.is_empty() && fraction.is_empty() {
+            return Err(invalid());
+        }
+        let unit_len = after
+            .find(|c: char| c == '.' || c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(format!("missing unit in duration {s:?}")),
+            _ => return Err(format!("unknown unit {unit:?} in duration {s:?}")),
+        };
+        // Go keeps nanosecond precision: the fraction's digits beyond that are dropped.
+        let whole: u128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().map_err(|_| invalid())?
+        };
+        let mut nanos = whole.checked_mul(unit_nanos).ok_or_else(invalid)?;
+        let mut scale = unit_nanos;
+        for digit in fraction.bytes() {
+            scale /= 10;
+            nanos += u128::from(digit - b'0') * scale;
+        }
+        total_nanos = total_nanos.checked_add(nanos).ok_or_else(invalid)?;
+        if total_nanos > i64::MAX as u128 {
+            return Err(invalid());
+        }
+        rest = after;
+    }
+    Ok(Duration::from_nanos(total_nanos as u64))
+}
+
+/// [`parse_duration`], refusing zero.
+pub(crate) fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("a duration must be positive".into()),
+        d => Ok(d),
+    }
 }
 
 #[cfg(test)]
@@ -262,17 +453,22 @@ mod tests {
     }
 
     #[test]
-    fn durations_parse_like_etcds() {
-        assert_eq!(
-            parse_duration("10m"),
-            Ok(std::time::Duration::from_secs(600))
-        );
-        assert_eq!(
-            parse_duration("500ms"),
-            Ok(std::time::Duration::from_millis(500))
-        );
-        assert!(parse_duration("5").is_err());
-        assert!(parse_duration("0s").is_err());
+    fn durations_parse_like_gos() {
+        let ok = |s: &str, d: Duration| assert_eq!(parse_duration(s), Ok(d), "{s}");
+        ok("10m", Duration::from_secs(600));
+        ok("500ms", Duration::from_millis(500));
+        ok("1m30s", Duration::from_secs(90));
+        ok("1.5h", Duration::from_secs(5400));
+        ok("0", Duration::ZERO);
+        ok("0s", Duration::ZERO);
+        ok("5000000000ns", Duration::from_secs(5));
+        ok("2us", Duration::from_micros(2));
+        ok(".5s", Duration::from_millis(500));
+        for bad in ["5", "", "s", "-1s", "1x", "1.s5", "9999999999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_positive_duration("0s").is_err());
+        assert_eq!(parse_positive_duration("5s"), Ok(Duration::from_secs(5)));
     }
 
     #[test]

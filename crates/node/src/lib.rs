@@ -1,10 +1,12 @@
-//! One leasehold member as a library: etcd's server flags ([`NodeConfig`]), the identity etcd
+//! One leasehold member as a library: etcd's server flags ([`NodeConfig`]; also read from
+//! `ETCD_*` variables or etcd's YAML config file, [`NodeConfig::from_sources`]), the identity etcd
 //! derives from them, and [`Node::start`], which opens the replica (redb + openraft) and serves
 //! clients and peers on listeners the caller bound, until the caller's shutdown future
 //! completes or storage fails. The `leasehold` binary and the test kit's in-process cluster are
 //! its two callers.
 //!
 //! ```text
+//! flags, ETCD_* or --config-file ──> NodeConfig::from_sources ──> NodeConfig (+ notices to log)
 //! NodeConfig ──> Listeners::bind ──> Node::start(config, listeners, shutdown)
 //!                                      ├─ Replica (raft)      ├─ client server (server)
 //!                                      ├─ peer server (peer)  └─ lease expiry driver (server)
@@ -15,7 +17,13 @@
 //! parses a client request or touches storage except through `Replica`.
 
 mod config;
+mod inert;
 mod node;
+mod sources;
+mod tls;
 
-pub use config::{Identity, NodeConfig, parse_duration};
+pub use config::{Identity, LogLevel, LogTarget, NodeConfig, parse_duration};
+pub use inert::InertFlags;
 pub use node::{Listeners, Node};
+pub use sources::{Notice, NoticeLevel, Resolved, normalize_args};
+pub use tls::{ClientTls, PeerTls, TlsFlags};

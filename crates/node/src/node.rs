@@ -145,6 +145,8 @@ impl Node {
             cluster_token: config.initial_cluster_token.clone(),
             member_names: identity.names.clone(),
             metrics: Arc::new(leasehold_server::Metrics::new(replica.clone())),
+            limits: config.limits(),
+            keepalive: config.keepalive(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut servers = Vec::new();

@@ -1,4 +1,4 @@
-//! What every service needs: the replica, and this member's identity.
+//! What every service needs: the replica, this member's identity and its per-member settings.
 
 use std::sync::Arc;
 
@@ -26,6 +26,10 @@ pub struct ServerContext {
     pub member_names: std::collections::BTreeMap<u64, String>,
     /// What `/metrics` exports.
     pub metrics: Arc<Metrics>,
+    /// `--max-request-bytes` and `--max-txn-ops`.
+    pub limits: crate::Limits,
+    /// `--grpc-keepalive-interval` and `--grpc-keepalive-timeout`, for the client server.
+    pub keepalive: crate::GrpcKeepalive,
 }
 
 impl ServerContext {

@@ -33,7 +33,7 @@ impl Kv for KvService {
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
         let req = req.into_inner();
-        validate::message_size(&req)?;
+        self.ctx.limits.message_size(&req)?;
         validate::range(&req).map_err(ApiError::from)?;
         let linearizable = !req.serializable;
         let req = convert::range_request(req);
@@ -50,7 +50,7 @@ impl Kv for KvService {
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let req = req.into_inner();
-        validate::proposal_size(&req)?;
+        self.ctx.limits.proposal_size(&req)?;
         validate::put(&req).map_err(ApiError::from)?;
         let resp = self
             .propose(convert::put_request(req))
@@ -65,7 +65,7 @@ impl Kv for KvService {
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
         let req = req.into_inner();
-        validate::proposal_size(&req)?;
+        self.ctx.limits.proposal_size(&req)?;
         validate::delete(&req).map_err(ApiError::from)?;
         let resp = self.propose(convert::delete_request(req)).await?;
         let header = self.ctx.header().at(resp.revision);
@@ -74,8 +74,8 @@ impl Kv for KvService {
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         let req = req.into_inner();
-        validate::proposal_size(&req)?;
-        validate::txn(&req).map_err(ApiError::from)?;
+        self.ctx.limits.proposal_size(&req)?;
+        validate::txn(&req, self.ctx.limits.txn_ops_max).map_err(ApiError::from)?;
         let resp = self
             .propose(convert::txn_request(req))
             .await?
@@ -89,7 +89,7 @@ impl Kv for KvService {
         req: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
         let req = req.into_inner();
-        validate::proposal_size(&req)?;
+        self.ctx.limits.proposal_size(&req)?;
         // Compaction is applied synchronously with the log entry, so `physical` is always
         // satisfied by the time the response is sent.
         let revision = self

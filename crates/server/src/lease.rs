@@ -166,7 +166,7 @@ impl Lease for LeaseService {
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let req = req.into_inner();
-        validate::proposal_size(&req)?;
+        self.ctx.limits.proposal_size(&req)?;
         let ttl_secs = validate::lease_ttl(req.ttl, self.ctx.lease_ttl_secs_min)?;
         let id = LeaseId::from_wire(req.id).unwrap_or_else(|| self.ctx.lease_ids.next_id());
         grant(&self.ctx, id, ttl_secs).await?;

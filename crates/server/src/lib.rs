@@ -50,11 +50,40 @@ pub use lease::LeaseIdGenerator;
 pub use maintenance::ETCD_API_VERSION;
 pub use metrics::Metrics;
 pub use validate::lease_ttl_secs_min;
-pub use validate::{GRPC_MESSAGE_BYTES_MAX, REQUEST_BYTES_MAX, TXN_OPS_MAX};
+pub use validate::{Limits, REQUEST_BYTES_MAX_DEFAULT, TXN_OPS_MAX_DEFAULT};
 
-/// Decoding limit handed to tonic: above grpc-go's limit so that our own check (with grpc-go's
-/// message) decides, and bounded so a client cannot make us buffer arbitrary amounts.
-const DECODE_BYTES_MAX: usize = 2 * GRPC_MESSAGE_BYTES_MAX;
+/// The client server's HTTP/2 keepalive, etcd's `--grpc-keepalive-interval` and
+/// `--grpc-keepalive-timeout`: after `interval` without activity the server pings the client,
+/// and closes the connection if no answer comes within `timeout`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrpcKeepalive {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl Default for GrpcKeepalive {
+    /// etcd's defaults, which are also grpc-go's.
+    fn default() -> GrpcKeepalive {
+        GrpcKeepalive {
+            interval: Duration::from_secs(2 * 60 * 60),
+            timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+impl GrpcKeepalive {
+    /// As etcd hands them to grpc-go: a zero in either means "not configured", which gives
+    /// grpc-go's defaults (the same as etcd's); grpc-go raises an interval under a second to one.
+    pub fn effective(self) -> GrpcKeepalive {
+        if self.interval.is_zero() || self.timeout.is_zero() {
+            return GrpcKeepalive::default();
+        }
+        GrpcKeepalive {
+            interval: self.interval.max(Duration::from_secs(1)),
+            timeout: self.timeout,
+        }
+    }
+}
 
 /// Serves the client API on `listener` until `shutdown` completes, then drains in-flight calls.
 pub async fn serve(
@@ -70,14 +99,19 @@ pub async fn serve(
             }
         })
     });
+    // Decoding limit handed to tonic: above grpc-go's limit so that our own check (with
+    // grpc-go's message) decides, and bounded so a client cannot make us buffer arbitrary
+    // amounts.
+    let decode_bytes_max = ctx.limits.grpc_message_bytes_max().saturating_mul(2);
+    let keepalive = ctx.keepalive.effective();
     let mut grpc = tonic::service::Routes::builder();
     grpc.add_service(
-        KvServer::new(kv::KvService::new(ctx.clone())).max_decoding_message_size(DECODE_BYTES_MAX),
+        KvServer::new(kv::KvService::new(ctx.clone())).max_decoding_message_size(decode_bytes_max),
     )
     .add_service(LeaseServer::new(lease::LeaseService::new(ctx.clone())))
     .add_service(
         WatchServer::new(watch::WatchService::new(ctx.clone()))
-            .max_decoding_message_size(DECODE_BYTES_MAX),
+            .max_decoding_message_size(decode_bytes_max),
     )
     .add_service(MaintenanceServer::new(
         maintenance::MaintenanceService::new(ctx.clone()),
@@ -102,8 +136,8 @@ pub async fn serve(
     );
     tonic::transport::Server::builder()
         .accept_http1(true)
-        .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .http2_keepalive_interval(Some(keepalive.interval))
+        .http2_keepalive_timeout(Some(keepalive.timeout))
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
@@ -138,4 +172,26 @@ fn grpc_health(
             .await;
     });
     service
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalive_is_configured_as_etcd_configures_grpc_go() {
+        let secs = Duration::from_secs;
+        let set = |interval, timeout| GrpcKeepalive { interval, timeout }.effective();
+        assert_eq!(
+            set(secs(30), secs(5)),
+            GrpcKeepalive {
+                interval: secs(30),
+                timeout: secs(5)
+            }
+        );
+        // A zero leaves grpc-go's defaults (etcd hands grpc-go no keepalive parameters).
+        assert_eq!(set(Duration::ZERO, secs(5)), GrpcKeepalive::default());
+        assert_eq!(set(secs(30), Duration::ZERO), GrpcKeepalive::default());
+        assert_eq!(set(Duration::from_millis(10), secs(5)).interval, secs(1));
+    }
 }

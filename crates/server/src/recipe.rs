@@ -306,6 +306,8 @@ mod tests {
             watch_progress_interval: std::time::Duration::from_secs(600),
             cluster_token: String::new(),
             member_names: Default::default(),
+            limits: crate::Limits::default(),
+            keepalive: crate::GrpcKeepalive::default(),
         })
     }
 

@@ -9,32 +9,55 @@ use prost::Message;
 use crate::error::{ApiError, Invalid};
 
 /// etcd's `--max-request-bytes` default: the largest request that may enter the log.
-pub const REQUEST_BYTES_MAX: usize = 1536 * 1024;
-/// What grpc-go accepts on the wire before the request is even decoded: the request limit plus
-/// etcd's 512 KiB of gRPC overhead allowance.
-pub const GRPC_MESSAGE_BYTES_MAX: usize = REQUEST_BYTES_MAX + 512 * 1024;
+pub const REQUEST_BYTES_MAX_DEFAULT: usize = 1536 * 1024;
 /// etcd's `--max-txn-ops` default.
-pub const TXN_OPS_MAX: usize = 128;
+pub const TXN_OPS_MAX_DEFAULT: usize = 128;
+/// What etcd lets grpc-go accept on the wire beyond the request limit, before the request is
+/// even decoded.
+const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
-/// The transport-level size check, for every unary request.
-pub fn message_size(msg: &impl Message) -> Result<(), ApiError> {
-    let len = msg.encoded_len();
-    if len > GRPC_MESSAGE_BYTES_MAX {
-        return Err(ApiError::MessageTooLarge {
-            len,
-            max: GRPC_MESSAGE_BYTES_MAX,
-        });
-    }
-    Ok(())
+/// A member's request limits, etcd's `--max-request-bytes` and `--max-txn-ops`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request that may enter the log.
+    pub request_bytes_max: usize,
+    /// The most operations in one txn (compares, or either branch).
+    pub txn_ops_max: usize,
 }
 
-/// The size check for requests that enter the Raft log.
-pub fn proposal_size(msg: &impl Message) -> Result<(), ApiError> {
-    message_size(msg)?;
-    if msg.encoded_len() > REQUEST_BYTES_MAX {
-        return Err(Invalid::RequestTooLarge.into());
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            request_bytes_max: REQUEST_BYTES_MAX_DEFAULT,
+            txn_ops_max: TXN_OPS_MAX_DEFAULT,
+        }
     }
-    Ok(())
+}
+
+impl Limits {
+    /// What grpc-go accepts on the wire: the request limit plus etcd's gRPC overhead allowance.
+    pub fn grpc_message_bytes_max(&self) -> usize {
+        self.request_bytes_max.saturating_add(GRPC_OVERHEAD_BYTES)
+    }
+
+    /// The transport-level size check, for every unary request.
+    pub fn message_size(&self, msg: &impl Message) -> Result<(), ApiError> {
+        let len = msg.encoded_len();
+        let max = self.grpc_message_bytes_max();
+        if len > max {
+            return Err(ApiError::MessageTooLarge { len, max });
+        }
+        Ok(())
+    }
+
+    /// The size check for requests that enter the Raft log.
+    pub fn proposal_size(&self, msg: &impl Message) -> Result<(), ApiError> {
+        self.message_size(msg)?;
+        if msg.encoded_len() > self.request_bytes_max {
+            return Err(Invalid::RequestTooLarge.into());
+        }
+        Ok(())
+    }
 }
 
 /// A requested lease TTL, checked against etcd's maximum and raised to the minimum (etcd raises
@@ -87,9 +110,10 @@ pub fn delete(r: &pb::DeleteRangeRequest) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// The whole txn check: op counts and per-op checks, then the put/delete overlap rule.
-pub fn txn(r: &pb::TxnRequest) -> Result<(), Invalid> {
-    txn_ops(r, TXN_OPS_MAX)?;
+/// The whole txn check: op counts (at most `ops_max`, `--max-txn-ops`) and per-op checks, then
+/// the put/delete overlap rule.
+pub fn txn(r: &pb::TxnRequest, ops_max: usize) -> Result<(), Invalid> {
+    txn_ops(r, ops_max)?;
     overlaps(&r.success)?;
     overlaps(&r.failure)?;
     Ok(())
@@ -220,7 +244,7 @@ mod tests {
             success,
             failure: vec![],
         };
-        assert_eq!(txn(&r), expect);
+        assert_eq!(txn(&r, TXN_OPS_MAX_DEFAULT), expect);
     }
 
     #[test]
@@ -271,5 +295,38 @@ mod tests {
         );
         check(vec![put_op("")], Err(Invalid::EmptyKey));
         check(vec![pb::RequestOp { request: None }], Err(Invalid::EmptyOp));
+        // `--max-txn-ops` moves the bound.
+        let three = pb::TxnRequest {
+            success: (0..3).map(|i| put_op(&format!("k{i}"))).collect(),
+            ..Default::default()
+        };
+        assert_eq!(txn(&three, 3), Ok(()));
+        assert_eq!(txn(&three, 2), Err(Invalid::TooManyOps));
+    }
+
+    #[test]
+    fn size_limits_follow_max_request_bytes() {
+        let put = |n: usize| pb::PutRequest {
+            key: b"k".to_vec(),
+            value: vec![b'v'; n],
+            ..Default::default()
+        };
+        let defaults = Limits::default();
+        assert_eq!(defaults.grpc_message_bytes_max(), 2 * 1024 * 1024);
+        assert!(defaults.proposal_size(&put(1024 * 1024)).is_ok());
+        let small = Limits {
+            request_bytes_max: 1000,
+            ..defaults
+        };
+        assert!(small.proposal_size(&put(900)).is_ok());
+        assert!(matches!(
+            small.proposal_size(&put(1000)),
+            Err(ApiError::Invalid(Invalid::RequestTooLarge))
+        ));
+        // Above the wire limit (request limit plus 512 KiB): grpc-go's error, not etcd's.
+        assert!(matches!(
+            small.message_size(&put(1000 + 512 * 1024)),
+            Err(ApiError::MessageTooLarge { max, .. }) if max == 1000 + 512 * 1024
+        ));
     }
 }

@@ -29,7 +29,6 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::context::ServerContext;
 use crate::convert;
 use crate::error::ApiError;
-use crate::validate::REQUEST_BYTES_MAX;
 
 /// Store revisions read from history per pass: bounds the memory one pass holds.
 const REVISIONS_PER_PASS_MAX: usize = 10_000;
@@ -379,7 +378,8 @@ impl WatchStream {
                     events,
                     ..Default::default()
                 };
-                for part in fragments(resp, fragment) {
+                let bytes_max = self.ctx.limits.request_bytes_max;
+                for part in fragments(resp, fragment, bytes_max) {
                     self.send(part).await?;
                 }
             }
@@ -448,9 +448,9 @@ impl WatchStream {
 }
 
 /// Splits a response too big for one message into fragments, if the watcher allows it (etcd's
-/// rule: only above the request size limit, and never inside one event).
-fn fragments(resp: pb::WatchResponse, allowed: bool) -> Vec<pb::WatchResponse> {
-    if !allowed || resp.encoded_len() < REQUEST_BYTES_MAX || resp.events.len() < 2 {
+/// rule: only above the request size limit, `bytes_max`, and never inside one event).
+fn fragments(resp: pb::WatchResponse, allowed: bool, bytes_max: usize) -> Vec<pb::WatchResponse> {
+    if !allowed || resp.encoded_len() < bytes_max || resp.events.len() < 2 {
         return vec![resp];
     }
     let mut parts = Vec::new();
@@ -459,9 +459,7 @@ fn fragments(resp: pb::WatchResponse, allowed: bool) -> Vec<pb::WatchResponse> {
         ..resp.clone()
     };
     for ev in resp.events {
-        if !current.events.is_empty()
-            && current.encoded_len() + ev.encoded_len() > REQUEST_BYTES_MAX
-        {
+        if !current.events.is_empty() && current.encoded_len() + ev.encoded_len() > bytes_max {
             let next = pb::WatchResponse {
                 events: Vec::new(),
                 ..current.clone()
@@ -496,20 +494,21 @@ mod tests {
             events: vec![ev(10), ev(10)],
             ..Default::default()
         };
-        assert_eq!(fragments(small.clone(), true).len(), 1);
+        let max = crate::validate::REQUEST_BYTES_MAX_DEFAULT;
+        assert_eq!(fragments(small.clone(), true, max).len(), 1);
         let big = pb::WatchResponse {
             events: (0..4).map(|_| ev(600 * 1024)).collect(),
             ..Default::default()
         };
         assert_eq!(
-            fragments(big.clone(), false).len(),
+            fragments(big.clone(), false, max).len(),
             1,
             "not asked to fragment"
         );
-        let parts = fragments(big, true);
+        let parts = fragments(big, true, max);
         assert_eq!(parts.len(), 2);
         assert_eq!(parts.iter().map(|p| p.events.len()).sum::<usize>(), 4);
         assert!(parts[0].fragment && !parts[1].fragment);
-        assert!(parts.iter().all(|p| p.encoded_len() <= REQUEST_BYTES_MAX));
+        assert!(parts.iter().all(|p| p.encoded_len() <= max));
     }
 }

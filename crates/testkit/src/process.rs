@@ -47,6 +47,12 @@ impl Leasehold {
         Server::launch(Self::kind(), "leasehold", Some(data_dir)).await
     }
 
+    /// A fresh leasehold (always leasehold: `setup` may use flags etcd 3.4 lacks) on free
+    /// ports, configured as `setup` says; returns once it serves.
+    pub async fn start_with(setup: Setup) -> Server {
+        Server::launch_with(Kind::Leasehold, "leasehold", None, setup).await
+    }
+
     fn kind() -> Kind {
         if against_etcd() {
             Kind::Etcd
@@ -67,6 +73,31 @@ impl Etcd {
     pub async fn start_in(data_dir: &Path) -> Server {
         Server::launch(Kind::Etcd, "etcd", Some(data_dir)).await
     }
+}
+
+/// How a server is handed its settings (the harness's own: name, data dir, URLs, cluster,
+/// timing), as an etcd deployment may hand them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConfigStyle {
+    /// etcd's flags on the command line.
+    #[default]
+    Flags,
+    /// `ETCD_*` environment variables only (a systemd `EnvironmentFile`).
+    EnvVars,
+    /// A YAML `--config-file` only.
+    ConfigFile,
+}
+
+/// A server start beyond the defaults: how the settings are handed over, and more of each kind.
+#[derive(Clone, Debug, Default)]
+pub struct Setup {
+    pub style: ConfigStyle,
+    /// More command-line arguments (after the harness's own, if any).
+    pub args: Vec<String>,
+    /// More environment variables.
+    pub env: Vec<(String, String)>,
+    /// More YAML lines for [`ConfigStyle::ConfigFile`].
+    pub yaml: String,
 }
 
 /// One single-member server process. Killed (SIGKILL) and reaped on drop.
@@ -91,10 +122,16 @@ pub struct Server {
     cluster: Option<(String, String)>,
     /// More flags for every start.
     extra_args: Vec<String>,
+    /// How the settings are handed over, and more environment variables and YAML.
+    setup: Setup,
 }
 
 impl Server {
     async fn launch(kind: Kind, label: &str, data_dir: Option<&Path>) -> Server {
+        Server::launch_with(kind, label, data_dir, Setup::default()).await
+    }
+
+    async fn launch_with(kind: Kind, label: &str, data_dir: Option<&Path>, setup: Setup) -> Server {
         let root = tempfile::Builder::new()
             .prefix(&format!("{label}-test-"))
             .tempdir()
@@ -118,7 +155,8 @@ impl Server {
             log_shown: AtomicBool::new(false),
             member_name: MEMBER_NAME.to_owned(),
             cluster: None,
-            extra_args: Vec::new(),
+            extra_args: setup.args.clone(),
+            setup,
         };
         server.spawn();
         server.wait_ready().await;
@@ -156,6 +194,7 @@ impl Server {
             member_name: name.to_owned(),
             cluster: Some((initial_cluster.to_owned(), token.to_owned())),
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            setup: Setup::default(),
         };
         server.spawn();
         server
@@ -187,25 +226,55 @@ impl Server {
                 format!("{}-test-{}", self.label, self.peer_port),
             )
         });
-        let child = Command::new(self.kind.binary())
-            .args(["--name", &self.member_name])
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .args(["--listen-client-urls", &client_url])
-            .args(["--advertise-client-urls", &client_url])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &initial_cluster])
-            .args(["--initial-cluster-state", "new"].iter().filter(|_| {
-                !self
-                    .extra_args
+        let mut settings = vec![
+            ("name", self.member_name.clone()),
+            ("data-dir", self.data_dir.display().to_string()),
+            ("listen-client-urls", client_url.clone()),
+            ("advertise-client-urls", client_url),
+            ("listen-peer-urls", peer_url.clone()),
+            ("initial-advertise-peer-urls", peer_url),
+            ("initial-cluster", initial_cluster),
+        ];
+        if !self
+            .extra_args
+            .iter()
+            .any(|a| a == "--initial-cluster-state")
+        {
+            settings.push(("initial-cluster-state", "new".to_owned()));
+        }
+        settings.push(("initial-cluster-token", token));
+        settings.push(("heartbeat-interval", "100".to_owned()));
+        settings.push(("election-timeout", "1000".to_owned()));
+        let mut command = Command::new(self.kind.binary());
+        match self.setup.style {
+            ConfigStyle::Flags => {
+                for (flag, value) in &settings {
+                    command.arg(format!("--{flag}")).arg(value);
+                }
+            }
+            ConfigStyle::EnvVars => {
+                for (flag, value) in &settings {
+                    let var = format!("ETCD_{}", flag.to_uppercase().replace('-', "_"));
+                    command.env(var, value);
+                }
+            }
+            ConfigStyle::ConfigFile => {
+                let path = self.root.path().join("etcd.conf.yml");
+                let mut yaml: String = settings
                     .iter()
-                    .any(|a| a == "--initial-cluster-state")
-            }))
-            .args(["--initial-cluster-token", &token])
-            .args(["--heartbeat-interval", "100"])
-            .args(["--election-timeout", "1000"])
+                    .map(|(key, value)| match value.parse::<u64>() {
+                        Ok(number) => format!("{key}: {number}\n"),
+                        Err(_) => format!("{key}: '{value}'\n"),
+                    })
+                    .collect();
+                yaml.push_str(&self.setup.yaml);
+                std::fs::write(&path, yaml).expect("write config file");
+                command.arg("--config-file").arg(path);
+            }
+        }
+        let child = command
             .args(&self.extra_args)
+            .envs(self.setup.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log file"))
@@ -291,6 +360,16 @@ impl Server {
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The server's own temporary directory (its log, its config file, ...), removed on drop.
+    pub fn root_dir(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// The process's stdout and stderr so far, every start's.
+    pub fn log(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log_path).unwrap_or_default()).into_owned()
     }
 
     pub fn client_port(&self) -> u16 {

@@ -1,0 +1,200 @@
+//! leasehold started the way etcd deployments start etcd: a kubeadm static pod's command line
+//! and a Debian-style systemd unit's flags (etcd flags leasehold implements, TLS flags it does
+//! not yet, and flags that have no effect here), then `ETCD_*` variables alone (a unit's
+//! `EnvironmentFile`), then a `--config-file` alone. Each start is used with etcdctl, and
+//! `--max-txn-ops` and `--max-request-bytes` are checked to take effect with etcd's errors.
+//!
+//! leasehold only: etcd would load the TLS files these starts name, which do not exist.
+
+use leasehold_testkit as common;
+
+use common::{ConfigStyle, Leasehold, Server, Setup, describe_output, etcdctl, etcdctl_with_stdin};
+
+/// The limits every start below sets, each in its own way.
+const TXN_OPS_MAX: usize = 3;
+const REQUEST_BYTES_MAX: usize = 4096;
+
+/// kubeadm's etcd command line (`--advertise-client-urls`, `--data-dir`, `--initial-*`,
+/// `--listen-*-urls` and `--name` come from the harness), with Debian's usual additions and
+/// the limits. The TLS files need not exist: TLS is not implemented yet, only warned about.
+fn kubeadm_and_systemd_flags(metrics_port: u16) -> Vec<String> {
+    [
+        "--cert-file=/etc/kubernetes/pki/etcd/server.crt",
+        "--client-cert-auth=true",
+        "--experimental-initial-corrupt-check=true",
+        "--experimental-watch-progress-notify-interval=5s",
+        "--key-file=/etc/kubernetes/pki/etcd/server.key",
+        &format!("--listen-metrics-urls=http://127.0.0.1:{metrics_port}"),
+        "--peer-cert-file=/etc/kubernetes/pki/etcd/peer.crt",
+        "--peer-client-cert-auth=true",
+        "--peer-key-file=/etc/kubernetes/pki/etcd/peer.key",
+        "--peer-trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt",
+        "--snapshot-count=10000",
+        "--trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt",
+        // Debian's and operators' usual ones.
+        "--quota-backend-bytes=8589934592",
+        "--auto-compaction-retention=8",
+        "--enable-v2=false",
+        "--logger=zap",
+        "--log-level=info",
+        "--log-outputs=stderr",
+        "--grpc-keepalive-min-time=5s",
+        "--grpc-keepalive-interval=2h",
+        "--grpc-keepalive-timeout=20s",
+        &format!("--max-txn-ops={TXN_OPS_MAX}"),
+        &format!("--max-request-bytes={REQUEST_BYTES_MAX}"),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect()
+}
+
+/// put and get through etcdctl, then the limits: a txn of `TXN_OPS_MAX` puts passes and one
+/// more is refused; a put a little under `REQUEST_BYTES_MAX` passes and one over is refused.
+async fn serves_with_limits(server: &Server) {
+    let endpoint = server.endpoint();
+    let ok = |out: &std::process::Output| {
+        if !out.status.success() {
+            server.fail(&format!("etcdctl failed:\n{}", describe_output(out)));
+        }
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(ok(&etcdctl(&endpoint, &["put", "k", "v"]).await), "OK\n");
+    assert_eq!(ok(&etcdctl(&endpoint, &["get", "k"]).await), "k\nv\n");
+
+    let puts = |n: usize| -> String {
+        let ops: String = (0..n).map(|i| format!("put t{i} x\n")).collect();
+        format!("\n{ops}\n\n")
+    };
+    let out = etcdctl_with_stdin(&endpoint, &["txn"], &puts(TXN_OPS_MAX)).await;
+    assert!(ok(&out).starts_with("SUCCESS"), "{}", describe_output(&out));
+    let out = etcdctl_with_stdin(&endpoint, &["txn"], &puts(TXN_OPS_MAX + 1)).await;
+    assert!(!out.status.success(), "{}", describe_output(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("etcdserver: too many operations in txn request"),
+        "{}",
+        describe_output(&out)
+    );
+
+    let small = "v".repeat(REQUEST_BYTES_MAX - 100);
+    ok(&etcdctl(&endpoint, &["put", "small", &small]).await);
+    let big = "v".repeat(REQUEST_BYTES_MAX + 1);
+    let out = etcdctl(&endpoint, &["put", "big", &big]).await;
+    assert!(!out.status.success(), "{}", describe_output(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("etcdserver: request is too large"),
+        "{}",
+        describe_output(&out)
+    );
+}
+
+/// Stops the server and checks it exits cleanly.
+async fn stop(mut server: Server) {
+    let status = server.terminate().await;
+    if !status.success() {
+        server.fail(&format!("exit after SIGTERM: {status}"));
+    }
+}
+
+fn assert_logged(server: &Server, line: &str) {
+    if !server.log().contains(line) {
+        server.fail(&format!("the log lacks {line:?}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeadm_and_systemd_style_flags_start_leasehold() {
+    let metrics_port = common::free_port();
+    let server = Leasehold::start_with(Setup {
+        style: ConfigStyle::Flags,
+        args: kubeadm_and_systemd_flags(metrics_port),
+        ..Setup::default()
+    })
+    .await;
+    serves_with_limits(&server).await;
+    assert_logged(
+        &server,
+        "accepted for etcd compatibility, no effect in leasehold: --quota-backend-bytes, \
+         --grpc-keepalive-min-time, --enable-v2, --auto-compaction-retention, \
+         --experimental-initial-corrupt-check",
+    );
+    assert_logged(
+        &server,
+        "TLS is not implemented yet; ignoring --cert-file, --key-file, --trusted-ca-file, \
+         --client-cert-auth, --peer-cert-file, --peer-key-file, --peer-trusted-ca-file, \
+         --peer-client-cert-auth",
+    );
+    stop(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_environment_variables_alone_start_leasehold() {
+    let server = Leasehold::start_with(Setup {
+        style: ConfigStyle::EnvVars,
+        env: [
+            ("ETCD_MAX_TXN_OPS", TXN_OPS_MAX.to_string()),
+            ("ETCD_MAX_REQUEST_BYTES", REQUEST_BYTES_MAX.to_string()),
+            ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true".to_owned()),
+            ("ETCD_CLIENT_CERT_AUTH", "true".to_owned()),
+            ("ETCD_NOT_A_FLAG", "1".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect(),
+        ..Setup::default()
+    })
+    .await;
+    serves_with_limits(&server).await;
+    assert_logged(
+        &server,
+        "unrecognized environment variable ETCD_NOT_A_FLAG=1",
+    );
+    assert_logged(
+        &server,
+        "accepted for etcd compatibility, no effect in leasehold: \
+         --experimental-initial-corrupt-check",
+    );
+    assert_logged(
+        &server,
+        "TLS is not implemented yet; ignoring --client-cert-auth",
+    );
+    stop(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_file_alone_starts_leasehold() {
+    let log_file = tempfile::tempdir().expect("temp dir");
+    let log_path = log_file.path().join("leasehold.log");
+    let yaml = format!(
+        "max-txn-ops: {TXN_OPS_MAX}\n\
+         max-request-bytes: {REQUEST_BYTES_MAX}\n\
+         grpc-keepalive-timeout: 20000000000\n\
+         log-outputs: [stderr, {}]\n\
+         enable-v2: false\n\
+         client-transport-security:\n  cert-file: /etc/etcd/server.crt\n  client-cert-auth: true\n\
+         peer-transport-security:\n  trusted-ca-file: /etc/etcd/ca.crt\n",
+        log_path.display()
+    );
+    let server = Leasehold::start_with(Setup {
+        style: ConfigStyle::ConfigFile,
+        yaml,
+        // Ignored: the config file is the only source, as in etcd.
+        args: vec!["--max-txn-ops=1000".to_owned()],
+        env: vec![("ETCD_MAX_REQUEST_BYTES".to_owned(), "100000000".to_owned())],
+    })
+    .await;
+    serves_with_limits(&server).await;
+    assert_logged(&server, "(ignored: --max-txn-ops)");
+    assert_logged(
+        &server,
+        "TLS is not implemented yet; ignoring --cert-file, --client-cert-auth, \
+         --peer-trusted-ca-file",
+    );
+    let written = std::fs::read_to_string(&log_path).unwrap_or_default();
+    if !written.contains("ready to serve client requests") {
+        server.fail(&format!("--log-outputs file has:\n{written}"));
+    }
+    stop(server).await;
+}

@@ -1,0 +1,361 @@
+//! etcd 3.5's server flags that leasehold accepts but that do nothing here: one table, from
+//! which the command-line arguments (and so their `ETCD_*` variables and config file keys, see
+//! `sources.rs`) are made. A flag given from this table gets one warning line at start-up.
+//!
+//! A few of these would change what the member *is* if etcd honoured them (join through
+//! discovery, run as a proxy, rewrite the membership): for those the table names the only value
+//! that can be ignored safely, and any other value is refused rather than ignored.
+
+use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
+
+use crate::config::{parse_duration, parse_go_bool};
+
+/// The `--help` heading of these flags; `sources.rs` also recognises them by it.
+pub(crate) const HEADING: &str = "etcd flags accepted without effect";
+
+/// How a flag's value is written, so that a malformed value is refused as etcd refuses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Go's bool flag: `--x`, `--x=true`, `--x=false` (never `--x false`).
+    Bool,
+    Uint,
+    Int,
+    /// Go's `time.ParseDuration`.
+    Duration,
+    Str,
+    /// Flags etcd itself has ignored since v2 (`pkg/flags.IgnoredFlag`): no value needed, any
+    /// value taken.
+    Legacy,
+}
+
+struct Inert {
+    name: &'static str,
+    kind: Kind,
+    /// Why it has no effect here (shown in `--help` and docs/compat.md).
+    why: &'static str,
+    /// The only value that may be ignored; any other is refused (see the module header).
+    only: Option<&'static str>,
+}
+
+const fn inert(name: &'static str, kind: Kind, why: &'static str) -> Inert {
+    Inert {
+        name,
+        kind,
+        why,
+        only: None,
+    }
+}
+
+const fn only(name: &'static str, kind: Kind, value: &'static str, why: &'static str) -> Inert {
+    Inert {
+        name,
+        kind,
+        why,
+        only: Some(value),
+    }
+}
+
+const STORAGE: &str = "storage is one redb file, committed once per log batch";
+const NO_V2: &str = "leasehold serves only the v3 API";
+const NO_PROXY: &str = "leasehold has no v2 proxy mode";
+const NO_DISCOVERY: &str = "discovery is not supported: bootstrap with --initial-cluster";
+const NO_AUTH: &str = "authentication is not implemented yet";
+const NO_TRACING: &str = "OpenTelemetry tracing is not implemented";
+const NO_CORRUPT_CHECK: &str = "corruption checks are not implemented yet";
+const NO_COMPACTOR: &str = "compaction runs only on a Compact request";
+const LEGACY: &str = "ignored by etcd too since v3";
+
+use Kind::{Bool, Duration, Int, Legacy, Str, Uint};
+
+/// Every etcd 3.5 server flag that leasehold does not implement (from etcd's
+/// `server/etcdmain/config.go`), in etcd's order.
+const TABLE: &[Inert] = &[
+    inert(
+        "wal-dir",
+        Str,
+        "the Raft log is in the data dir's redb file",
+    ),
+    inert("max-snapshots", Uint, STORAGE),
+    inert("max-wals", Uint, STORAGE),
+    inert(
+        "initial-election-tick-advance",
+        Bool,
+        "openraft times the first election itself",
+    ),
+    inert("quota-backend-bytes", Int, "there is no space quota yet"),
+    inert("backend-bbolt-freelist-type", Str, STORAGE),
+    inert("backend-batch-interval", Duration, STORAGE),
+    inert("backend-batch-limit", Int, STORAGE),
+    inert(
+        "grpc-keepalive-min-time",
+        Duration,
+        "hyper's HTTP/2 server has no policy on how often clients may ping",
+    ),
+    inert(
+        "socket-reuse-port",
+        Bool,
+        "listeners are bound without SO_REUSEPORT",
+    ),
+    inert(
+        "socket-reuse-address",
+        Bool,
+        "listeners are bound with the platform's default",
+    ),
+    inert(
+        "max-concurrent-streams",
+        Uint,
+        "not implemented yet: hyper's default applies",
+    ),
+    inert(
+        "raft-read-timeout",
+        Duration,
+        "the peer transport is gRPC, timed by --election-timeout",
+    ),
+    inert(
+        "raft-write-timeout",
+        Duration,
+        "the peer transport is gRPC, timed by --election-timeout",
+    ),
+    only("listen-client-http-urls", Str, "", "not implemented yet"),
+    only("discovery", Str, "", NO_DISCOVERY),
+    inert("discovery-fallback", Str, NO_DISCOVERY),
+    inert("discovery-proxy", Str, NO_DISCOVERY),
+    only("discovery-srv", Str, "", NO_DISCOVERY),
+    inert("discovery-srv-name", Str, NO_DISCOVERY),
+    inert(
+        "strict-reconfig-check",
+        Bool,
+        "membership changes always go through joint consensus",
+    ),
+    inert(
+        "pre-vote",
+        Bool,
+        "openraft's elections are used as they are",
+    ),
+    inert("enable-v2", Bool, NO_V2),
+    inert("experimental-enable-v2v3", Str, NO_V2),
+    inert("v2-deprecation", Str, NO_V2),
+    only("proxy", Str, "off", NO_PROXY),
+    inert("proxy-failure-wait", Uint, NO_PROXY),
+    inert("proxy-refresh-interval", Uint, NO_PROXY),
+    inert("proxy-dial-timeout", Uint, NO_PROXY),
+    inert("proxy-write-timeout", Uint, NO_PROXY),
+    inert("proxy-read-timeout", Uint, NO_PROXY),
+    inert("cors", Str, "there is no HTTP JSON gateway"),
+    inert("host-whitelist", Str, "there is no HTTP JSON gateway"),
+    inert(
+        "enable-log-rotation",
+        Bool,
+        "logs are not rotated: use logrotate or the journal",
+    ),
+    inert(
+        "log-rotation-config-json",
+        Str,
+        "logs are not rotated: use logrotate or the journal",
+    ),
+    inert("auto-compaction-retention", Str, NO_COMPACTOR),
+    inert("auto-compaction-mode", Str, NO_COMPACTOR),
+    inert("enable-pprof", Bool, "there are no Go profiles"),
+    inert("metrics", Str, "the metrics served do not depend on it"),
+    inert("experimental-enable-distributed-tracing", Bool, NO_TRACING),
+    inert("experimental-distributed-tracing-address", Str, NO_TRACING),
+    inert(
+        "experimental-distributed-tracing-service-name",
+        Str,
+        NO_TRACING,
+    ),
+    inert(
+        "experimental-distributed-tracing-instance-id",
+        Str,
+        NO_TRACING,
+    ),
+    inert(
+        "experimental-distributed-tracing-sampling-rate",
+        Int,
+        NO_TRACING,
+    ),
+    inert("auth-token", Str, NO_AUTH),
+    inert("bcrypt-cost", Uint, NO_AUTH),
+    inert("auth-token-ttl", Uint, NO_AUTH),
+    inert("enable-grpc-gateway", Bool, "there is no HTTP JSON gateway"),
+    inert("experimental-initial-corrupt-check", Bool, NO_CORRUPT_CHECK),
+    inert(
+        "experimental-corrupt-check-time",
+        Duration,
+        NO_CORRUPT_CHECK,
+    ),
+    inert(
+        "experimental-compact-hash-check-enabled",
+        Bool,
+        NO_CORRUPT_CHECK,
+    ),
+    inert(
+        "experimental-compact-hash-check-time",
+        Duration,
+        NO_CORRUPT_CHECK,
+    ),
+    inert(
+        "experimental-enable-lease-checkpoint",
+        Bool,
+        "leases always keep their remaining TTL across leader changes",
+    ),
+    inert(
+        "experimental-enable-lease-checkpoint-persist",
+        Bool,
+        "leases always keep their remaining TTL across restarts",
+    ),
+    inert("experimental-compaction-batch-limit", Int, STORAGE),
+    inert("experimental-compaction-sleep-interval", Duration, STORAGE),
+    inert(
+        "experimental-downgrade-check-time",
+        Duration,
+        "there are no downgrades",
+    ),
+    inert(
+        "experimental-warning-apply-duration",
+        Duration,
+        "slow applies are not reported",
+    ),
+    inert("experimental-memory-mlock", Bool, STORAGE),
+    inert(
+        "experimental-txn-mode-write-with-shared-buffer",
+        Bool,
+        STORAGE,
+    ),
+    inert(
+        "experimental-stop-grpc-service-on-defrag",
+        Bool,
+        "there is no defragmentation",
+    ),
+    inert(
+        "experimental-bootstrap-defrag-threshold-megabytes",
+        Uint,
+        "there is no defragmentation",
+    ),
+    inert(
+        "experimental-snapshot-catchup-entries",
+        Uint,
+        "openraft decides when a follower needs a snapshot",
+    ),
+    inert("unsafe-no-fsync", Bool, "leasehold always fsyncs"),
+    only(
+        "force-new-cluster",
+        Bool,
+        "false",
+        "rewriting the membership is not supported",
+    ),
+    // etcd's `ignored` list.
+    inert("cluster-active-size", Legacy, LEGACY),
+    inert("cluster-remove-delay", Legacy, LEGACY),
+    inert("cluster-sync-interval", Legacy, LEGACY),
+    inert("config", Legacy, LEGACY),
+    inert("force", Legacy, LEGACY),
+    inert("max-result-buffer", Legacy, LEGACY),
+    inert("max-retry-attempts", Legacy, LEGACY),
+    inert("peer-heartbeat-interval", Legacy, LEGACY),
+    inert("peer-election-timeout", Legacy, LEGACY),
+    inert("retry-interval", Legacy, LEGACY),
+    inert("snapshot", Legacy, LEGACY),
+    inert("v", Legacy, LEGACY),
+    inert("vv", Legacy, LEGACY),
+];
+
+/// The flags of [`TABLE`] that were given, with their values (clap `Args`, flattened into
+/// `NodeConfig`).
+#[derive(Debug, Clone, Default)]
+pub struct InertFlags {
+    given: Vec<(&'static str, String)>,
+}
+
+impl InertFlags {
+    /// Refuses a value that cannot be ignored safely (see the module header).
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        for (name, value) in &self.given {
+            let entry = TABLE.iter().find(|e| e.name == *name).expect("from TABLE");
+            let Some(allowed) = entry.only else { continue };
+            let same = match entry.kind {
+                Bool => parse_go_bool(value) == parse_go_bool(allowed),
+                _ => value == allowed,
+            };
+            if !same {
+                anyhow::bail!(
+                    "--{name}={value} is not supported by leasehold: {}",
+                    entry.why
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+fn arg(entry: &Inert) -> Arg {
+    let arg = Arg::new(entry.name)
+        .long(entry.name)
+        .help(format!("No effect: {}.", entry.why))
+        .help_heading(HEADING)
+        .action(ArgAction::Set);
+    match entry.kind {
+        Bool => arg
+            .num_args(0..=1)
+            .require_equals(true)
+            .default_missing_value("true")
+            .value_parser(parse_go_bool),
+        Legacy => arg
+            .num_args(0..=1)
+            .require_equals(true)
+            .default_missing_value(""),
+        Uint => arg.value_parser(clap::value_parser!(u64)),
+        Int => arg.value_parser(clap::value_parser!(i64)),
+        Duration => arg.value_parser(parse_duration),
+        Str => arg,
+    }
+}
+
+impl Args for InertFlags {
+    fn augment_args(cmd: Command) -> Command {
+        TABLE.iter().fold(cmd, |cmd, entry| cmd.arg(arg(entry)))
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl FromArgMatches for InertFlags {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = InertFlags::default();
+        flags.update_from_arg_matches(matches)?;
+        Ok(flags)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        for entry in TABLE {
+            // The typed value is only checked (by the value parser); what is kept is the text
+            // as given, for the warning and the refusal.
+            let Some(mut raw) = matches.get_raw(entry.name) else {
+                continue;
+            };
+            let value = raw
+                .next_back()
+                .map(|v| v.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            self.given.retain(|(name, _)| *name != entry.name);
+            self.given.push((entry.name, value));
+        }
+        Ok(())
+    }
+}
+
+/// The table as Markdown rows (`| --flag | why |`), for docs/compat.md; a test keeps the doc in
+/// step with the table.
+#[cfg(test)]
+pub(crate) fn markdown_rows() -> Vec<String> {
+    TABLE
+        .iter()
+        .map(|e| match e.only {
+            Some("") => format!("| `--{}` | {} (refused unless empty) |", e.name, e.why),
+            Some(v) => format!("| `--{}` | {} (refused unless `{v}`) |", e.name, e.why),
+            None => format!("| `--{}` | {} |", e.name, e.why),
+        })
+        .collect()
+}
