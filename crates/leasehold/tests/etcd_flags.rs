@@ -16,7 +16,8 @@ const REQUEST_BYTES_MAX: usize = 4096;
 
 /// kubeadm's etcd command line (`--advertise-client-urls`, `--data-dir`, `--initial-*`,
 /// `--listen-*-urls` and `--name` come from the harness), with Debian's usual additions and
-/// the limits. The TLS files need not exist: TLS is not implemented yet, only warned about.
+/// the limits. The TLS files need not exist: the harness's URLs are `http://`, so, as etcd
+/// does, the member serves plain HTTP and warns that the certificate flags go unused.
 fn kubeadm_and_systemd_flags(metrics_port: u16) -> Vec<String> {
     [
         "--cert-file=/etc/kubernetes/pki/etcd/server.crt",
@@ -122,9 +123,11 @@ async fn kubeadm_and_systemd_style_flags_start_leasehold() {
     );
     assert_logged(
         &server,
-        "TLS is not implemented yet; ignoring --cert-file, --key-file, --trusted-ca-file, \
-         --client-cert-auth, --peer-cert-file, --peer-key-file, --peer-trusted-ca-file, \
-         --peer-client-cert-auth",
+        "no --listen-client-urls is https://: serving plain HTTP there",
+    );
+    assert_logged(
+        &server,
+        "no --listen-peer-urls is https://: serving plain HTTP there",
     );
     stop(server).await;
 }
@@ -158,7 +161,7 @@ async fn etcd_environment_variables_alone_start_leasehold() {
     );
     assert_logged(
         &server,
-        "TLS is not implemented yet; ignoring --client-cert-auth",
+        "no --listen-client-urls is https://: serving plain HTTP there",
     );
     stop(server).await;
 }
@@ -183,14 +186,14 @@ async fn a_config_file_alone_starts_leasehold() {
         // Ignored: the config file is the only source, as in etcd.
         args: vec!["--max-txn-ops=1000".to_owned()],
         env: vec![("ETCD_MAX_REQUEST_BYTES".to_owned(), "100000000".to_owned())],
+        tls: None,
     })
     .await;
     serves_with_limits(&server).await;
     assert_logged(&server, "(ignored: --max-txn-ops)");
     assert_logged(
         &server,
-        "TLS is not implemented yet; ignoring --cert-file, --client-cert-auth, \
-         --peer-trusted-ca-file",
+        "no --listen-peer-urls is https://: serving plain HTTP there",
     );
     let written = std::fs::read_to_string(&log_path).unwrap_or_default();
     if !written.contains("ready to serve client requests") {

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -264,48 +265,148 @@ impl NodeConfig {
         }
     }
 
-    /// Checks the flags that a member needs to start, without touching the network or disk.
+    /// Checks the flags that a member needs to start, without touching the network; reads the
+    /// TLS files, so a bad one is reported before anything starts.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.inert.check()?;
         self.log_targets()?;
         self.identity()?;
-        self.client_addrs()?;
-        for url in split_urls(&self.listen_peer_urls) {
-            parse_http_url(&url).with_context(|| format!("--listen-peer-urls {url:?}"))?;
-        }
-        self.metrics_addrs()?;
+        self.client_urls()?;
+        self.peer_urls()?;
+        self.metrics_urls()?;
+        self.client_tls()?;
+        self.peer_tls()?;
+        self.peer_client_tls()?;
         if self.initial_cluster_state != "new" && self.initial_cluster_state != "existing" {
             bail!("--initial-cluster-state must be 'new' or 'existing'");
         }
         Ok(())
     }
 
-    /// `--listen-metrics-urls` as socket addresses (none when the flag is empty).
-    pub fn metrics_addrs(&self) -> anyhow::Result<Vec<SocketAddr>> {
-        split_urls(&self.listen_metrics_urls)
-            .iter()
-            .map(|u| parse_http_url(u).with_context(|| format!("--listen-metrics-urls {u:?}")))
-            .collect()
+    /// `--listen-client-urls`, in order.
+    pub fn client_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
+        listen_urls("--listen-client-urls", &self.listen_client_urls)
+    }
+
+    /// `--listen-peer-urls`, in order.
+    pub fn peer_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
+        listen_urls("--listen-peer-urls", &self.listen_peer_urls)
+    }
+
+    /// `--listen-metrics-urls`, in order (none when the flag is empty). An `https://` one
+    /// serves with the client side's TLS, as etcd's does.
+    pub fn metrics_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
+        listen_urls("--listen-metrics-urls", &self.listen_metrics_urls)
     }
 
     pub fn client_addrs(&self) -> anyhow::Result<Vec<SocketAddr>> {
-        split_urls(&self.listen_client_urls)
-            .iter()
-            .map(|u| parse_http_url(u).with_context(|| format!("--listen-client-urls {u:?}")))
-            .collect()
+        Ok(self.client_urls()?.iter().map(|u| u.addr).collect())
+    }
+
+    /// The TLS configuration of the `https://` client and metrics listeners; `None` when there
+    /// are none.
+    pub(crate) fn client_tls(&self) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+        let urls = [self.client_urls()?, self.metrics_urls()?].concat();
+        server_tls(&self.tls, self.tls.client.side(), &urls)
+    }
+
+    /// The TLS configuration of the `https://` peer listeners; `None` when there are none.
+    pub(crate) fn peer_tls(&self) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+        server_tls(&self.tls, self.tls.peer.side(), &self.peer_urls()?)
+    }
+
+    /// As etcd warns: certificate flags given for a side none of whose URLs is `https://` are
+    /// not used (that side serves plain HTTP).
+    pub(crate) fn tls_without_https(&self) -> Vec<String> {
+        let unused = |side: crate::tls::Side<'_>, urls: anyhow::Result<Vec<ListenUrl>>| {
+            let given = side.cert_file.is_some()
+                || side.key_file.is_some()
+                || side.trusted_ca_file.is_some()
+                || side.client_cert_auth
+                || side.auto_tls;
+            let https = urls.is_ok_and(|urls| urls.iter().any(|u| u.tls));
+            (given && !https).then(|| {
+                format!(
+                    "--{p}cert-file, --{p}key-file, --{p}trusted-ca-file, --{p}client-cert-auth or --{p}auto-tls given, but no --listen-{side}-urls is https://: serving plain HTTP there",
+                    p = side.prefix,
+                    side = if side.prefix.is_empty() { "client" } else { "peer" },
+                )
+            })
+        };
+        let client_urls = [self.client_urls(), self.metrics_urls()]
+            .into_iter()
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map(|lists| lists.concat());
+        [
+            unused(self.tls.client.side(), client_urls),
+            unused(self.tls.peer.side(), self.peer_urls()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// How this member reaches `https://` peers; `None` when no peer URL of the initial cluster
+    /// or of this member is `https://`.
+    pub(crate) fn peer_client_tls(
+        &self,
+    ) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
+        let identity = self.identity()?;
+        let any_https = identity
+            .peers
+            .values()
+            .chain(identity.peer_urls.iter())
+            .any(|u| u.starts_with("https://"))
+            || self.peer_urls()?.iter().any(|u| u.tls);
+        if !any_https {
+            return Ok(None);
+        }
+        self.tls.peer_client_config().map(Some)
     }
 }
 
-/// `http://host:port` to a socket address. TLS (`https`) and unix sockets are not supported yet.
-pub(crate) fn parse_http_url(url: &str) -> anyhow::Result<SocketAddr> {
-    let Some(rest) = url.strip_prefix("http://") else {
-        bail!("only http:// URLs are supported (TLS is not implemented yet)");
+fn server_tls(
+    flags: &TlsFlags,
+    side: crate::tls::Side<'_>,
+    urls: &[ListenUrl],
+) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+    if !urls.iter().any(|u| u.tls) {
+        return Ok(None);
+    }
+    let hosts: Vec<String> = urls.iter().map(|u| u.addr.ip().to_string()).collect();
+    flags.server_config(side, &hosts).map(Some)
+}
+
+/// A URL to listen on: where, and whether it serves TLS (`https://`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenUrl {
+    pub addr: SocketAddr,
+    pub tls: bool,
+}
+
+fn listen_urls(flag: &str, urls: &str) -> anyhow::Result<Vec<ListenUrl>> {
+    split_urls(urls)
+        .iter()
+        .map(|u| parse_listen_url(u).with_context(|| format!("{flag} {u:?}")))
+        .collect()
+}
+
+/// `http://host:port` or `https://host:port` to where to listen and whether with TLS. Unix
+/// sockets are not supported.
+pub(crate) fn parse_listen_url(url: &str) -> anyhow::Result<ListenUrl> {
+    let (rest, tls) = if let Some(rest) = url.strip_prefix("http://") {
+        (rest, false)
+    } else if let Some(rest) = url.strip_prefix("https://") {
+        (rest, true)
+    } else {
+        bail!("only http:// and https:// URLs are supported");
     };
     let hostport = rest.trim_end_matches('/');
     let hostport = hostport.replace("localhost:", "127.0.0.1:");
-    hostport
+    let addr = hostport
         .parse()
-        .with_context(|| format!("not host:port: {hostport:?}"))
+        .with_context(|| format!("not host:port: {hostport:?}"))?;
+    Ok(ListenUrl { addr, tls })
 }
 
 /// Go's `strconv.ParseBool`, as Go's flag package parses a bool flag's value.
@@ -508,10 +609,23 @@ mod tests {
             .is_err(),
             "two members with the same peer URL"
         );
+        let no_cert = parse(&["--listen-client-urls", "https://127.0.0.1:1"]).validate();
+        let why = format!("{:#}", no_cert.expect_err("https:// without a certificate"));
+        assert!(why.contains("--cert-file and --key-file"), "{why}");
         assert!(
-            parse(&["--listen-client-urls", "https://127.0.0.1:1"])
+            parse(&["--listen-client-urls", "unix://x:1"])
                 .client_addrs()
                 .is_err()
+        );
+        let urls = parse(&[
+            "--listen-client-urls",
+            "http://127.0.0.1:1,https://127.0.0.1:2",
+        ])
+        .client_urls()
+        .unwrap();
+        assert_eq!(
+            urls.iter().map(|u| u.tls).collect::<Vec<_>>(),
+            [false, true]
         );
     }
 }

@@ -21,8 +21,9 @@ mod inert;
 mod node;
 mod sources;
 mod tls;
+mod transport;
 
-pub use config::{Identity, LogLevel, LogTarget, NodeConfig, parse_duration};
+pub use config::{Identity, ListenUrl, LogLevel, LogTarget, NodeConfig, parse_duration};
 pub use inert::InertFlags;
 pub use node::{Listeners, Node};
 pub use sources::{Notice, NoticeLevel, Resolved, normalize_args};

@@ -11,7 +11,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{NodeConfig, parse_http_url, split_urls};
+use crate::config::{ListenUrl, NodeConfig, split_urls};
+use crate::transport;
 
 /// How long a stopping member lets client requests finish before it cuts them off.
 const DRAIN_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
@@ -31,31 +32,30 @@ pub struct Listeners {
 
 impl Listeners {
     /// Binds the config's `--listen-client-urls`, `--listen-peer-urls` and
-    /// `--listen-metrics-urls`.
+    /// `--listen-metrics-urls`, each list in order: [`Node::start`] serves the n-th listener of
+    /// a list as its n-th URL says (`https://`: with TLS).
     pub async fn bind(config: &NodeConfig) -> anyhow::Result<Listeners> {
         // Bad flags are reported before a taken port can hide them.
         config.validate()?;
         let mut client = Vec::new();
-        for addr in config.client_addrs()? {
-            let l = TcpListener::bind(addr)
+        for url in config.client_urls()? {
+            let l = TcpListener::bind(url.addr)
                 .await
-                .with_context(|| format!("listen on {addr}"))?;
+                .with_context(|| format!("listen on {}", url.addr))?;
             client.push(l);
         }
         let mut peer = Vec::new();
-        for url in split_urls(&config.listen_peer_urls) {
-            let addr =
-                parse_http_url(&url).with_context(|| format!("--listen-peer-urls {url:?}"))?;
-            let l = TcpListener::bind(addr)
+        for url in config.peer_urls()? {
+            let l = TcpListener::bind(url.addr)
                 .await
-                .with_context(|| format!("listen on {addr} for peers"))?;
+                .with_context(|| format!("listen on {} for peers", url.addr))?;
             peer.push(l);
         }
         let mut metrics = Vec::new();
-        for addr in config.metrics_addrs()? {
-            let l = TcpListener::bind(addr)
+        for url in config.metrics_urls()? {
+            let l = TcpListener::bind(url.addr)
                 .await
-                .with_context(|| format!("listen on {addr} for metrics"))?;
+                .with_context(|| format!("listen on {} for metrics", url.addr))?;
             metrics.push(l);
         }
         Ok(Listeners {
@@ -98,7 +98,7 @@ impl Node {
             env!("CARGO_PKG_VERSION"),
             if fresh { "new data dir" } else { "recovering from data dir" },
         );
-        let network = leasehold_peer::PeerNetwork::new();
+        let network = leasehold_peer::PeerNetwork::with_tls(config.peer_client_tls()?);
         let forwarder = Arc::new(leasehold_peer::PeerForwarder::new(
             network.clone(),
             std::time::Duration::from_millis(config.election_timeout),
@@ -125,9 +125,20 @@ impl Node {
             .iter()
             .map(TcpListener::local_addr)
             .collect::<Result<Vec<_>, _>>()?;
+        // The n-th listener serves the n-th URL; listeners beyond the URLs (a caller's own)
+        // serve plain HTTP.
+        let schemes = |urls: Vec<ListenUrl>| move |i: usize| urls.get(i).is_some_and(|u| u.tls);
+        let (client_tls, peer_tls) = (config.client_tls()?, config.peer_tls()?);
+        let client_is_tls = schemes(config.client_urls()?);
+        let peer_is_tls = schemes(config.peer_urls()?);
+        let metrics_is_tls = schemes(config.metrics_urls()?);
         let client_urls = match &config.advertise_client_urls {
             Some(urls) => split_urls(urls),
-            None => client_addrs.iter().map(|a| format!("http://{a}")).collect(),
+            None => client_addrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| format!("{}://{a}", scheme(client_is_tls(i))))
+                .collect(),
         };
         let ctx = Arc::new(ServerContext {
             replica: replica.clone(),
@@ -150,26 +161,57 @@ impl Node {
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut servers = Vec::new();
-        for listener in listeners.client {
+        for (i, listener) in listeners.client.into_iter().enumerate() {
             let addr = listener.local_addr()?;
-            tracing::info!("serving client requests on http://{addr}");
+            let tls = tls_of(client_is_tls(i), &client_tls)?;
+            tracing::info!(
+                "serving client requests on {}://{addr}",
+                scheme(tls.is_some())
+            );
             let stop = stopped(stop_rx.clone());
             let ctx = ctx.clone();
             servers.push(tokio::spawn(async move {
-                leasehold_server::serve(ctx, listener, stop).await
+                match tls {
+                    Some(tls) => {
+                        leasehold_server::serve(ctx, transport::tls(listener, tls), stop).await
+                    }
+                    None => leasehold_server::serve(ctx, transport::plain(listener), stop).await,
+                }
             }));
         }
-        for listener in listeners.peer {
+        for (i, listener) in listeners.peer.into_iter().enumerate() {
             let addr = listener.local_addr()?;
             let stop = stopped(stop_rx.clone());
-            let served = leasehold_peer::serve_peers(replica.clone(), listener, stop);
-            serve_in_background("peers", addr, served);
+            let replica = replica.clone();
+            match tls_of(peer_is_tls(i), &peer_tls)? {
+                Some(tls) => {
+                    let incoming = transport::tls(listener, tls);
+                    let served = leasehold_peer::serve_peers(replica, incoming, stop);
+                    serve_in_background("peers", "https", addr, served);
+                }
+                None => {
+                    let incoming = transport::plain(listener);
+                    let served = leasehold_peer::serve_peers(replica, incoming, stop);
+                    serve_in_background("peers", "http", addr, served);
+                }
+            }
         }
-        for listener in listeners.metrics {
+        for (i, listener) in listeners.metrics.into_iter().enumerate() {
             let addr = listener.local_addr()?;
             let stop = stopped(stop_rx.clone());
-            let served = leasehold_server::serve_http(ctx.clone(), listener, stop);
-            serve_in_background("/metrics, /health, /livez, /readyz, /version", addr, served);
+            const WHAT: &str = "/metrics, /health, /livez, /readyz, /version";
+            match tls_of(metrics_is_tls(i), &client_tls)? {
+                Some(tls) => {
+                    let incoming = transport::tls(listener, tls);
+                    let served = leasehold_server::serve_http(ctx.clone(), incoming, stop);
+                    serve_in_background(WHAT, "https", addr, served);
+                }
+                None => {
+                    let incoming = transport::plain(listener);
+                    let served = leasehold_server::serve_http(ctx.clone(), incoming, stop);
+                    serve_in_background(WHAT, "http", addr, served);
+                }
+            }
         }
         let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
             replica.clone(),
@@ -269,13 +311,31 @@ fn unix_ms() -> u64 {
 /// are: they drain requests); a failure is logged.
 fn serve_in_background<E: std::fmt::Display>(
     what: &'static str,
+    scheme: &str,
     addr: SocketAddr,
     served: impl std::future::Future<Output = Result<(), E>> + Send + 'static,
 ) {
-    tracing::info!("serving {what} on http://{addr}");
+    tracing::info!("serving {what} on {scheme}://{addr}");
     tokio::spawn(async move {
         if let Err(e) = served.await {
             tracing::error!("serving {what} on {addr}: {e}");
         }
     });
+}
+
+fn scheme(tls: bool) -> &'static str {
+    if tls { "https" } else { "http" }
+}
+
+/// The TLS configuration a listener serves with: `config` if its URL is `https://`.
+fn tls_of(
+    https: bool,
+    config: &Option<Arc<rustls::ServerConfig>>,
+) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+    match (https, config) {
+        (false, _) => Ok(None),
+        (true, Some(config)) => Ok(Some(config.clone())),
+        // `NodeConfig::client_tls`/`peer_tls` make one whenever a URL is https://.
+        (true, None) => bail!("an https:// listener without a TLS configuration"),
+    }
 }

@@ -174,13 +174,14 @@ impl NodeConfig {
                 inert.join(", ")
             )));
         }
-        let tls = given_flags(&matches, |heading| heading == Some(crate::tls::HEADING));
+        let tls = config.tls.not_applied();
         if !tls.is_empty() {
             notices.push(Notice::warn(format!(
-                "TLS is not implemented yet; ignoring {}",
+                "TLS settings not applied yet; ignoring {}",
                 tls.join(", ")
             )));
         }
+        notices.extend(config.tls_without_https().into_iter().map(Notice::warn));
         if config.log_outputs.iter().any(|o| o == "systemd/journal") {
             notices.push(Notice::info(
                 "--log-outputs=systemd/journal: logging to stderr, which systemd passes to the \
@@ -804,7 +805,7 @@ mod tests {
     }
 
     #[test]
-    fn inert_and_tls_flags_get_one_warning_line_each() {
+    fn inert_and_unapplied_tls_flags_get_one_warning_line_each() {
         let r = resolve(
             &[
                 "--experimental-initial-corrupt-check=true",
@@ -812,6 +813,7 @@ mod tests {
                 "--quota-backend-bytes=100",
                 "--cert-file=/c.pem",
                 "--peer-client-cert-auth=true",
+                "--cipher-suites=TLS_AES_128_GCM_SHA256",
                 "--name=n1",
             ],
             &[],
@@ -822,7 +824,12 @@ mod tests {
             vec![
                 "accepted for etcd compatibility, no effect in leasehold: --quota-backend-bytes, \
                  --enable-v2, --experimental-initial-corrupt-check",
-                "TLS is not implemented yet; ignoring --cert-file, --peer-client-cert-auth",
+                "TLS settings not applied yet; ignoring --cipher-suites",
+                "--cert-file, --key-file, --trusted-ca-file, --client-cert-auth or --auto-tls given, but \
+                 no --listen-client-urls is https://: serving plain HTTP there",
+                "--peer-cert-file, --peer-key-file, --peer-trusted-ca-file, --peer-client-cert-auth or \
+                 --peer-auto-tls given, but no --listen-peer-urls is https://: serving plain HTTP \
+                 there",
             ]
         );
         assert_eq!(r.config.tls.client.cert_file, Some("/c.pem".into()));
@@ -877,7 +884,8 @@ mod tests {
             vec![
                 "accepted for etcd compatibility, no effect in leasehold: \
                  --experimental-initial-corrupt-check",
-                "TLS is not implemented yet; ignoring --client-cert-auth",
+                "--cert-file, --key-file, --trusted-ca-file, --client-cert-auth or --auto-tls given, but \
+                 no --listen-client-urls is https://: serving plain HTTP there",
             ]
         );
         assert!(r.notices.iter().any(|n| n.message
@@ -1042,7 +1050,11 @@ no-such-key: 1
             vec!["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384"]
         );
         let warned = warnings(&r);
-        assert_eq!(warned.len(), 3, "{warned:#?}");
+        assert_eq!(warned.len(), 5, "{warned:#?}");
+        assert!(
+            warned[3].ends_with("no --listen-client-urls is https://: serving plain HTTP there")
+        );
+        assert!(warned[4].ends_with("no --listen-peer-urls is https://: serving plain HTTP there"));
         assert!(warned[0].ends_with("ignoring unknown keys (as etcd does): no-such-key"));
         assert!(warned[1].starts_with("accepted for etcd compatibility"));
         for inert in [
@@ -1054,7 +1066,11 @@ no-such-key: 1
         ] {
             assert!(warned[1].contains(inert), "{inert}: {}", warned[1]);
         }
-        assert!(warned[2].starts_with("TLS is not implemented yet; ignoring --cert-file"));
+        assert!(
+            warned[2].starts_with("TLS settings not applied yet; ignoring --cipher-suites"),
+            "{}",
+            warned[2]
+        );
     }
 
     #[test]

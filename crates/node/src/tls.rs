@@ -1,18 +1,27 @@
-//! etcd's TLS flags, client side and peer side, as typed settings. TLS is not implemented yet:
-//! these are parsed and checked for form, and setting any of them gets a warning at start-up.
+//! etcd's TLS flags, client side and peer side, as typed settings, and the rustls
+//! configurations made from them: a listener whose URL is `https://` serves TLS with the side's
+//! certificate (or a self-signed one under `--auto-tls`), requiring a client certificate from
+//! the trusted CA under `--client-cert-auth`; a member reaches `https://` peer URLs checking the
+//! peer's certificate against `--peer-trusted-ca-file`. Every file is read at start-up, so a
+//! bad one stops the member with a message that names it.
 //!
 //! Both sides have the same fields (etcd's `transport.TLSInfo`), so that one function can build
 //! a TLS configuration for either; in a config file they are etcd's `client-transport-security`
 //! and `peer-transport-security` maps (see `sources.rs`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use anyhow::{Context, bail};
 use clap::Args;
+use rustls::crypto::CryptoProvider;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 
 use crate::config::parse_go_bool;
 
 /// The `--help` heading of the TLS flags; `sources.rs` also recognises them by it.
-pub(crate) const HEADING: &str = "TLS (not implemented yet)";
+pub(crate) const HEADING: &str = "TLS";
 
 #[derive(Args, Debug, Clone, Default, PartialEq, Eq)]
 #[command(next_help_heading = HEADING)]
@@ -130,4 +139,246 @@ pub struct PeerTls {
           require_equals = true, default_missing_value = "true", default_value = "false",
           value_parser = parse_go_bool)]
     pub skip_client_san_verification: bool,
+}
+
+/// One side's TLS settings, whichever side: what both [`ClientTls`] and [`PeerTls`] carry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Side<'a> {
+    /// The flag prefix in messages: `""` or `"peer-"`.
+    pub(crate) prefix: &'static str,
+    pub(crate) cert_file: Option<&'a Path>,
+    pub(crate) key_file: Option<&'a Path>,
+    /// What this member presents when it connects as a client (peers only).
+    pub(crate) client_cert_file: Option<&'a Path>,
+    pub(crate) client_key_file: Option<&'a Path>,
+    pub(crate) trusted_ca_file: Option<&'a Path>,
+    pub(crate) client_cert_auth: bool,
+    pub(crate) auto_tls: bool,
+    pub(crate) crl_file: Option<&'a Path>,
+}
+
+impl ClientTls {
+    pub(crate) fn side(&self) -> Side<'_> {
+        Side {
+            prefix: "",
+            cert_file: self.cert_file.as_deref(),
+            key_file: self.key_file.as_deref(),
+            client_cert_file: self.client_cert_file.as_deref(),
+            client_key_file: self.client_key_file.as_deref(),
+            trusted_ca_file: self.trusted_ca_file.as_deref(),
+            client_cert_auth: self.client_cert_auth,
+            auto_tls: self.auto_tls,
+            crl_file: self.crl_file.as_deref(),
+        }
+    }
+}
+
+impl PeerTls {
+    pub(crate) fn side(&self) -> Side<'_> {
+        Side {
+            prefix: "peer-",
+            cert_file: self.cert_file.as_deref(),
+            key_file: self.key_file.as_deref(),
+            client_cert_file: self.client_cert_file.as_deref(),
+            client_key_file: self.client_key_file.as_deref(),
+            trusted_ca_file: self.trusted_ca_file.as_deref(),
+            client_cert_auth: self.client_cert_auth,
+            auto_tls: self.auto_tls,
+            crl_file: self.crl_file.as_deref(),
+        }
+    }
+}
+
+/// rustls with ring, named explicitly so that no process-wide default provider is needed.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(what: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("{what} {}", path.display()))
+}
+
+fn certificates(flag: &str, path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let pem = read(&format!("--{flag}"), path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("--{flag} {}: not PEM certificates", path.display()))?;
+    if certs.is_empty() {
+        bail!("--{flag} {}: no certificate in the file", path.display());
+    }
+    Ok(certs)
+}
+
+fn private_key(flag: &str, path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+    let pem = read(&format!("--{flag}"), path)?;
+    PrivateKeyDer::from_pem_slice(&pem)
+        .with_context(|| format!("--{flag} {}: no PEM private key", path.display()))
+}
+
+impl TlsFlags {
+    /// The TLS versions `--tls-min-version` and `--tls-max-version` allow.
+    fn versions(&self) -> anyhow::Result<Vec<&'static rustls::SupportedProtocolVersion>> {
+        let rank = |v: &str| match v {
+            "TLS1.2" => 0,
+            _ => 1,
+        };
+        let min = rank(&self.tls_min_version);
+        let max = if self.tls_max_version.is_empty() {
+            1
+        } else {
+            rank(&self.tls_max_version)
+        };
+        if min > max {
+            bail!(
+                "--tls-min-version {} is above --tls-max-version {}",
+                self.tls_min_version,
+                self.tls_max_version
+            );
+        }
+        let all = [&rustls::version::TLS12, &rustls::version::TLS13];
+        Ok(all[min..=max].to_vec())
+    }
+
+    /// The server configuration of `side`'s listeners: its certificate (or a self-signed one
+    /// for `hosts` under auto TLS) and, with client certificate auth, a verifier of client
+    /// certificates against the trusted CA (and the CRL). ALPN offers HTTP/2 and HTTP/1.1, as
+    /// Go's server does, so curl and probes reach the HTTP endpoints over TLS too. Every file is
+    /// read and checked here, at start-up: a bad file stops the member with its name.
+    pub(crate) fn server_config(
+        &self,
+        side: Side<'_>,
+        hosts: &[String],
+    ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        let p = side.prefix;
+        let (certs, key) = match (side.cert_file, side.key_file) {
+            (Some(cert), Some(key)) => (
+                certificates(&format!("{p}cert-file"), cert)?,
+                private_key(&format!("{p}key-file"), key)?,
+            ),
+            (None, None) if side.auto_tls => self_signed(hosts, self.self_signed_cert_validity)?,
+            (None, None) => {
+                bail!("an https:// URL needs --{p}cert-file and --{p}key-file (or --{p}auto-tls)")
+            }
+            _ => bail!("--{p}cert-file and --{p}key-file go together"),
+        };
+        let builder = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&self.versions()?)
+            .context("TLS versions")?;
+        let builder = if side.client_cert_auth {
+            let Some(ca) = side.trusted_ca_file else {
+                bail!("--{p}client-cert-auth needs --{p}trusted-ca-file");
+            };
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in certificates(&format!("{p}trusted-ca-file"), ca)? {
+                roots
+                    .add(cert)
+                    .with_context(|| format!("--{p}trusted-ca-file {}", ca.display()))?;
+            }
+            let mut verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                roots.into(),
+                provider(),
+            );
+            if let Some(crl) = side.crl_file {
+                let pem = read(&format!("--{p}crl-file"), crl)?;
+                let crls = CertificateRevocationListDer::pem_slice_iter(&pem)
+                    .collect::<Result<Vec<_>, _>>()
+                    .with_context(|| format!("--{p}crl-file {}: not PEM CRLs", crl.display()))?;
+                verifier = verifier.with_crls(crls);
+            }
+            builder.with_client_cert_verifier(
+                verifier
+                    .build()
+                    .with_context(|| format!("--{p}trusted-ca-file"))?,
+            )
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut config = builder
+            .with_single_cert(certs, key)
+            .with_context(|| format!("--{p}cert-file and --{p}key-file do not make a pair"))?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// What this member uses to reach other members over `https://` peer URLs: their
+    /// certificates are checked against `--peer-trusted-ca-file`, and it presents
+    /// `--peer-client-cert-file` (or `--peer-cert-file`).
+    pub(crate) fn peer_client_config(&self) -> anyhow::Result<tonic::transport::ClientTlsConfig> {
+        let side = self.peer.side();
+        if side.auto_tls && side.trusted_ca_file.is_none() {
+            bail!(
+                "--peer-auto-tls is not supported yet (leasehold checks every peer's certificate): \
+                 give --peer-cert-file, --peer-key-file and --peer-trusted-ca-file"
+            );
+        }
+        let Some(ca) = side.trusted_ca_file else {
+            bail!("https:// peer URLs need --peer-trusted-ca-file");
+        };
+        let ca_pem = read("--peer-trusted-ca-file", ca)?;
+        certificates("peer-trusted-ca-file", ca)?;
+        let mut config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem));
+        let (cert, key) = match (side.client_cert_file, side.client_key_file) {
+            (Some(cert), Some(key)) => (Some(cert), Some(key)),
+            _ => (side.cert_file, side.key_file),
+        };
+        if let (Some(cert), Some(key)) = (cert, key) {
+            certificates("peer-cert-file", cert)?;
+            private_key("peer-key-file", key)?;
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read("--peer-cert-file", cert)?,
+                read("--peer-key-file", key)?,
+            ));
+        }
+        Ok(config)
+    }
+
+    /// Flags that are parsed but have no effect yet, for the start-up warning.
+    pub(crate) fn not_applied(&self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if !self.cipher_suites.is_empty() {
+            names.push("--cipher-suites");
+        }
+        if !self.client.allowed_cn.is_empty() {
+            names.push("allowed-cn");
+        }
+        if !self.client.allowed_hostname.is_empty() {
+            names.push("--client-cert-allowed-hostname");
+        }
+        if !self.peer.allowed_cn.is_empty() {
+            names.push("--peer-cert-allowed-cn");
+        }
+        if !self.peer.allowed_hostname.is_empty() {
+            names.push("--peer-cert-allowed-hostname");
+        }
+        if self.peer.skip_client_san_verification {
+            names.push("--experimental-peer-skip-client-san-verification");
+        }
+        names
+    }
+}
+
+/// A self-signed certificate for `hosts` (names or IP addresses), made at start-up, as etcd's
+/// `--auto-tls` makes one.
+fn self_signed(
+    hosts: &[String],
+    validity_years: u32,
+) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let mut names: Vec<String> = hosts.to_vec();
+    names.push("localhost".into());
+    names.sort();
+    names.dedup();
+    let mut params =
+        rcgen::CertificateParams::new(names).context("--auto-tls: certificate names")?;
+    let now = std::time::SystemTime::now();
+    let days = u64::from(validity_years.max(1)) * 365;
+    params.not_before = now.into();
+    params.not_after = (now + std::time::Duration::from_secs(days * 86_400)).into();
+    let key = rcgen::KeyPair::generate().context("--auto-tls: key")?;
+    let cert = params
+        .self_signed(&key)
+        .context("--auto-tls: certificate")?;
+    let key = PrivateKeyDer::try_from(key.serialize_der())
+        .map_err(|e| anyhow::anyhow!("--auto-tls: key: {e}"))?;
+    Ok((vec![cert.der().clone()], key))
 }

@@ -92,6 +92,8 @@ fn bad_request(e: postcard::Error) -> Status {
 #[derive(Clone, Default)]
 pub struct PeerNetwork {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// How `https://` peers are reached (their certificate checked, ours presented).
+    tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 impl PeerNetwork {
@@ -99,16 +101,36 @@ impl PeerNetwork {
         PeerNetwork::default()
     }
 
+    /// A network that reaches `https://` peer URLs with `tls`.
+    pub fn with_tls(tls: Option<tonic::transport::ClientTlsConfig>) -> PeerNetwork {
+        PeerNetwork {
+            tls,
+            ..PeerNetwork::default()
+        }
+    }
+
     fn client(&self, addr: &str) -> Result<GrpcClient<Channel>, TransportError> {
         let mut channels = self.channels.lock().expect("peer channels lock poisoned");
         let channel = match channels.get(addr) {
             Some(channel) => channel.clone(),
             None => {
-                let channel = Endpoint::from_shared(addr.to_owned())
-                    .map_err(|e| TransportError::Url {
-                        addr: addr.to_owned(),
-                        reason: e.to_string(),
-                    })?
+                let bad_url = |reason: String| TransportError::Url {
+                    addr: addr.to_owned(),
+                    reason,
+                };
+                let mut endpoint =
+                    Endpoint::from_shared(addr.to_owned()).map_err(|e| bad_url(e.to_string()))?;
+                if addr.starts_with("https://") {
+                    let Some(tls) = &self.tls else {
+                        return Err(bad_url(
+                            "an https:// peer needs --peer-trusted-ca-file".to_owned(),
+                        ));
+                    };
+                    endpoint = endpoint
+                        .tls_config(tls.clone())
+                        .map_err(|e| bad_url(e.to_string()))?;
+                }
+                let channel = endpoint
                     .connect_timeout(CONNECT_TIMEOUT)
                     .tcp_nodelay(true)
                     // Notice a peer that went silent (cut off, frozen) on an open connection.
@@ -455,25 +477,26 @@ impl Peer for PeerService {
     }
 }
 
-/// Serves the peer transport on `listener` until `shutdown` completes.
-pub async fn serve_peers(
+/// Serves the peer transport on the connections `incoming` yields (plain TCP or TLS, with
+/// TCP_NODELAY: answers to append-entries and votes are small, and every commit that needs this
+/// member's vote would otherwise wait for Nagle's algorithm and the leader's delayed ACK) until
+/// `shutdown` completes.
+pub async fn serve_peers<I, IO, E>(
     replica: Arc<Replica>,
-    listener: tokio::net::TcpListener,
+    incoming: I,
     shutdown: impl std::future::Future<Output = ()> + Send,
-) -> Result<(), tonic::transport::Error> {
-    // Answers to append-entries and votes are small: without TCP_NODELAY they can wait for
-    // Nagle's algorithm and the leader's delayed ACK (40 ms on Linux), which every commit that
-    // needs this member's vote would then wait for too.
-    let incoming = tokio_stream::StreamExt::map(
-        tokio_stream::wrappers::TcpListenerStream::new(listener),
-        |conn| {
-            conn.inspect(|stream| {
-                if let Err(e) = stream.set_nodelay(true) {
-                    tracing::warn!("TCP_NODELAY on a peer connection: {e}");
-                }
-            })
-        },
-    );
+) -> Result<(), tonic::transport::Error>
+where
+    I: tokio_stream::Stream<Item = Result<IO, E>> + Send + 'static,
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
     tonic::transport::Server::builder()
         .add_service(PeerService::new(replica).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)

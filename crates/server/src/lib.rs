@@ -40,9 +40,9 @@ use leasehold_api::etcdserverpb::maintenance_server::MaintenanceServer;
 use leasehold_api::etcdserverpb::watch_server::WatchServer;
 use leasehold_api::v3electionpb::election_server::ElectionServer;
 use leasehold_api::v3lockpb::lock_server::LockServer;
-use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_stream::Stream;
+use tonic::transport::server::Connected;
 
 pub use context::ServerContext;
 pub use expiry::{ExpiryConfig, drive_lease_expiry};
@@ -85,20 +85,19 @@ impl GrpcKeepalive {
     }
 }
 
-/// Serves the client API on `listener` until `shutdown` completes, then drains in-flight calls.
-pub async fn serve(
+/// Serves the client API on the connections `incoming` yields (plain TCP or TLS, whichever the
+/// caller accepts) until `shutdown` completes, then drains in-flight calls.
+pub async fn serve<I, IO, E>(
     ctx: Arc<ServerContext>,
-    listener: TcpListener,
+    incoming: I,
     shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), tonic::transport::Error> {
-    // Small request/response pairs must not wait for Nagle's algorithm (40 ms with delayed ACKs).
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|stream| {
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::warn!("TCP_NODELAY: {e}");
-            }
-        })
-    });
+) -> Result<(), tonic::transport::Error>
+where
+    I: Stream<Item = Result<IO, E>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
     // Decoding limit handed to tonic: above grpc-go's limit so that our own check (with
     // grpc-go's message) decides, and bounded so a client cannot make us buffer arbitrary
     // amounts.
@@ -143,18 +142,24 @@ pub async fn serve(
         .await
 }
 
-/// Serves only the HTTP endpoints (no gRPC) on `listener`, as etcd serves
+/// Serves only the HTTP endpoints (no gRPC) on the connections `incoming` yields, as etcd serves
 /// `--listen-metrics-urls`, until `shutdown` completes.
-pub async fn serve_http(
+pub async fn serve_http<I, IO, E>(
     ctx: Arc<ServerContext>,
-    listener: TcpListener,
+    incoming: I,
     shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), tonic::transport::Error> {
+) -> Result<(), tonic::transport::Error>
+where
+    I: Stream<Item = Result<IO, E>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
     let routes = tonic::service::Routes::from(health::router(ctx).fallback(health::not_found));
     tonic::transport::Server::builder()
         .accept_http1(true)
         .add_routes(routes)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
 

@@ -169,9 +169,20 @@ pub(crate) fn mask_hex_ids(text: &str) -> String {
 /// asserts that exit codes and masked stdout/stderr agree.
 pub async fn etcdctl_differential(name: &str, steps: &[Ctl]) {
     let (etcd, leasehold) = tokio::join!(Etcd::start(), Leasehold::start());
-    let expected = record_etcdctl(&etcd, steps).await;
-    let actual = record_etcdctl(&leasehold, steps).await;
-    assert_same_recordings(name, &etcd, &expected, &leasehold, &actual);
+    etcdctl_differential_between(name, &etcd, &leasehold, steps).await;
+}
+
+/// [`etcdctl_differential`] against servers the caller started (with TLS, say: each server's
+/// [`Server::etcdctl_flags`] come before the steps' own).
+pub async fn etcdctl_differential_between(
+    name: &str,
+    etcd: &Server,
+    leasehold: &Server,
+    steps: &[Ctl],
+) {
+    let expected = record_etcdctl(etcd, steps).await;
+    let actual = record_etcdctl(leasehold, steps).await;
+    assert_same_recordings(name, etcd, &expected, leasehold, &actual);
 }
 
 /// Like [`etcdctl_differential`] for scenarios whose later invocations depend on earlier output
@@ -203,7 +214,8 @@ where
 pub(crate) async fn record_etcdctl(server: &Server, steps: &[Ctl]) -> Recorder {
     let mut recorder = Recorder::default();
     for step in steps {
-        let args: Vec<&str> = step.args.iter().map(String::as_str).collect();
+        let flags = server.etcdctl_flags();
+        let args: Vec<&str> = flags.iter().chain(&step.args).map(String::as_str).collect();
         let output = etcdctl_with_stdin(&server.endpoint(), &args, &step.stdin).await;
         let label = format!("etcdctl {}", step.args.join(" "));
         recorder.note(

@@ -22,6 +22,7 @@
 //! Real etcd comes from Debian's `etcd-server` and `etcd-client` packages (3.4); the README's
 //! test script installs them. A missing `etcd` is a loud failure, never a silent skip.
 
+pub mod certs;
 pub mod differential;
 pub mod etcdctl;
 pub mod history;

@@ -105,7 +105,7 @@ pub(crate) fn etcdctl_binary() -> PathBuf {
 /// The `leasehold` binary under test: `$LEASEHOLD_BIN` if set, else the one cargo built next to
 /// the running test (an integration test runs from `target/<profile>/deps/`; cargo builds the
 /// package's binary into `target/<profile>/` before its integration tests).
-pub(crate) fn leasehold_binary() -> PathBuf {
+pub fn leasehold_binary() -> PathBuf {
     if let Some(path) = std::env::var_os(BIN_VAR) {
         return PathBuf::from(path);
     }

@@ -98,6 +98,74 @@ pub struct Setup {
     pub env: Vec<(String, String)>,
     /// More YAML lines for [`ConfigStyle::ConfigFile`].
     pub yaml: String,
+    /// Serve clients (and peers, if it says so) over mutual TLS; flags only.
+    pub tls: Option<TlsSetup>,
+}
+
+/// A server that serves clients over `https://` with client certificates required, and
+/// optionally peers too; tests reach it with the client certificate.
+#[derive(Clone, Debug)]
+pub struct TlsSetup {
+    /// The CA that signed every certificate below; trusted by servers and clients.
+    pub ca: PathBuf,
+    /// The server's (and a member's peer) certificate.
+    pub server: crate::certs::Pair,
+    /// What tests present as clients.
+    pub client: crate::certs::Pair,
+    /// Peers talk over `https://` too, with peer client certificates required.
+    pub peers: bool,
+}
+
+impl TlsSetup {
+    /// Mutual TLS for clients (and peers if `peers`) with `certs`.
+    pub fn from(certs: &crate::certs::Certs, peers: bool) -> TlsSetup {
+        TlsSetup {
+            ca: certs.ca.clone(),
+            server: certs.server.clone(),
+            client: certs.client.clone(),
+            peers,
+        }
+    }
+
+    /// The server's flags.
+    fn server_flags(&self) -> Vec<String> {
+        let path = |p: &Path| p.display().to_string();
+        let mut flags = vec![
+            format!("--cert-file={}", path(&self.server.cert)),
+            format!("--key-file={}", path(&self.server.key)),
+            format!("--trusted-ca-file={}", path(&self.ca)),
+            "--client-cert-auth=true".to_owned(),
+        ];
+        if self.peers {
+            flags.extend([
+                format!("--peer-cert-file={}", path(&self.server.cert)),
+                format!("--peer-key-file={}", path(&self.server.key)),
+                format!("--peer-trusted-ca-file={}", path(&self.ca)),
+                "--peer-client-cert-auth=true".to_owned(),
+            ]);
+        }
+        flags
+    }
+
+    /// etcdctl's flags to present the client certificate and trust the CA.
+    pub fn etcdctl_flags(&self) -> Vec<String> {
+        vec![
+            format!("--cacert={}", self.ca.display()),
+            format!("--cert={}", self.client.cert.display()),
+            format!("--key={}", self.client.key.display()),
+        ]
+    }
+
+    /// The etcd-client crate's TLS options for the same.
+    pub fn client_options(&self) -> etcd_client::TlsOptions {
+        let read = |p: &Path| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(read(&self.ca)))
+            .identity(etcd_client::Identity::from_pem(
+                read(&self.client.cert),
+                read(&self.client.key),
+            ))
+    }
 }
 
 /// One single-member server process. Killed (SIGKILL) and reaped on drop.
@@ -168,10 +236,26 @@ impl Server {
     pub fn spawn_member(
         kind: Kind,
         name: &str,
-        [client_port, peer_port]: [u16; 2],
+        ports: [u16; 2],
         initial_cluster: &str,
         token: &str,
         extra_args: &[&str],
+    ) -> Server {
+        let setup = Setup {
+            args: extra_args.iter().map(|a| a.to_string()).collect(),
+            ..Setup::default()
+        };
+        Server::spawn_member_with(kind, name, ports, initial_cluster, token, setup)
+    }
+
+    /// [`Server::spawn_member`] with a [`Setup`].
+    pub fn spawn_member_with(
+        kind: Kind,
+        name: &str,
+        [client_port, peer_port]: [u16; 2],
+        initial_cluster: &str,
+        token: &str,
+        setup: Setup,
     ) -> Server {
         let label = format!("{}-{name}", kind_label(kind));
         let root = tempfile::Builder::new()
@@ -193,8 +277,8 @@ impl Server {
             log_shown: AtomicBool::new(false),
             member_name: name.to_owned(),
             cluster: Some((initial_cluster.to_owned(), token.to_owned())),
-            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
-            setup: Setup::default(),
+            extra_args: setup.args.clone(),
+            setup,
         };
         server.spawn();
         server
@@ -272,6 +356,14 @@ impl Server {
                 command.arg("--config-file").arg(path);
             }
         }
+        if let Some(tls) = &self.setup.tls {
+            assert_eq!(
+                self.setup.style,
+                ConfigStyle::Flags,
+                "TLS is set up with flags"
+            );
+            command.args(tls.server_flags());
+        }
         let child = command
             .args(&self.extra_args)
             .envs(self.setup.env.iter().map(|(k, v)| (k, v)))
@@ -300,7 +392,9 @@ impl Server {
                 self.child = None;
                 self.fail(&format!("exited with {status} before serving"));
             }
-            match tokio::time::timeout(Duration::from_secs(3), probe(&self.endpoint())).await {
+            let endpoint = self.endpoint();
+            let probed = probe(&endpoint, self.setup.tls.as_ref());
+            match tokio::time::timeout(Duration::from_secs(3), probed).await {
                 Ok(Ok(())) => return,
                 Ok(Err(e)) => last_error = e.to_string(),
                 Err(_) => last_error = String::from("probe timed out"),
@@ -342,11 +436,28 @@ impl Server {
 
     /// `http://127.0.0.1:<client port>`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.setup.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     pub fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        let tls = self.setup.tls.as_ref().is_some_and(|t| t.peers);
+        let scheme = if tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.peer_port)
+    }
+
+    /// The TLS this server serves with, if any.
+    pub fn tls(&self) -> Option<&TlsSetup> {
+        self.setup.tls.as_ref()
+    }
+
+    /// What etcdctl needs to reach this server: its TLS flags, if any.
+    pub fn etcdctl_flags(&self) -> Vec<String> {
+        self.tls().map(TlsSetup::etcdctl_flags).unwrap_or_default()
     }
 
     /// "etcd" or "leasehold" (which may be an etcd under `LEASEHOLD_DIFF_AGAINST_ETCD=1`).
@@ -387,9 +498,12 @@ impl Server {
 
     /// A client with [`REQUEST_TIMEOUT`] on every request.
     pub async fn client(&self) -> Client {
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
             .with_timeout(REQUEST_TIMEOUT);
+        if let Some(tls) = self.tls() {
+            options = options.with_tls(tls.client_options());
+        }
         match Client::connect([self.endpoint()], Some(options)).await {
             Ok(client) => client,
             Err(e) => self.fail(&format!("connect: {e}")),
@@ -501,6 +615,20 @@ impl Cluster {
 
     /// [`Cluster::start`] with more flags for every member.
     pub async fn start_with(kind: Kind, size: usize, extra_args: &[&str]) -> Cluster {
+        let setup = Setup {
+            args: extra_args.iter().map(|a| a.to_string()).collect(),
+            ..Setup::default()
+        };
+        Cluster::start_with_setup(kind, size, setup).await
+    }
+
+    /// [`Cluster::start`] with a [`Setup`] for every member (flags style).
+    pub async fn start_with_setup(kind: Kind, size: usize, setup: Setup) -> Cluster {
+        let peer_scheme = if setup.tls.as_ref().is_some_and(|t| t.peers) {
+            "https"
+        } else {
+            "http"
+        };
         let mut ports = Vec::new();
         for _ in 0..size {
             ports.push(free_ports::<2>());
@@ -509,7 +637,7 @@ impl Cluster {
         let initial_cluster = names
             .iter()
             .zip(&ports)
-            .map(|(name, [_, peer])| format!("{name}=http://127.0.0.1:{peer}"))
+            .map(|(name, [_, peer])| format!("{name}={peer_scheme}://127.0.0.1:{peer}"))
             .collect::<Vec<_>>()
             .join(",");
         let token = format!("{}-cluster-{}", kind_label(kind), ports[0][1]);
@@ -517,7 +645,8 @@ impl Cluster {
             .iter()
             .zip(&ports)
             .map(|(name, ports)| {
-                Server::spawn_member(kind, name, *ports, &initial_cluster, &token, extra_args)
+                let setup = setup.clone();
+                Server::spawn_member_with(kind, name, *ports, &initial_cluster, &token, setup)
             })
             .collect();
         for member in &mut members {
@@ -586,10 +715,13 @@ impl Cluster {
     }
 }
 
-pub(crate) async fn probe(endpoint: &str) -> Result<(), EtcdError> {
-    let options = ConnectOptions::new()
+pub(crate) async fn probe(endpoint: &str, tls: Option<&TlsSetup>) -> Result<(), EtcdError> {
+    let mut options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
         .with_timeout(Duration::from_secs(2));
+    if let Some(tls) = tls {
+        options = options.with_tls(tls.client_options());
+    }
     let mut client = Client::connect([endpoint], Some(options)).await?;
     client.get("leasehold-test-readiness-probe", None).await?;
     Ok(())
