@@ -4,6 +4,7 @@
 //! through [`leasehold_raft::Replica`].
 //!
 //! ```text
+//!   client connection ─► AuthorityFix (a URL `:authority` becomes host:port) ─► hyper, tonic
 //!   gRPC request ─► validate ─► convert ─► Replica::{read, write} ─► convert ─► gRPC response
 //!                                    errors ─► error.rs ─► tonic::Status
 //!   expiry driver (leader): sleep until the next deadline ─► propose LeaseExpire { due leases }
@@ -12,6 +13,7 @@
 //!                    ─► fencing check (key still ours, lease has time left) ─► answer
 //! ```
 
+mod authority;
 mod cluster;
 mod context;
 mod convert;
@@ -61,11 +63,14 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     // Small request/response pairs must not wait for Nagle's algorithm (40 ms with delayed ACKs).
+    // Each connection reaches hyper through `AuthorityFix`, so etcdctl 3.4's URL `:authority`
+    // is repaired before h2 refuses it (authority.rs).
     let incoming = TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|stream| {
+        conn.map(|stream| {
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::warn!("TCP_NODELAY: {e}");
             }
+            authority::AuthorityFix::new(stream)
         })
     });
     let mut grpc = tonic::service::Routes::builder();
