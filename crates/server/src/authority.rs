@@ -34,6 +34,8 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 
+mod hpack;
+
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -438,24 +440,22 @@ fn block_len(bytes: &[u8]) -> BlockLen {
 /// as it was and is never consulted. For the same reason the client's dynamic table size updates
 /// are not passed on: they size the client's table, which is ours to follow, not h2's.
 struct Blocks {
-    decoder: loona_hpack::Decoder<'static>,
+    decoder: hpack::Decoder,
     /// True once a block has been rewritten on this connection.
     rewriting: bool,
-    /// Scratch, kept across blocks: the block's HPACK fragment, its decoded fields, our encoding.
+    /// Scratch, kept across blocks: the block's HPACK fragment, its fields, our encoding.
     fragment: Vec<u8>,
-    fields: Fields,
+    fields: hpack::Fields,
     encoded: Vec<u8>,
 }
 
 impl Blocks {
     fn new() -> Self {
-        let mut decoder = loona_hpack::Decoder::new();
-        decoder.set_max_allowed_table_size(HEADER_TABLE_BYTES_MAX);
         Blocks {
-            decoder,
+            decoder: hpack::Decoder::new(HEADER_TABLE_BYTES_MAX),
             rewriting: false,
             fragment: Vec::new(),
-            fields: Fields::default(),
+            fields: hpack::Fields::new(DECODED_BYTES_MAX),
             encoded: Vec::new(),
         }
     }
@@ -466,11 +466,9 @@ impl Blocks {
         let first = FrameHeader::parse(block).expect("a block starts with a whole frame header");
         let priority = self.gather_fragment(block)?;
 
-        self.fields.clear();
-        let fields = &mut self.fields;
         self.decoder
-            .decode_with_cb(&self.fragment, |name, value| fields.push(&name, &value))
-            .map_err(|_| "HPACK decoding failed")?;
+            .decode(&self.fragment, &mut self.fields)
+            .map_err(hpack::Error::as_str)?;
         if self.fields.over_bound {
             return if self.rewriting {
                 Err("a header list above the size bound")
@@ -481,27 +479,37 @@ impl Blocks {
             };
         }
 
-        if self.fields.fix_authority() {
-            if !self.rewriting {
-                tracing::debug!(
-                    stream = first.stream_id(),
-                    "`:authority` was a URL; rewriting this connection's header blocks"
-                );
+        if let Some(i) = self.fields.find(b":authority") {
+            let value = self
+                .fields
+                .value(i, &self.fragment)
+                .map_err(hpack::Error::as_str)?;
+            if let Some(authority) = authority_of_url(value) {
+                if !self.rewriting {
+                    tracing::debug!(
+                        stream = first.stream_id(),
+                        "`:authority` was a URL; rewriting this connection's header blocks"
+                    );
+                }
+                self.fields.set_value(i, authority.as_str().as_bytes());
+                self.rewriting = true;
             }
-            self.rewriting = true;
         }
         if !self.rewriting {
             out.extend_from_slice(block);
             return Ok(());
         }
 
+        self.fields
+            .resolve(&self.fragment)
+            .map_err(hpack::Error::as_str)?;
         self.encoded.clear();
         release_if_large(&mut self.encoded);
         if let Some(priority) = priority {
             self.encoded.extend_from_slice(&priority);
         }
-        for (name, value) in self.fields.iter() {
-            encode_literal_without_indexing(name, value, &mut self.encoded);
+        for (name, value, sensitive) in self.fields.iter() {
+            encode_literal(name, value, sensitive, &mut self.encoded);
         }
         let mut chunks = self.encoded.chunks(FRAME_PAYLOAD_BYTES_MAX).peekable();
         let mut kind = FRAME_TYPE_HEADERS;
@@ -561,65 +569,6 @@ impl Blocks {
     }
 }
 
-/// A decoded header list, in one buffer: `bytes[start..start + name_len]` is a name and its
-/// value follows.
-#[derive(Default)]
-struct Fields {
-    bytes: Vec<u8>,
-    fields: Vec<(usize, usize, usize)>,
-    /// The list's size as RFC 7541 counts it (32 bytes per field on top).
-    decoded_bytes: usize,
-    /// True if the list was larger than [`DECODED_BYTES_MAX`]; fields past it were not kept.
-    over_bound: bool,
-}
-
-impl Fields {
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.fields.clear();
-        self.decoded_bytes = 0;
-        self.over_bound = false;
-        release_if_large(&mut self.bytes);
-    }
-
-    fn push(&mut self, name: &[u8], value: &[u8]) {
-        self.decoded_bytes += name.len() + value.len() + 32;
-        if self.decoded_bytes > DECODED_BYTES_MAX {
-            self.over_bound = true;
-            return;
-        }
-        self.fields
-            .push((self.bytes.len(), name.len(), value.len()));
-        self.bytes.extend_from_slice(name);
-        self.bytes.extend_from_slice(value);
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.fields.iter().map(|&(start, name_len, value_len)| {
-            let name = &self.bytes[start..start + name_len];
-            let value = &self.bytes[start + name_len..start + name_len + value_len];
-            (name, value)
-        })
-    }
-
-    /// Replaces an `:authority` that is a URL with the URL's authority. Returns true if it did.
-    fn fix_authority(&mut self) -> bool {
-        let Some(index) = self.iter().position(|(name, _)| name == b":authority") else {
-            return false;
-        };
-        let (_, value) = self.iter().nth(index).expect("found above");
-        let Some(authority) = authority_of_url(value) else {
-            return false;
-        };
-        // The new value goes at the end of the buffer; the field points there.
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(b":authority");
-        self.bytes.extend_from_slice(authority.as_str().as_bytes());
-        self.fields[index] = (start, b":authority".len(), authority.as_str().len());
-        true
-    }
-}
-
 /// The authority of `value` if `value` is not an authority itself (which h2 would accept) but
 /// a URL with a scheme and an authority, such as `http://127.0.0.1:2379` or
 /// `https://host:2379/`.
@@ -632,30 +581,14 @@ fn authority_of_url(value: &[u8]) -> Option<http::uri::Authority> {
     uri.authority().cloned()
 }
 
-/// RFC 7541 §6.2.2: a literal header field without indexing, with a literal name; strings are
-/// not Huffman coded.
-fn encode_literal_without_indexing(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
-    out.push(0x00);
+/// RFC 7541 §6.2.2 (or §6.2.3 if the client sent the field "never indexed"): a literal with a
+/// literal name, neither entered in nor taken from the dynamic table; no Huffman coding.
+fn encode_literal(name: &[u8], value: &[u8], sensitive: bool, out: &mut Vec<u8>) {
+    out.push(if sensitive { 0x10 } else { 0x00 });
     for string in [name, value] {
-        encode_integer(string.len(), 7, 0x00, out);
+        hpack::encode_integer(string.len(), 7, 0x00, out);
         out.extend_from_slice(string);
     }
-}
-
-/// RFC 7541 §5.1: `value` with an N-bit prefix, the first byte's other bits `first_bits`.
-fn encode_integer(value: usize, prefix_bits: u32, first_bits: u8, out: &mut Vec<u8>) {
-    let prefix_max = (1usize << prefix_bits) - 1;
-    if value < prefix_max {
-        out.push(first_bits | value as u8);
-        return;
-    }
-    out.push(first_bits | prefix_max as u8);
-    let mut rest = value - prefix_max;
-    while rest >= 0x80 {
-        out.push((rest & 0x7f) as u8 | 0x80);
-        rest >>= 7;
-    }
-    out.push(rest as u8);
 }
 
 #[cfg(test)]
