@@ -102,6 +102,80 @@ async fn a_client_library_over_mutual_tls_uses_kv_leases_and_watch() {
     }
 }
 
+/// etcdctl 3.4 sends the whole `https://host:port` URL as the HTTP/2 `:authority` for the
+/// `endpoint status` family; over TLS too, leasehold answers it (as etcd does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_endpoint_status_works_with_an_https_url() {
+    let certs = Certs::make();
+    for kind in [Kind::Etcd, Kind::Leasehold] {
+        let cluster = Cluster::start_with_setup(kind, 1, tls_setup(&certs, false)).await;
+        let server = &cluster.members[0];
+        let mut args = server.etcdctl_flags();
+        args.extend(["endpoint", "status", "-w", "json"].map(String::from));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = etcdctl(&server.endpoint(), &args).await;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(&server.endpoint()),
+            "{}: {}",
+            server.label(),
+            describe_output(&out)
+        );
+    }
+}
+
+/// `--auto-tls`: the member makes a self-signed certificate at start and serves TLS with it;
+/// etcdctl reaches it with `--insecure-skip-tls-verify`, and refuses it when it verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_tls_serves_with_a_self_signed_certificate() {
+    let [client, peer] = common::free_ports::<2>();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let endpoint = format!("https://127.0.0.1:{client}");
+    let mut child = tokio::process::Command::new(common::leasehold_binary())
+        .arg(format!("--data-dir={}", dir.path().join("data").display()))
+        .arg(format!("--listen-client-urls={endpoint}"))
+        .arg(format!("--advertise-client-urls={endpoint}"))
+        .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+        .arg(format!(
+            "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+        ))
+        .arg("--auto-tls")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn leasehold");
+    let deadline = Instant::now() + common::READY_TIMEOUT;
+    loop {
+        // etcdctl 3.4 goes plaintext without a certificate flag unless told not to.
+        let args = [
+            "--insecure-transport=false",
+            "--insecure-skip-tls-verify",
+            "put",
+            "k",
+            "v",
+        ];
+        let out = etcdctl(&endpoint, &args).await;
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not serving over auto TLS: {}",
+            describe_output(&out)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let verified = etcdctl(&endpoint, &["--insecure-transport=false", "get", "k"]).await;
+    assert!(
+        !verified.status.success(),
+        "a self-signed certificate passed verification: {}",
+        describe_output(&verified)
+    );
+    let _ = child.kill().await;
+}
+
 /// Whether `etcdctl` with `flags` is refused by `server` quickly (non-zero exit, not a hang).
 async fn refused(server: &common::Server, flags: &[String], what: &str) {
     let started = Instant::now();

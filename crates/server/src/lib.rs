@@ -4,6 +4,7 @@
 //! through [`leasehold_raft::Replica`].
 //!
 //! ```text
+//!   client connection ─► AuthorityFix (a URL `:authority` becomes host:port) ─► hyper, tonic
 //!   gRPC request ─► validate ─► convert ─► Replica::{read, write} ─► convert ─► gRPC response
 //!                                    errors ─► error.rs ─► tonic::Status
 //!   expiry driver (leader): sleep until the next deadline ─► propose LeaseExpire { due leases }
@@ -12,6 +13,7 @@
 //!                    ─► fencing check (key still ours, lease has time left) ─► answer
 //! ```
 
+mod authority;
 mod cluster;
 mod context;
 mod convert;
@@ -41,7 +43,7 @@ use leasehold_api::etcdserverpb::watch_server::WatchServer;
 use leasehold_api::v3electionpb::election_server::ElectionServer;
 use leasehold_api::v3lockpb::lock_server::LockServer;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::Connected;
 
 pub use context::ServerContext;
@@ -103,6 +105,9 @@ where
     // amounts.
     let decode_bytes_max = ctx.limits.grpc_message_bytes_max().saturating_mul(2);
     let keepalive = ctx.keepalive.effective();
+    // Each connection reaches hyper through `AuthorityFix`, so etcdctl 3.4's URL `:authority`
+    // is repaired before h2 refuses it (authority.rs); TLS, if any, is already terminated.
+    let incoming = incoming.map(|conn| conn.map(authority::AuthorityFix::new));
     let mut grpc = tonic::service::Routes::builder();
     grpc.add_service(
         KvServer::new(kv::KvService::new(ctx.clone())).max_decoding_message_size(decode_bytes_max),
