@@ -1,10 +1,11 @@
 //! leasehold started the way etcd deployments start etcd: a kubeadm static pod's command line
-//! and a Debian-style systemd unit's flags (etcd flags leasehold implements, TLS flags it does
-//! not yet, and flags that have no effect here), then `ETCD_*` variables alone (a unit's
+//! and a Debian-style systemd unit's flags (etcd flags leasehold implements, TLS flags that go
+//! unused with the harness's `http://` URLs, as in etcd, and flags that have no effect here), then `ETCD_*` variables alone (a unit's
 //! `EnvironmentFile`), then a `--config-file` alone. Each start is used with etcdctl, and
 //! `--max-txn-ops` and `--max-request-bytes` are checked to take effect with etcd's errors.
 //!
-//! leasehold only: etcd would load the TLS files these starts name, which do not exist.
+//! leasehold only: etcd would load the TLS files these starts name, which do not exist. TLS
+//! itself is tested in `tls.rs`.
 
 use leasehold_testkit as common;
 
@@ -115,6 +116,16 @@ async fn kubeadm_and_systemd_style_flags_start_leasehold() {
     })
     .await;
     serves_with_limits(&server).await;
+    // kubeadm's probe, on the metrics port.
+    let probe = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .arg(format!("http://127.0.0.1:{metrics_port}/health"))
+        .output()
+        .expect("run curl");
+    let body = String::from_utf8_lossy(&probe.stdout);
+    if !body.contains(r#""health":"true""#) {
+        server.fail(&format!("/health on the metrics port: {probe:?}"));
+    }
     assert_logged(
         &server,
         "accepted for etcd compatibility, no effect in leasehold: --quota-backend-bytes, \

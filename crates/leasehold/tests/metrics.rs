@@ -66,6 +66,7 @@ fn grew(before: &Scrape, after: &Scrape, name: &str, labels: &[(&str, &str)]) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_have_etcds_names_and_move_with_the_work() {
     let mut types_seen = Vec::new();
+    let mut buckets_seen = Vec::new();
     for kind in [Kind::Etcd, Kind::Leasehold] {
         let metrics_url = format!("http://127.0.0.1:{}", common::free_port());
         let cluster = Cluster::start_with(kind, 1, &["--listen-metrics-urls", &metrics_url]).await;
@@ -81,6 +82,22 @@ async fn metrics_have_etcds_names_and_move_with_the_work() {
             );
         }
         types_seen.push(before.types.clone());
+        let buckets: Vec<Vec<String>> = [
+            "etcd_debugging_lease_ttl_total_bucket",
+            "etcd_disk_wal_fsync_duration_seconds_bucket",
+            "etcd_disk_backend_commit_duration_seconds_bucket",
+        ]
+        .iter()
+        .map(|name| {
+            before
+                .samples
+                .iter()
+                .filter(|s| s.name == *name)
+                .map(|s| s.labels["le"].clone())
+                .collect()
+        })
+        .collect();
+        buckets_seen.push(buckets);
 
         let mut client = server.client().await;
         let mut ids = Vec::new();
@@ -153,6 +170,12 @@ async fn metrics_have_etcds_names_and_move_with_the_work() {
             "{side}"
         );
     }
+    // The histograms have etcd's buckets, written as Go writes them.
+    assert_eq!(
+        buckets_seen[1], buckets_seen[0],
+        "histogram buckets differ from etcd's"
+    );
+    assert_eq!(buckets_seen[0][0].len(), 25, "etcd's TTL buckets and +Inf");
     // Beyond the metrics named above: leasehold exports no etcd family with a type etcd gives
     // another.
     let (etcd, leasehold) = (&types_seen[0], &types_seen[1]);

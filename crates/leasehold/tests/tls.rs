@@ -63,6 +63,64 @@ async fn etcdctl_over_mutual_tls_answers_as_etcd_does() {
     .await;
 }
 
+/// `etcdctl watch` over mutual TLS replays history and streams new events, on etcd and on
+/// leasehold alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_watch_over_mutual_tls_streams_as_etcd_does() {
+    use tokio::io::{AsyncBufReadExt as _, BufReader};
+    let certs = Certs::make();
+    let mut seen = Vec::new();
+    for kind in [Kind::Etcd, Kind::Leasehold] {
+        let cluster = Cluster::start_with_setup(kind, 1, tls_setup(&certs, false)).await;
+        let server = &cluster.members[0];
+        let put = |value: &'static str| {
+            let mut args = server.etcdctl_flags();
+            args.extend(["put", "w", value].map(String::from));
+            async move {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let out = etcdctl(&server.endpoint(), &args).await;
+                assert!(out.status.success(), "{}", describe_output(&out));
+            }
+        };
+        put("first").await;
+        let mut child = tokio::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", server.endpoint()))
+            .args(server.etcdctl_flags())
+            .args(["watch", "--rev=1", "--prev-kv", "w"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn etcdctl watch");
+        let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+        let mut next = async || {
+            tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+                .await
+                .expect("a watch line within 10 s")
+                .expect("read etcdctl")
+                .expect("etcdctl still watching")
+        };
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            got.push(next().await);
+        }
+        put("second").await;
+        for _ in 0..6 {
+            got.push(next().await);
+        }
+        let _ = child.kill().await;
+        seen.push(got);
+    }
+    assert_eq!(
+        seen[0],
+        ["PUT", "w", "first", "PUT", "w", "first", "w", "second"],
+        "etcd"
+    );
+    assert_eq!(seen[1], seen[0], "leasehold's watch differs from etcd's");
+}
+
 /// The etcd-client crate over mutual TLS: a put, a lease with a key, a renewal and a watch
 /// that sees the key's delete when the lease is revoked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,6 +231,20 @@ async fn auto_tls_serves_with_a_self_signed_certificate() {
         "a self-signed certificate passed verification: {}",
         describe_output(&verified)
     );
+    // Refused for its certificate, not for want of a server: without verification it answers.
+    let skipped = [
+        "--insecure-transport=false",
+        "--insecure-skip-tls-verify",
+        "get",
+        "k",
+    ];
+    let out = etcdctl(&endpoint, &skipped).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "k\nv\n",
+        "{}",
+        describe_output(&out)
+    );
     let _ = child.kill().await;
 }
 
@@ -181,8 +253,23 @@ async fn refused(server: &common::Server, flags: &[String], what: &str) {
     let started = Instant::now();
     let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     args.extend(["put", "refused", "x"]);
+    // Refused by TLS, not later: the server logs a failed handshake for it (etcd: `rejected
+    // connection`; leasehold: `TLS handshake with`).
+    let marker = match server.kind() {
+        Kind::Etcd => "rejected connection",
+        Kind::Leasehold => "TLS handshake with",
+    };
+    let handshakes_failed = || server.log().matches(marker).count();
+    let before = handshakes_failed();
     let out = etcdctl(&server.endpoint(), &args).await;
     let took = started.elapsed();
+    assert!(
+        handshakes_failed() > before,
+        "{}: {what} was not refused at the TLS handshake:\n{}\n{}",
+        server.label(),
+        describe_output(&out),
+        server.log_tail()
+    );
     assert!(
         !out.status.success(),
         "{}: {what} was accepted:\n{}",
@@ -197,16 +284,28 @@ async fn refused(server: &common::Server, flags: &[String], what: &str) {
     );
 }
 
-/// Under `--client-cert-auth`, a client without a certificate, with one from another CA, or
-/// with an expired one is refused at the handshake, by etcd and by leasehold, within etcdctl's
-/// dial timeout (never a hang); so is a client that does not trust the server's CA. The good
-/// certificate works, for gRPC and for curl over HTTPS (HTTP/1.1), and nothing refused wrote.
+/// Under `--client-cert-auth`, or with `--trusted-ca-file` alone (etcd's rule: a trusted CA
+/// requires client certificates too), a client without a certificate, with one from another
+/// CA, or with an expired one is refused at the handshake, by etcd and by leasehold, within
+/// etcdctl's dial timeout (never a hang); so is a client that does not trust the server's CA.
+/// The good certificate works, for gRPC and for curl over HTTPS (HTTP/1.1), and nothing
+/// refused wrote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_client_certificates_are_refused_at_the_handshake() {
     let certs = Certs::make();
     let path = |p: &std::path::Path| p.display().to_string();
-    for kind in [Kind::Etcd, Kind::Leasehold] {
-        let cluster = Cluster::start_with_setup(kind, 1, tls_setup(&certs, false)).await;
+    let cases = [
+        (Kind::Etcd, true),
+        (Kind::Leasehold, true),
+        (Kind::Etcd, false),
+        (Kind::Leasehold, false),
+    ];
+    for (kind, client_cert_auth) in cases {
+        let mut setup = tls_setup(&certs, false);
+        if let Some(tls) = &mut setup.tls {
+            tls.client_cert_auth = client_cert_auth;
+        }
+        let cluster = Cluster::start_with_setup(kind, 1, setup).await;
         let server = &cluster.members[0];
         let ca = format!("--cacert={}", path(&certs.ca));
         refused(server, std::slice::from_ref(&ca), "no client certificate").await;
@@ -278,22 +377,22 @@ fn a_bad_certificate_file_stops_the_member_at_start() {
     let path = |p: &std::path::Path| p.display().to_string();
     let cases: [(&str, Vec<String>); 4] = [
         (
-            "--cert-file",
+            "--cert-file /nonexistent/cert.pem",
             vec![
                 "--cert-file=/nonexistent/cert.pem".to_owned(),
                 format!("--key-file={}", path(&certs.server.key)),
             ],
         ),
         (
-            "do not make a pair",
+            "--cert-file and --key-file do not make a pair",
             vec![
                 format!("--cert-file={}", path(&certs.server.cert)),
                 format!("--key-file={}", path(&certs.client.key)),
             ],
         ),
-        ("--cert-file and --key-file", vec![]),
+        ("an https:// URL needs --cert-file and --key-file", vec![]),
         (
-            "--trusted-ca-file",
+            "--client-cert-auth needs --trusted-ca-file",
             vec![
                 format!("--cert-file={}", path(&certs.server.cert)),
                 format!("--key-file={}", path(&certs.server.key)),
@@ -354,6 +453,39 @@ async fn a_three_member_cluster_runs_with_client_and_peer_mutual_tls() {
     for kind in [Kind::Etcd, Kind::Leasehold] {
         let mut cluster = Cluster::start_with_setup(kind, 3, tls_setup(&certs, true)).await;
         assert!(cluster.members[0].peer_url().starts_with("https://"));
+        // The peer port requires a client certificate from the CA, as the client port does.
+        let peer_tls = |with_cert: bool| {
+            let mut command = Command::new("curl");
+            command.args([
+                "-sS",
+                "--http2-prior-knowledge",
+                "--max-time",
+                "10",
+                "--cacert",
+            ]);
+            command.arg(&certs.ca);
+            if with_cert {
+                command.arg("--cert").arg(&certs.server.cert);
+                command.arg("--key").arg(&certs.server.key);
+            }
+            command
+                .arg(format!("{}/", cluster.members[0].peer_url()))
+                .output()
+                .expect("run curl")
+                .status
+                .success()
+        };
+        if kind == Kind::Leasehold {
+            // (etcd's peer port speaks HTTP/1.1 to curl; leasehold's is gRPC over HTTP/2.)
+            assert!(
+                peer_tls(true),
+                "the peer port refused a member's certificate"
+            );
+        }
+        assert!(
+            !peer_tls(false),
+            "{kind:?}: the peer port took a client without a certificate"
+        );
         let mut first = cluster.members[0].client().await;
         first.put("over-tls", "1", None).await.expect("put");
         let mut third = cluster.members[2].client().await;

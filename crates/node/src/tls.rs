@@ -219,9 +219,10 @@ impl TlsFlags {
     /// The TLS versions `--tls-min-version` and `--tls-max-version` allow.
     fn versions(&self) -> anyhow::Result<Vec<&'static rustls::SupportedProtocolVersion>> {
         let rank = |v: &str| match v {
-            "TLS1.2" => 0,
-            _ => 1,
+            "TLS1.3" => 1,
+            _ => 0,
         };
+        // Empty: no bound (the lowest for the minimum, the highest for the maximum).
         let min = rank(&self.tls_min_version);
         let max = if self.tls_max_version.is_empty() {
             1
@@ -264,7 +265,9 @@ impl TlsFlags {
         let builder = rustls::ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&self.versions()?)
             .context("TLS versions")?;
-        let builder = if side.client_cert_auth {
+        // As etcd: a trusted CA alone also makes client certificates required (Go's
+        // RequireAndVerifyClientCert), not only --client-cert-auth.
+        let builder = if side.client_cert_auth || side.trusted_ca_file.is_some() {
             let Some(ca) = side.trusted_ca_file else {
                 bail!("--{p}client-cert-auth needs --{p}trusted-ca-file");
             };
@@ -283,7 +286,12 @@ impl TlsFlags {
                 let crls = CertificateRevocationListDer::pem_slice_iter(&pem)
                     .collect::<Result<Vec<_>, _>>()
                     .with_context(|| format!("--{p}crl-file {}: not PEM CRLs", crl.display()))?;
-                verifier = verifier.with_crls(crls);
+                // As etcd checks a CRL: against the client's own certificate, and a certificate
+                // no CRL speaks of is good.
+                verifier = verifier
+                    .with_crls(crls)
+                    .only_check_end_entity_revocation()
+                    .allow_unknown_revocation_status();
             }
             builder.with_client_cert_verifier(
                 verifier
@@ -305,7 +313,7 @@ impl TlsFlags {
     /// `--peer-client-cert-file` (or `--peer-cert-file`).
     pub(crate) fn peer_client_config(&self) -> anyhow::Result<tonic::transport::ClientTlsConfig> {
         let side = self.peer.side();
-        if side.auto_tls && side.trusted_ca_file.is_none() {
+        if side.auto_tls {
             bail!(
                 "--peer-auto-tls is not supported yet (leasehold checks every peer's certificate): \
                  give --peer-cert-file, --peer-key-file and --peer-trusted-ca-file"
@@ -323,11 +331,16 @@ impl TlsFlags {
             _ => (side.cert_file, side.key_file),
         };
         if let (Some(cert), Some(key)) = (cert, key) {
-            certificates("peer-cert-file", cert)?;
-            private_key("peer-key-file", key)?;
+            let (cert_flag, key_flag) = if side.client_cert_file.is_some() {
+                ("peer-client-cert-file", "peer-client-key-file")
+            } else {
+                ("peer-cert-file", "peer-key-file")
+            };
+            certificates(cert_flag, cert)?;
+            private_key(key_flag, key)?;
             config = config.identity(tonic::transport::Identity::from_pem(
-                read("--peer-cert-file", cert)?,
-                read("--peer-key-file", key)?,
+                read(&format!("--{cert_flag}"), cert)?,
+                read(&format!("--{key_flag}"), key)?,
             ));
         }
         Ok(config)

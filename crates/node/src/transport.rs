@@ -23,6 +23,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const ACCEPTED_QUEUE_LEN: usize = 128;
 /// Pause after a failed accept (out of file descriptors, say) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+/// TLS handshakes under way at once on one listener; further connections wait in the kernel's
+/// accept queue.
+const HANDSHAKES_MAX: usize = 1024;
 
 /// Plain TCP connections from `listener`.
 pub(crate) fn plain(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
@@ -38,19 +41,27 @@ pub(crate) fn plain(listener: TcpListener) -> impl Stream<Item = std::io::Result
     )
 }
 
-/// TLS connections from `listener`, each handshaken on a task of its own. The accept loop ends
-/// when the stream is dropped (the server stopped).
+/// TLS connections from `listener`, each handshaken on a task of its own, at most
+/// [`HANDSHAKES_MAX`] at once. The accept loop ends when the stream is dropped (the server
+/// stopped).
 pub(crate) fn tls(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
 ) -> impl Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
     let acceptor = TlsAcceptor::from(config);
     let (tx, rx) = mpsc::channel(ACCEPTED_QUEUE_LEN);
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES_MAX));
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
+                accepted = async {
+                    let permit = handshakes.clone().acquire_owned().await;
+                    (permit, listener.accept().await)
+                } => accepted,
                 () = tx.closed() => return,
+            };
+            let (Ok(permit), accepted) = accepted else {
+                return;
             };
             let (tcp, from) = match accepted {
                 Ok(accepted) => accepted,
@@ -65,7 +76,9 @@ pub(crate) fn tls(
             }
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+                drop(permit);
+                match handshake {
                     Ok(Ok(stream)) => {
                         let _ = tx.send(Ok(stream)).await;
                     }

@@ -57,13 +57,14 @@ const FRAME_PAYLOAD_BYTES_MAX: usize = 16_384;
 /// by h2 as well.
 const HEADER_TABLE_BYTES_MAX: usize = 4_096;
 /// Bound of one header block as framed (HEADERS and its CONTINUATIONs, frame headers included).
-/// hyper lets a header list be 16 KiB, so a block this large is refused by h2 anyway.
-const BLOCK_BYTES_MAX: usize = 1 << 20;
+/// hyper lets a header list be 16 KiB, so a block this large is refused by h2 anyway; 64 KiB
+/// keeps what one unauthenticated connection can pin small.
+const BLOCK_BYTES_MAX: usize = 64 << 10;
 /// Bound of the frames of one header block (h2 bounds CONTINUATION floods the same way).
 const BLOCK_FRAMES_MAX: usize = 128;
 /// Bound of one decoded header list (names and values, RFC 7541's 32 bytes per field
 /// included): a small block can name large dynamic-table entries many times over.
-const DECODED_BYTES_MAX: usize = 1 << 20;
+const DECODED_BYTES_MAX: usize = 64 << 10;
 /// A buffer that grew beyond this for a large header block is released once it is empty, so an
 /// idle connection keeps little memory.
 const BUFFER_RETAINED_BYTES_MAX: usize = 64 << 10;

@@ -109,24 +109,31 @@ where
     // is repaired before h2 refuses it (authority.rs); TLS, if any, is already terminated.
     let incoming = incoming.map(|conn| conn.map(authority::AuthorityFix::new));
     let mut grpc = tonic::service::Routes::builder();
+    let limit = decode_bytes_max;
     grpc.add_service(
-        KvServer::new(kv::KvService::new(ctx.clone())).max_decoding_message_size(decode_bytes_max),
+        KvServer::new(kv::KvService::new(ctx.clone())).max_decoding_message_size(limit),
     )
-    .add_service(LeaseServer::new(lease::LeaseService::new(ctx.clone())))
     .add_service(
-        WatchServer::new(watch::WatchService::new(ctx.clone()))
-            .max_decoding_message_size(decode_bytes_max),
+        LeaseServer::new(lease::LeaseService::new(ctx.clone())).max_decoding_message_size(limit),
     )
-    .add_service(MaintenanceServer::new(
-        maintenance::MaintenanceService::new(ctx.clone()),
-    ))
-    .add_service(ClusterServer::new(cluster::ClusterService::new(
-        ctx.clone(),
-    )))
-    .add_service(LockServer::new(lock::LockService::new(ctx.clone())))
-    .add_service(ElectionServer::new(election::ElectionService::new(
-        ctx.clone(),
-    )))
+    .add_service(
+        WatchServer::new(watch::WatchService::new(ctx.clone())).max_decoding_message_size(limit),
+    )
+    .add_service(
+        MaintenanceServer::new(maintenance::MaintenanceService::new(ctx.clone()))
+            .max_decoding_message_size(limit),
+    )
+    .add_service(
+        ClusterServer::new(cluster::ClusterService::new(ctx.clone()))
+            .max_decoding_message_size(limit),
+    )
+    .add_service(
+        LockServer::new(lock::LockService::new(ctx.clone())).max_decoding_message_size(limit),
+    )
+    .add_service(
+        ElectionServer::new(election::ElectionService::new(ctx.clone()))
+            .max_decoding_message_size(limit),
+    )
     .add_service(grpc_health(&ctx));
     // etcd serves its HTTP endpoints on the client port too, over HTTP/1.1 as well as HTTP/2.
     // Only the gRPC routes are counted as gRPC calls.

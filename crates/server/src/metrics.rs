@@ -60,8 +60,8 @@ impl Metrics {
             "gRPC calls this member finished, by method and status code",
             grpc_handled.clone(),
         );
-        // etcd's buckets: 1 s doubling, 20 of them.
-        let lease_ttl = Histogram::new(exponential_buckets(1.0, 2.0, 20));
+        // etcd's buckets: 1 s doubling, 24 of them (to about three months).
+        let lease_ttl = Histogram::new(exponential_buckets(1.0, 2.0, 24));
         registry.register(
             "etcd_debugging_lease_ttl_total",
             "TTLs granted through this member, in seconds",

@@ -114,6 +114,9 @@ pub struct TlsSetup {
     pub client: crate::certs::Pair,
     /// Peers talk over `https://` too, with peer client certificates required.
     pub peers: bool,
+    /// `--client-cert-auth` (and its peer twin) given; without it the trusted CA alone is
+    /// given, which requires client certificates all the same (etcd's rule).
+    pub client_cert_auth: bool,
 }
 
 impl TlsSetup {
@@ -124,6 +127,7 @@ impl TlsSetup {
             server: certs.server.clone(),
             client: certs.client.clone(),
             peers,
+            client_cert_auth: true,
         }
     }
 
@@ -134,15 +138,19 @@ impl TlsSetup {
             format!("--cert-file={}", path(&self.server.cert)),
             format!("--key-file={}", path(&self.server.key)),
             format!("--trusted-ca-file={}", path(&self.ca)),
-            "--client-cert-auth=true".to_owned(),
         ];
+        if self.client_cert_auth {
+            flags.push("--client-cert-auth=true".to_owned());
+        }
         if self.peers {
             flags.extend([
                 format!("--peer-cert-file={}", path(&self.server.cert)),
                 format!("--peer-key-file={}", path(&self.server.key)),
                 format!("--peer-trusted-ca-file={}", path(&self.ca)),
-                "--peer-client-cert-auth=true".to_owned(),
             ]);
+            if self.client_cert_auth {
+                flags.push("--peer-client-cert-auth=true".to_owned());
+            }
         }
         flags
     }
