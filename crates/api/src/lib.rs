@@ -4,7 +4,8 @@
 //! API (packages `etcdserverpb`, `mvccpb`, `authpb`, `v3lockpb` and
 //! `v3electionpb`, wire-compatible with etcd 3.5), leasehold's own peer
 //! transport (`leaseholdpeerpb`), and the prost/tonic code generated from them. It contains no logic and must never depend on any
-//! other leasehold crate.
+//! other leasehold crate. Besides the generated code it holds one table of protocol facts,
+//! grpc-go's names of the status codes.
 
 #[allow(
     clippy::all,
@@ -19,3 +20,29 @@ mod generated {
 }
 
 pub use generated::*;
+
+/// grpc-go's names of the status codes, as etcd's clients print them and grpc-go's Prometheus
+/// labels carry them (`Canceled`, not tonic's `Cancelled`). A protocol fact, kept here so the
+/// server's metrics and the client commands share one table.
+pub fn go_code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}

@@ -270,7 +270,7 @@ pub fn status_message(status: &tonic::Status) -> String {
     } else {
         format!(
             "rpc error: code = {} desc = {}",
-            go_code_name(status.code()),
+            leasehold_api::go_code_name(status.code()),
             status.message()
         )
     }
@@ -284,30 +284,6 @@ pub fn is_transient(status: &tonic::Status) -> bool {
         status.code(),
         tonic::Code::Unavailable | tonic::Code::Internal
     ) || std::error::Error::source(status).is_some()
-}
-
-/// grpc-go's names of the status codes.
-fn go_code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code;
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "Canceled",
-        Code::Unknown => "Unknown",
-        Code::InvalidArgument => "InvalidArgument",
-        Code::DeadlineExceeded => "DeadlineExceeded",
-        Code::NotFound => "NotFound",
-        Code::AlreadyExists => "AlreadyExists",
-        Code::PermissionDenied => "PermissionDenied",
-        Code::ResourceExhausted => "ResourceExhausted",
-        Code::FailedPrecondition => "FailedPrecondition",
-        Code::Aborted => "Aborted",
-        Code::OutOfRange => "OutOfRange",
-        Code::Unimplemented => "Unimplemented",
-        Code::Internal => "Internal",
-        Code::Unavailable => "Unavailable",
-        Code::DataLoss => "DataLoss",
-        Code::Unauthenticated => "Unauthenticated",
-    }
 }
 
 /// Writes to stdout (raw bytes: keys and values are printed as they are) and flushes.

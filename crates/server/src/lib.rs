@@ -87,6 +87,11 @@ impl GrpcKeepalive {
     }
 }
 
+/// A connection the servers take: plain TCP or TLS, whichever the caller accepted.
+pub trait Connection: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static> Connection for T {}
+
 /// Serves the client API on the connections `incoming` yields (plain TCP or TLS, whichever the
 /// caller accepts) until `shutdown` completes, then drains in-flight calls.
 pub async fn serve<I, IO, E>(
@@ -96,7 +101,7 @@ pub async fn serve<I, IO, E>(
 ) -> Result<(), tonic::transport::Error>
 where
     I: Stream<Item = Result<IO, E>> + Send + 'static,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO: Connection,
     IO::ConnectInfo: Clone + Send + Sync + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
@@ -163,7 +168,7 @@ pub async fn serve_http<I, IO, E>(
 ) -> Result<(), tonic::transport::Error>
 where
     I: Stream<Item = Result<IO, E>> + Send + 'static,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO: Connection,
     IO::ConnectInfo: Clone + Send + Sync + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {

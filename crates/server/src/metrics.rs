@@ -114,7 +114,7 @@ impl Metrics {
 
     fn handled(&self, method: &GrpcMethod, code: tonic::Code) {
         let labels = HandledLabels {
-            grpc_code: code_name(code),
+            grpc_code: leasehold_api::go_code_name(code),
             grpc_method: method.method,
             grpc_service: method.service,
             grpc_type: method.kind,
@@ -255,30 +255,6 @@ impl GrpcMethod {
             method,
             kind,
         })
-    }
-}
-
-/// Go's names of the gRPC codes, as grpc-go's Prometheus labels print them.
-fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code;
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "Canceled",
-        Code::Unknown => "Unknown",
-        Code::InvalidArgument => "InvalidArgument",
-        Code::DeadlineExceeded => "DeadlineExceeded",
-        Code::NotFound => "NotFound",
-        Code::AlreadyExists => "AlreadyExists",
-        Code::PermissionDenied => "PermissionDenied",
-        Code::ResourceExhausted => "ResourceExhausted",
-        Code::FailedPrecondition => "FailedPrecondition",
-        Code::Aborted => "Aborted",
-        Code::OutOfRange => "OutOfRange",
-        Code::Unimplemented => "Unimplemented",
-        Code::Internal => "Internal",
-        Code::Unavailable => "Unavailable",
-        Code::DataLoss => "DataLoss",
-        Code::Unauthenticated => "Unauthenticated",
     }
 }
 
@@ -557,7 +533,8 @@ mod tests {
 
     #[test]
     fn code_names_are_gos() {
-        assert_eq!(code_name(tonic::Code::Cancelled), "Canceled");
-        assert_eq!(code_name(tonic::Code::from_i32(14)), "Unavailable");
+        let name = leasehold_api::go_code_name;
+        assert_eq!(name(tonic::Code::Cancelled), "Canceled");
+        assert_eq!(name(tonic::Code::from_i32(14)), "Unavailable");
     }
 }
