@@ -197,7 +197,7 @@ async fn a_config_file_alone_starts_leasehold() {
         // Ignored: the config file is the only source, as in etcd.
         args: vec!["--max-txn-ops=1000".to_owned()],
         env: vec![("ETCD_MAX_REQUEST_BYTES".to_owned(), "100000000".to_owned())],
-        tls: None,
+        ..Setup::default()
     })
     .await;
     serves_with_limits(&server).await;

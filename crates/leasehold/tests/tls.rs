@@ -248,6 +248,42 @@ async fn auto_tls_serves_with_a_self_signed_certificate() {
     let _ = child.kill().await;
 }
 
+/// `--peer-auto-tls` with `https://` peer URLs: every member makes its own certificate and the
+/// members talk TLS without checking them, as etcd's do; three members elect a leader, and a
+/// write through one is read through another, on etcd and on leasehold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_auto_tls_joins_three_members_over_tls() {
+    for kind in [Kind::Etcd, Kind::Leasehold] {
+        let setup = Setup {
+            peer_auto_tls: true,
+            ..Setup::default()
+        };
+        let cluster = Cluster::start_with_setup(kind, 3, setup).await;
+        assert!(cluster.members[1].peer_url().starts_with("https://"));
+        let mut first = cluster.members[0].client().await;
+        first.put("auto", "tls", None).await.expect("put");
+        let mut third = cluster.members[2].client().await;
+        let got = third.get("auto", None).await.expect("get");
+        assert_eq!(got.kvs()[0].value(), b"tls", "{kind:?}");
+        if kind == Kind::Leasehold {
+            // The peer port speaks TLS only: a plain HTTP/2 client is not served.
+            let plain = Command::new("curl")
+                .args(["-sS", "--http2-prior-knowledge", "--max-time", "5"])
+                .arg(
+                    cluster.members[0]
+                        .peer_url()
+                        .replacen("https://", "http://", 1),
+                )
+                .output()
+                .expect("run curl");
+            assert!(
+                !plain.status.success(),
+                "plain HTTP on a TLS peer port: {plain:?}"
+            );
+        }
+    }
+}
+
 /// Whether `etcdctl` with `flags` is refused by `server` quickly (non-zero exit, not a hang).
 async fn refused(server: &common::Server, flags: &[String], what: &str) {
     let started = Instant::now();

@@ -348,9 +348,7 @@ impl NodeConfig {
 
     /// How this member reaches `https://` peers; `None` when no peer URL of the initial cluster
     /// or of this member is `https://`.
-    pub(crate) fn peer_client_tls(
-        &self,
-    ) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
+    pub(crate) fn peer_client_tls(&self) -> anyhow::Result<Option<leasehold_peer::PeerTls>> {
         let identity = self.identity()?;
         let any_https = identity
             .peers

@@ -1,8 +1,9 @@
 //! etcd's TLS flags, client side and peer side, as typed settings, and the rustls
 //! configurations made from them: a listener whose URL is `https://` serves TLS with the side's
 //! certificate (or a self-signed one under `--auto-tls`), requiring a client certificate from
-//! the trusted CA under `--client-cert-auth`; a member reaches `https://` peer URLs checking the
-//! peer's certificate against `--peer-trusted-ca-file`. Every file is read at start-up, so a
+//! the trusted CA under `--client-cert-auth` (or when a trusted CA is given); a member reaches
+//! `https://` peer URLs checking the peer's certificate against `--peer-trusted-ca-file`, or,
+//! under `--peer-auto-tls` alone, taking any (etcd's rule for self-signed peers). Every file is read at start-up, so a
 //! bad one stops the member with a message that names it.
 //!
 //! Both sides have the same fields (etcd's `transport.TLSInfo`), so that one function can build
@@ -310,14 +311,21 @@ impl TlsFlags {
 
     /// What this member uses to reach other members over `https://` peer URLs: their
     /// certificates are checked against `--peer-trusted-ca-file`, and it presents
-    /// `--peer-client-cert-file` (or `--peer-cert-file`).
-    pub(crate) fn peer_client_config(&self) -> anyhow::Result<tonic::transport::ClientTlsConfig> {
+    /// `--peer-client-cert-file` (or `--peer-cert-file`). Under `--peer-auto-tls` (without a
+    /// trusted CA), as etcd: TLS that takes any certificate, since every member's is
+    /// self-signed.
+    pub(crate) fn peer_client_config(&self) -> anyhow::Result<leasehold_peer::PeerTls> {
         let side = self.peer.side();
-        if side.auto_tls {
-            bail!(
-                "--peer-auto-tls is not supported yet (leasehold checks every peer's certificate): \
-                 give --peer-cert-file, --peer-key-file and --peer-trusted-ca-file"
-            );
+        if side.auto_tls && side.trusted_ca_file.is_none() {
+            let config = rustls::ClientConfig::builder_with_provider(provider())
+                .with_protocol_versions(&self.versions()?)
+                .context("TLS versions")?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
+                .with_no_client_auth();
+            let mut config = config;
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            return Ok(leasehold_peer::PeerTls::Unverified(Arc::new(config)));
         }
         let Some(ca) = side.trusted_ca_file else {
             bail!("https:// peer URLs need --peer-trusted-ca-file");
@@ -343,7 +351,7 @@ impl TlsFlags {
                 read(&format!("--{key_flag}"), key)?,
             ));
         }
-        Ok(config)
+        Ok(leasehold_peer::PeerTls::Verified(config))
     }
 
     /// Flags that are parsed but have no effect yet, for the start-up warning.
@@ -394,4 +402,55 @@ fn self_signed(
     let key = PrivateKeyDer::try_from(key.serialize_der())
         .map_err(|e| anyhow::anyhow!("--auto-tls: key: {e}"))?;
     Ok((vec![cert.der().clone()], key))
+}
+
+/// `--peer-auto-tls`'s check of a peer's certificate, as etcd's (Go's `InsecureSkipVerify`): any
+/// certificate is taken, since each member made its own; the handshake's signatures are still
+/// checked, so the channel is encrypted to whoever holds the key, not authenticated.
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }

@@ -38,6 +38,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 
 mod line;
+mod tls_connector;
 
 /// The answers on a `Forwarding` stream, as the generated server trait names them.
 type AnswerStream =
@@ -92,8 +93,18 @@ fn bad_request(e: postcard::Error) -> Status {
 #[derive(Clone, Default)]
 pub struct PeerNetwork {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
-    /// How `https://` peers are reached (their certificate checked, ours presented).
-    tls: Option<tonic::transport::ClientTlsConfig>,
+    /// How `https://` peers are reached.
+    tls: Option<PeerTls>,
+}
+
+/// How a member reaches `https://` peers.
+#[derive(Clone, Debug)]
+pub enum PeerTls {
+    /// Their certificate checked against the trusted CA, ours presented (tonic's rustls).
+    Verified(tonic::transport::ClientTlsConfig),
+    /// TLS with any certificate, as etcd's `--peer-auto-tls` connects (self-signed certificates
+    /// no member can check): encryption without authentication.
+    Unverified(Arc<rustls::ClientConfig>),
 }
 
 impl PeerNetwork {
@@ -102,7 +113,7 @@ impl PeerNetwork {
     }
 
     /// A network that reaches `https://` peer URLs with `tls`.
-    pub fn with_tls(tls: Option<tonic::transport::ClientTlsConfig>) -> PeerNetwork {
+    pub fn with_tls(tls: Option<PeerTls>) -> PeerNetwork {
         PeerNetwork {
             tls,
             ..PeerNetwork::default()
@@ -118,10 +129,19 @@ impl PeerNetwork {
                     addr: addr.to_owned(),
                     reason,
                 };
+                let https = addr.strip_prefix("https://");
+                // Unverified TLS is our own connector's; tonic sees a plain URL.
+                let unverified = match (&https, &self.tls) {
+                    (Some(rest), Some(PeerTls::Unverified(config))) => {
+                        Some((format!("http://{rest}"), config.clone()))
+                    }
+                    _ => None,
+                };
+                let url = unverified.as_ref().map_or(addr, |(url, _)| url.as_str());
                 let mut endpoint =
-                    Endpoint::from_shared(addr.to_owned()).map_err(|e| bad_url(e.to_string()))?;
-                if addr.starts_with("https://") {
-                    let Some(tls) = &self.tls else {
+                    Endpoint::from_shared(url.to_owned()).map_err(|e| bad_url(e.to_string()))?;
+                if https.is_some() && unverified.is_none() {
+                    let Some(PeerTls::Verified(tls)) = &self.tls else {
                         return Err(bad_url(
                             "an https:// peer needs --peer-trusted-ca-file".to_owned(),
                         ));
@@ -130,14 +150,19 @@ impl PeerNetwork {
                         .tls_config(tls.clone())
                         .map_err(|e| bad_url(e.to_string()))?;
                 }
-                let channel = endpoint
+                let endpoint = endpoint
                     .connect_timeout(CONNECT_TIMEOUT)
                     .tcp_nodelay(true)
                     // Notice a peer that went silent (cut off, frozen) on an open connection.
                     .http2_keep_alive_interval(PEER_KEEPALIVE_INTERVAL)
                     .keep_alive_timeout(PEER_KEEPALIVE_INTERVAL)
-                    .keep_alive_while_idle(true)
-                    .connect_lazy();
+                    .keep_alive_while_idle(true);
+                let channel = match unverified {
+                    Some((_, config)) => {
+                        endpoint.connect_with_connector_lazy(tls_connector::TlsConnector(config))
+                    }
+                    None => endpoint.connect_lazy(),
+                };
                 channels.insert(addr.to_owned(), channel.clone());
                 channel
             }

@@ -100,6 +100,8 @@ pub struct Setup {
     pub yaml: String,
     /// Serve clients (and peers, if it says so) over mutual TLS; flags only.
     pub tls: Option<TlsSetup>,
+    /// Peers talk over `https://` with `--peer-auto-tls` (self-signed certificates).
+    pub peer_auto_tls: bool,
 }
 
 /// A server that serves clients over `https://` with client certificates required, and
@@ -372,6 +374,9 @@ impl Server {
             );
             command.args(tls.server_flags());
         }
+        if self.setup.peer_auto_tls {
+            command.arg("--peer-auto-tls");
+        }
         let child = command
             .args(&self.extra_args)
             .envs(self.setup.env.iter().map(|(k, v)| (k, v)))
@@ -453,7 +458,7 @@ impl Server {
     }
 
     pub fn peer_url(&self) -> String {
-        let tls = self.setup.tls.as_ref().is_some_and(|t| t.peers);
+        let tls = self.setup.tls.as_ref().is_some_and(|t| t.peers) || self.setup.peer_auto_tls;
         let scheme = if tls { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}", self.peer_port)
     }
@@ -632,7 +637,7 @@ impl Cluster {
 
     /// [`Cluster::start`] with a [`Setup`] for every member (flags style).
     pub async fn start_with_setup(kind: Kind, size: usize, setup: Setup) -> Cluster {
-        let peer_scheme = if setup.tls.as_ref().is_some_and(|t| t.peers) {
+        let peer_scheme = if setup.tls.as_ref().is_some_and(|t| t.peers) || setup.peer_auto_tls {
             "https"
         } else {
             "http"
