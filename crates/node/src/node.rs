@@ -168,50 +168,32 @@ impl Node {
                 "serving client requests on {}://{addr}",
                 scheme(tls.is_some())
             );
-            let stop = stopped(stop_rx.clone());
-            let ctx = ctx.clone();
-            servers.push(tokio::spawn(async move {
-                match tls {
-                    Some(tls) => {
-                        leasehold_server::serve(ctx, transport::tls(listener, tls), stop).await
-                    }
-                    None => leasehold_server::serve(ctx, transport::plain(listener), stop).await,
-                }
-            }));
+            let incoming = transport::incoming(listener, tls);
+            let served = leasehold_server::serve(ctx.clone(), incoming, stopped(stop_rx.clone()));
+            servers.push(tokio::spawn(served));
         }
         for (i, listener) in listeners.peer.into_iter().enumerate() {
             let addr = listener.local_addr()?;
-            let stop = stopped(stop_rx.clone());
-            let replica = replica.clone();
-            match tls_of(peer_is_tls(i), &peer_tls)? {
-                Some(tls) => {
-                    let incoming = transport::tls(listener, tls);
-                    let served = leasehold_peer::serve_peers(replica, incoming, stop);
-                    serve_in_background("peers", "https", addr, served);
-                }
-                None => {
-                    let incoming = transport::plain(listener);
-                    let served = leasehold_peer::serve_peers(replica, incoming, stop);
-                    serve_in_background("peers", "http", addr, served);
-                }
-            }
+            let tls = tls_of(peer_is_tls(i), &peer_tls)?;
+            let https = scheme(tls.is_some());
+            let incoming = transport::incoming(listener, tls);
+            let served =
+                leasehold_peer::serve_peers(replica.clone(), incoming, stopped(stop_rx.clone()));
+            serve_in_background("peers", https, addr, served);
         }
         for (i, listener) in listeners.metrics.into_iter().enumerate() {
             let addr = listener.local_addr()?;
-            let stop = stopped(stop_rx.clone());
-            const WHAT: &str = "/metrics, /health, /livez, /readyz, /version";
-            match tls_of(metrics_is_tls(i), &client_tls)? {
-                Some(tls) => {
-                    let incoming = transport::tls(listener, tls);
-                    let served = leasehold_server::serve_http(ctx.clone(), incoming, stop);
-                    serve_in_background(WHAT, "https", addr, served);
-                }
-                None => {
-                    let incoming = transport::plain(listener);
-                    let served = leasehold_server::serve_http(ctx.clone(), incoming, stop);
-                    serve_in_background(WHAT, "http", addr, served);
-                }
-            }
+            let tls = tls_of(metrics_is_tls(i), &client_tls)?;
+            let https = scheme(tls.is_some());
+            let incoming = transport::incoming(listener, tls);
+            let served =
+                leasehold_server::serve_http(ctx.clone(), incoming, stopped(stop_rx.clone()));
+            serve_in_background(
+                "/metrics, /health, /livez, /readyz, /version",
+                https,
+                addr,
+                served,
+            );
         }
         let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
             replica.clone(),

@@ -1,5 +1,6 @@
 //! The connections a listener hands the servers: plain TCP, or TLS whose handshakes happen off
-//! the accept loop. Both set TCP_NODELAY: small request/response pairs (and Raft's answers) must
+//! the accept loop, both as one type ([`Conn`]), so every server is served by one code path
+//! whatever its URL's scheme. Both set TCP_NODELAY: small request/response pairs (and Raft's answers) must
 //! not wait for Nagle's algorithm and delayed ACKs (40 ms on Linux).
 //!
 //! A handshake that fails (no client certificate under `--client-cert-auth`, a certificate from
@@ -7,15 +8,20 @@
 //! its alert, so the client sees why at once. A handshake that stalls is dropped after
 //! [`HANDSHAKE_TIMEOUT`]: a silent client never holds anything.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,8 +33,102 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// accept queue.
 const HANDSHAKES_MAX: usize = 1024;
 
+/// The connections from `listener`: TLS with `tls`, else plain TCP.
+pub(crate) fn incoming(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Pin<Box<dyn Stream<Item = std::io::Result<Conn>> + Send>> {
+    match tls {
+        Some(config) => Box::pin(self::tls(listener, config).map(|c| c.map(Conn::tls))),
+        None => Box::pin(plain(listener).map(|c| c.map(Conn::Plain))),
+    }
+}
+
+/// A connection a listener accepted.
+pub(crate) enum Conn {
+    Plain(TcpStream),
+    /// Boxed: a TLS session's state is far larger than a socket.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Conn {
+    fn tls(stream: TlsStream<TcpStream>) -> Conn {
+        Conn::Tls(Box::new(stream))
+    }
+}
+
+impl Connected for Conn {
+    type ConnectInfo = TcpConnectInfo;
+
+    /// The TCP peer, for TLS connections too.
+    fn connect_info(&self) -> TcpConnectInfo {
+        match self {
+            Conn::Plain(tcp) => tcp.connect_info(),
+            Conn::Tls(tls) => tls.get_ref().0.connect_info(),
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(tcp) => tcp.is_write_vectored(),
+            Conn::Tls(tls) => tls.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 /// Plain TCP connections from `listener`.
-pub(crate) fn plain(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
+fn plain(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
     tokio_stream::StreamExt::map(
         tokio_stream::wrappers::TcpListenerStream::new(listener),
         |conn| {
@@ -44,7 +144,7 @@ pub(crate) fn plain(listener: TcpListener) -> impl Stream<Item = std::io::Result
 /// TLS connections from `listener`, each handshaken on a task of its own, at most
 /// [`HANDSHAKES_MAX`] at once. The accept loop ends when the stream is dropped (the server
 /// stopped).
-pub(crate) fn tls(
+fn tls(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
 ) -> impl Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
