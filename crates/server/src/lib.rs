@@ -15,6 +15,7 @@
 
 mod authority;
 mod cluster;
+mod coalesce;
 mod context;
 mod convert;
 mod election;
@@ -112,7 +113,10 @@ where
     let keepalive = ctx.keepalive.effective();
     // Each connection reaches hyper through `AuthorityFix`, so etcdctl 3.4's URL `:authority`
     // is repaired before h2 refuses it (authority.rs); TLS, if any, is already terminated.
-    let incoming = incoming.map(|conn| conn.map(authority::AuthorityFix::new));
+    // `CoalescedWrites` makes the responses that are ready together leave in one write.
+    let incoming = incoming.map(|conn| {
+        conn.map(|conn| coalesce::CoalescedWrites::new(authority::AuthorityFix::new(conn)))
+    });
     let mut grpc = tonic::service::Routes::builder();
     let limit = decode_bytes_max;
     grpc.add_service(
