@@ -29,7 +29,12 @@ mod generated {
         ($name:ident, json) => {
             pub mod $name {
                 include!(concat!(env!("OUT_DIR"), "/", stringify!($name), ".rs"));
-                include!(concat!(env!("OUT_DIR"), "/", stringify!($name), ".serde.rs"));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/",
+                    stringify!($name),
+                    ".serde.rs"
+                ));
             }
         };
     }

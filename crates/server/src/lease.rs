@@ -230,7 +230,9 @@ impl Lease for LeaseService {
         req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<pb::LeaseKeepAliveResponse>>, Status> {
         let required = self.ctx.require_leader(&req)?;
-        Ok(Response::new(self.open_keep_alive(required, req.into_inner())))
+        Ok(Response::new(
+            self.open_keep_alive(required, req.into_inner()),
+        ))
     }
 
     async fn lease_time_to_live(
