@@ -3,8 +3,10 @@
 //! This crate owns leasehold's own `.proto` description of the etcd v3 gRPC
 //! API (packages `etcdserverpb`, `mvccpb`, `authpb`, `v3lockpb` and
 //! `v3electionpb`, wire-compatible with etcd 3.5), leasehold's own peer
-//! transport (`leaseholdpeerpb`), and the prost/tonic code generated from them. It contains no logic and must never depend on any
-//! other leasehold crate. Besides the generated code it holds one table of protocol facts,
+//! transport (`leaseholdpeerpb`), and the prost/tonic code generated from them, plus the JSON
+//! mapping of etcd's packages (serde `Serialize`/`Deserialize` from pbjson-build: proto field
+//! names, int64 as strings, bytes as base64, zero values omitted, as etcd's gateway prints them).
+//! It contains no logic and must never depend on any other leasehold crate. Besides the generated code it holds one table of protocol facts,
 //! grpc-go's names of the status codes.
 
 #[allow(
@@ -16,7 +18,32 @@
     rustdoc::all
 )]
 mod generated {
-    include!(concat!(env!("OUT_DIR"), "/_includes.rs"));
+    /// One package: its prost types and tonic stubs, and (`json`) the serde impls pbjson-build
+    /// made for them, which must sit in the same module as the types they describe.
+    macro_rules! package {
+        ($name:ident) => {
+            pub mod $name {
+                include!(concat!(env!("OUT_DIR"), "/", stringify!($name), ".rs"));
+            }
+        };
+        ($name:ident, json) => {
+            pub mod $name {
+                include!(concat!(env!("OUT_DIR"), "/", stringify!($name), ".rs"));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/",
+                    stringify!($name),
+                    ".serde.rs"
+                ));
+            }
+        };
+    }
+    package!(mvccpb, json);
+    package!(authpb, json);
+    package!(etcdserverpb, json);
+    package!(v3lockpb, json);
+    package!(v3electionpb, json);
+    package!(leaseholdpeerpb);
 }
 
 pub use generated::*;

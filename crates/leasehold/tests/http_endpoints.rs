@@ -239,6 +239,12 @@ async fn the_metrics_urls_serve_the_health_endpoints() {
         let (code, body) = get(&metrics, "/health?exclude=NOSPACE&serializable=true");
         assert_eq!(code, 200, "{side}: {body}");
         assert_eq!(json(&body)["health"], "true", "{side}: {body}");
+        // The JSON gateway is on the client URLs only.
+        assert_eq!(
+            request("POST", &metrics, "/v3/kv/range"),
+            (404, "404 page not found\n".to_owned()),
+            "{side}"
+        );
         if kind == Kind::Leasehold {
             assert_eq!(get(&metrics, "/readyz"), (200, "ok".to_owned()));
             assert_eq!(get(&metrics, "/livez"), (200, "ok".to_owned()));

@@ -177,7 +177,11 @@ const TABLE: &[Inert] = &[
     inert("auth-token", Str, NO_AUTH),
     inert("bcrypt-cost", Uint, NO_AUTH),
     inert("auth-token-ttl", Uint, NO_AUTH),
-    inert("enable-grpc-gateway", Bool, "there is no HTTP JSON gateway"),
+    inert(
+        "enable-grpc-gateway",
+        Bool,
+        "the JSON gateway is always served (etcd's default)",
+    ),
     inert("experimental-initial-corrupt-check", Bool, NO_CORRUPT_CHECK),
     inert(
         "experimental-corrupt-check-time",

@@ -25,6 +25,11 @@ impl Header {
             raft_term: self.raft_term,
         })
     }
+
+    /// The header of services that report no revision (etcd's Cluster service).
+    pub fn without_revision(&self) -> Option<pb::ResponseHeader> {
+        self.at(0)
+    }
 }
 
 /// The header of a response nested in a txn: etcd fills in only the revision.

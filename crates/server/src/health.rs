@@ -55,20 +55,28 @@ fn query_pairs(query: Option<&str>) -> Vec<(&str, &str)> {
 
 /// A response with the CORS headers etcd puts on every HTTP answer.
 fn answer(status: StatusCode, content_type: &'static str, body: String) -> Response {
+    let [allow_headers, allow_methods, allow_origin] = CORS_HEADERS;
     let headers = [
         (header::CONTENT_TYPE, content_type),
-        (
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            "accept, content-type, authorization",
-        ),
-        (
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            "POST, GET, OPTIONS, PUT, DELETE",
-        ),
-        (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+        allow_headers,
+        allow_methods,
+        allow_origin,
     ];
     (status, headers, body).into_response()
 }
+
+/// The CORS headers etcd puts on every HTTP answer (its gateway's too).
+pub(crate) const CORS_HEADERS: [(header::HeaderName, &str); 3] = [
+    (
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        "accept, content-type, authorization",
+    ),
+    (
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        "POST, GET, OPTIONS, PUT, DELETE",
+    ),
+    (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+];
 
 fn json(status: StatusCode, body: String) -> Response {
     answer(status, "application/json", body)

@@ -61,6 +61,29 @@ impl LeaseService {
     pub fn new(ctx: Arc<ServerContext>) -> LeaseService {
         LeaseService { ctx }
     }
+
+    /// Opens one keepalive stream over `inbound` (the gRPC request stream, or the JSON
+    /// gateway's decoded body) and returns its answers; see [`keep_alive_stream`].
+    pub(crate) fn open_keep_alive<S>(
+        &self,
+        required: bool,
+        inbound: S,
+    ) -> BoxStream<pb::LeaseKeepAliveResponse>
+    where
+        S: futures::Stream<Item = Result<pb::LeaseKeepAliveRequest, Status>>
+            + Unpin
+            + Send
+            + 'static,
+    {
+        let (tx, rx) = mpsc::channel(KEEPALIVE_QUEUE_LEN_MAX);
+        let guard = (self.ctx.clone(), tx.clone());
+        let task = keep_alive_stream(self.ctx.clone(), inbound, tx);
+        tokio::spawn(async move {
+            let (ctx, tx) = guard;
+            ctx.guard_leader(required, tx, task).await;
+        });
+        Box::pin(ReceiverStream::new(rx))
+    }
 }
 
 /// The store revision, for headers of lease responses (lease operations never change it unless a
@@ -111,11 +134,13 @@ async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
 /// other stream's), and answers go out in request order. An unknown lease gets TTL 0 and the
 /// stream stays open; any other failure ends the stream with its status, as in etcd. When the
 /// client closes its side, the renewals in flight are still answered.
-async fn keep_alive_stream(
+async fn keep_alive_stream<S>(
     ctx: Arc<ServerContext>,
-    mut inbound: Streaming<pb::LeaseKeepAliveRequest>,
+    mut inbound: S,
     tx: mpsc::Sender<Result<pb::LeaseKeepAliveResponse, Status>>,
-) {
+) where
+    S: futures::Stream<Item = Result<pb::LeaseKeepAliveRequest, Status>> + Unpin,
+{
     let mut in_flight = FuturesOrdered::new();
     let mut inbound_open = true;
     loop {
@@ -129,15 +154,15 @@ async fn keep_alive_stream(
                     return;
                 }
             }
-            msg = inbound.message(), if inbound_open && in_flight.len() < KEEPALIVE_IN_FLIGHT_MAX => {
+            msg = inbound.next(), if inbound_open && in_flight.len() < KEEPALIVE_IN_FLIGHT_MAX => {
                 match msg {
-                    Ok(Some(msg)) => {
+                    Some(Ok(msg)) => {
                         let ctx = ctx.clone();
                         in_flight.push_back(async move {
                             keep_alive_once(&ctx, msg.id).await.map_err(Status::from)
                         });
                     }
-                    Ok(None) | Err(_) => inbound_open = false,
+                    None | Some(Err(_)) => inbound_open = false,
                 }
             }
             else => return,
@@ -205,15 +230,9 @@ impl Lease for LeaseService {
         req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<pb::LeaseKeepAliveResponse>>, Status> {
         let required = self.ctx.require_leader(&req)?;
-        let inbound = req.into_inner();
-        let (tx, rx) = mpsc::channel(KEEPALIVE_QUEUE_LEN_MAX);
-        let guard = (self.ctx.clone(), tx.clone());
-        let task = keep_alive_stream(self.ctx.clone(), inbound, tx);
-        tokio::spawn(async move {
-            let (ctx, tx) = guard;
-            ctx.guard_leader(required, tx, task).await;
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(
+            self.open_keep_alive(required, req.into_inner()),
+        ))
     }
 
     async fn lease_time_to_live(

@@ -7,6 +7,7 @@
 //!   client connection ─► AuthorityFix (a URL `:authority` becomes host:port) ─► hyper, tonic
 //!   gRPC request ─► validate ─► convert ─► Replica::{read, write} ─► convert ─► gRPC response
 //!                                    errors ─► error.rs ─► tonic::Status
+//!   JSON gateway: POST /v3/... ─► gateway.rs: JSON ─► the same services' trait methods ─► JSON
 //!   expiry driver (leader): sleep until the next deadline ─► propose LeaseExpire { due leases }
 //!   watch stream: new revision published ─► read unseen events from history ─► responses
 //!   lock / election: queue a key per lease by create revision ─► wait for the older key to go
@@ -21,6 +22,7 @@ mod convert;
 mod election;
 mod error;
 mod expiry;
+mod gateway;
 mod health;
 pub mod identity;
 mod kv;
@@ -144,14 +146,15 @@ where
             .max_decoding_message_size(limit),
     )
     .add_service(grpc_health(&ctx));
-    // etcd serves its HTTP endpoints on the client port too, over HTTP/1.1 as well as HTTP/2.
-    // Only the gRPC routes are counted as gRPC calls.
+    // etcd serves its HTTP endpoints and its JSON gateway (`/v3/...`) on the client port too,
+    // over HTTP/1.1 as well as HTTP/2. Only the gRPC routes are counted as gRPC calls.
     let counted = axum::middleware::from_fn_with_state(ctx.metrics.clone(), metrics::count_grpc);
     let routes = tonic::service::Routes::from(
         grpc.routes()
             .into_axum_router()
             .layer(counted)
-            .merge(health::router(ctx))
+            .merge(health::router(ctx.clone()))
+            .merge(gateway::router(ctx))
             .fallback(health::not_found),
     );
     tonic::transport::Server::builder()

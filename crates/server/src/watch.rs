@@ -23,6 +23,7 @@ use pb::watch_request::RequestUnion;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt as _};
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -86,13 +87,14 @@ impl WatchService {
     }
 }
 
-#[tonic::async_trait]
-impl Watch for WatchService {
-    async fn watch(
-        &self,
-        req: Request<Streaming<pb::WatchRequest>>,
-    ) -> Result<Response<BoxStream<pb::WatchResponse>>, Status> {
-        let required = self.ctx.require_leader(&req)?;
+impl WatchService {
+    /// Opens one watch stream over `inbound` (the gRPC request stream, or the JSON gateway's
+    /// decoded body) and returns its responses. `required`: the stream wants a leader
+    /// ([`ServerContext::require_leader`]).
+    pub(crate) fn open<S>(&self, required: bool, inbound: S) -> BoxStream<pb::WatchResponse>
+    where
+        S: Stream<Item = Result<pb::WatchRequest, Status>> + Unpin + Send + 'static,
+    {
         let (tx, rx) = mpsc::channel(RESPONSE_QUEUE_LEN_MAX);
         let guard = (self.ctx.clone(), tx.clone());
         let stream = WatchStream {
@@ -104,12 +106,23 @@ impl Watch for WatchService {
             pumped_through: 0,
             progress_requested: 0,
         };
-        let task = stream.run(req.into_inner());
+        let task = stream.run(inbound);
         tokio::spawn(async move {
             let (ctx, tx) = guard;
             ctx.guard_leader(required, tx, task).await;
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Box::pin(ReceiverStream::new(rx))
+    }
+}
+
+#[tonic::async_trait]
+impl Watch for WatchService {
+    async fn watch(
+        &self,
+        req: Request<Streaming<pb::WatchRequest>>,
+    ) -> Result<Response<BoxStream<pb::WatchResponse>>, Status> {
+        let required = self.ctx.require_leader(&req)?;
+        Ok(Response::new(self.open(required, req.into_inner())))
     }
 }
 
@@ -131,7 +144,16 @@ struct WatchStream {
 }
 
 impl WatchStream {
-    async fn run(mut self, mut inbound: Streaming<pb::WatchRequest>) {
+    /// Serves the stream until the client goes away. When the client only closes its side
+    /// (no more requests), the watchers it made keep delivering, as in etcd, where the JSON
+    /// gateway's watch is a request body followed by events.
+    async fn run<S>(mut self, mut inbound: S)
+    where
+        S: Stream<Item = Result<pb::WatchRequest, Status>> + Unpin,
+    {
+        let mut inbound_open = true;
+        // A clone, so the select below may wait on it while a branch borrows `self`.
+        let tx = self.tx.clone();
         let mut revisions = self.ctx.replica.subscribe_revisions();
         let mut progress = tokio::time::interval(self.ctx.watch_progress_interval);
         progress.tick().await;
@@ -150,15 +172,18 @@ impl WatchStream {
             }
             let behind = self.dirty;
             tokio::select! {
-                msg = inbound.message() => match msg {
-                    Ok(Some(req)) => {
+                msg = inbound.next(), if inbound_open => match msg {
+                    Some(Ok(req)) => {
                         if self.handle(req).await.is_err() {
                             return;
                         }
                     }
-                    // The client closed its side or the stream broke.
-                    Ok(None) | Err(_) => return,
+                    // The client closed its side: no more requests, events still flow.
+                    None => inbound_open = false,
+                    // The stream broke.
+                    Some(Err(_)) => return,
                 },
+                () = tx.closed() => return,
                 changed = revisions.changed() => {
                     if changed.is_err() {
                         return;
