@@ -40,6 +40,7 @@ done
 workloads=(
   "put --clients 1 --conns 1 --total 2000"
   "put --clients 64 --conns 8 --total 40000"
+  "put --clients 64 --conns 8 --total 150000"
   "range --clients 64 --conns 8 --total 40000 --consistency l"
   "range --clients 64 --conns 8 --total 40000 --consistency s"
   "txn-put --clients 64 --conns 8 --total 20000 --txn-ops 4"

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use leasehold_lease::{LeaseId, LeaseRecord};
 use leasehold_mvcc::Change;
 use openraft::{BasicNode, LogId, StoredMembership, Vote};
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -221,6 +221,19 @@ impl Db {
             Some(meta) => write_sm(txn, &staged.changes, &staged.leases, &meta).map(|()| true),
             None => Ok(false),
         }
+    }
+
+    /// Writes the staged state-machine changes now, in a durable transaction of their own
+    /// (a snapshot is about to read the file and must see everything applied so far). Blocking.
+    pub(crate) fn flush_staged_sm(&self) -> Result<(), StorageError> {
+        const WHAT: &str = "staged state-machine changes";
+        let mut txn = self.db.begin_write().map_err(StorageError::write(WHAT))?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(StorageError::write(WHAT))?;
+        if self.write_staged_sm(&txn)? {
+            txn.commit().map_err(StorageError::commit(WHAT))?;
+        }
+        Ok(())
     }
 
     pub(crate) fn telemetry(&self) -> &Arc<Telemetry> {
