@@ -17,6 +17,7 @@ mod authority;
 mod cluster;
 mod context;
 mod convert;
+mod dashboard;
 mod election;
 mod error;
 mod expiry;
@@ -147,6 +148,7 @@ where
         grpc.routes()
             .into_axum_router()
             .layer(counted)
+            .merge(dashboard::router(ctx.clone()))
             .merge(health::router(ctx))
             .fallback(health::not_found),
     );
