@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::browser::{Browser, Page};
-use common::{Leasehold, lock_with};
+use common::{Cluster, Kind, Leasehold, Setup, lock_with};
 use etcd_client::{Client, PutOptions};
 use serde_json::Value;
 
@@ -54,18 +54,14 @@ async fn grant_with_key(client: &mut Client, ttl_secs: i64, key: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_shows_leases_counting_down_locks_elections_and_what_ended() {
-    let server = Leasehold::start().await;
+    // Always leasehold, also under LEASEHOLD_DIFF_AGAINST_ETCD: etcd has no dashboard.
+    let server = Leasehold::start_with(Setup::default()).await;
     let mut client = server.client().await;
     let browser = Browser::start().await;
     let page = browser
         .open(&format!("{}/dashboard", server.endpoint()))
         .await;
-    page.wait_for(
-        "the first pushed state",
-        "document.body.dataset.state === 'live'",
-        PAGE_WAIT,
-    )
-    .await;
+    live(&page).await;
 
     // A lease with a key appears, with its key, and its TTL counts down.
     let lease = grant_with_key(&mut client, 30, "dash/service").await;
@@ -82,16 +78,7 @@ async fn dashboard_shows_leases_counting_down_locks_elections_and_what_ended() {
         .eval(&format!("{lease_row}.cells[1].textContent"))
         .await;
     assert_eq!(decimal, lease.to_string());
-    let ttl = format!("{lease_row} && {lease_row}.querySelector('.ttl-text').textContent");
-    let first = page.wait_for("a displayed TTL", &ttl, PAGE_WAIT).await;
-    let later = page
-        .wait_for(
-            "the displayed TTL to count down",
-            &format!("(() => {{ const t = {ttl}; return t && t !== {first} ? t : null; }})()"),
-            PAGE_WAIT,
-        )
-        .await;
-    let (first, later) = (ttl_secs(&first), ttl_secs(&later));
+    let (first, later) = ttl_counting_down(&page, &lease_row).await;
     assert!(later < first && first <= 30, "{first} s, then {later} s");
     let bars = page
         .eval("document.querySelectorAll('#chart rect.bucket').length")
@@ -226,6 +213,82 @@ async fn dashboard_shows_leases_counting_down_locks_elections_and_what_ended() {
     drop(bad);
     drop(page);
     drop(browser);
+}
+
+/// Waits for the page's first pushed state.
+async fn live(page: &Page) {
+    page.wait_for(
+        "the first pushed state",
+        "document.body.dataset.state === 'live'",
+        PAGE_WAIT,
+    )
+    .await;
+}
+
+/// Waits until the lease's row shows two different TTLs, and returns them (seconds).
+async fn ttl_counting_down(page: &Page, lease_row: &str) -> (u64, u64) {
+    let ttl = format!("{lease_row} && {lease_row}.querySelector('.ttl-text').textContent");
+    let first = page.wait_for("a displayed TTL", &ttl, PAGE_WAIT).await;
+    let later = page
+        .wait_for(
+            "the displayed TTL to count down",
+            &format!("(() => {{ const t = {ttl}; return t && t !== {first} ? t : null; }})()"),
+            PAGE_WAIT,
+        )
+        .await;
+    (ttl_secs(&first), ttl_secs(&later))
+}
+
+/// A follower's page: the members with the leader marked, a lease granted through the leader
+/// counting down (against the lease time the follower applied), and its revocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_dashboard_shows_the_members_and_the_leaders_leases() {
+    let cluster = Cluster::start(Kind::Leasehold, 3).await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % cluster.members.len();
+    let mut leader_client = cluster.members[leader].client().await;
+    let mut follower_client = cluster.members[follower].client().await;
+    let status = follower_client.status().await.expect("status");
+    let leader_id = format!("{:x}", status.leader());
+    let follower_id = format!("{:x}", status.header().expect("header").member_id());
+    assert_ne!(leader_id, follower_id);
+
+    let browser = Browser::start().await;
+    let page = browser
+        .open(&format!(
+            "{}/dashboard",
+            cluster.members[follower].endpoint()
+        ))
+        .await;
+    live(&page).await;
+    let roles = page
+        .wait_for(
+            "three members, the leader marked",
+            "(() => { const rows = [...document.querySelectorAll('#members tbody tr')]; \
+             const leader = rows.find(r => r.querySelector('.badge.leader')); \
+             const me = rows.find(r => r.querySelector('.badge.this')); \
+             return rows.length === 3 && leader && me ? \
+             { leader: leader.dataset.member, me: me.dataset.member } : null; })()",
+            PAGE_WAIT,
+        )
+        .await;
+    assert_eq!(roles["leader"], leader_id, "{roles}");
+    assert_eq!(roles["me"], follower_id, "{roles}");
+
+    let lease = grant_with_key(&mut leader_client, 30, "dash/follower").await;
+    let lease_row = row("leases", "lease", &hex(lease));
+    let (first, later) = ttl_counting_down(&page, &lease_row).await;
+    assert!(
+        later < first && first <= 30 && later >= 20,
+        "{first} s, then {later} s"
+    );
+    follower_client.lease_revoke(lease).await.expect("revoke");
+    page.wait_for(
+        "the revoked lease to vanish from the follower's page",
+        &format!("!{lease_row}"),
+        PAGE_WAIT,
+    )
+    .await;
 }
 
 /// Grants a few more leases (one that expires soon, so the list of what ended has an expiry)

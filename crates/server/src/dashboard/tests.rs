@@ -324,3 +324,65 @@ fn bad_queries_are_refused_with_a_reason_and_never_panic() {
     assert_eq!(ok("&&limit=3&&limit=4").limit, 4);
     assert_eq!(ok("=&=x&%%").limit, PAGE_LEN_DEFAULT);
 }
+
+/// 100,000 leases, one key each: what a view receives stays the size of one page, and each read
+/// of the state is short. Prints the times (a debug build's, an upper bound).
+#[test]
+fn a_hundred_thousand_leases_give_one_bounded_page() {
+    use std::time::Instant;
+    let mut s = State::default();
+    let n = 100_000;
+    for lease in 1..=n {
+        // Deadlines spread over 100 s: about 60 % fall in the chart's minute.
+        s.grant(lease, 1 + lease % 100, 0);
+        let key = if lease % 1_000 == 0 {
+            format!("locks/l{}/{lease:x}", lease / 1_000)
+        } else {
+            format!("sessions/s{lease}")
+        };
+        assert!(s.leases.attach(key.as_bytes(), id(lease)));
+    }
+    let started = Instant::now();
+    let (revision, leases_len, histogram, first_page, recent) = lease_parts(&s.store, &s.leases, 0);
+    let parts = started.elapsed();
+    assert_eq!(leases_len, 100_000);
+    assert_eq!(first_page.rows.len(), PAGE_LEN_DEFAULT);
+    assert_eq!(
+        histogram.buckets.iter().sum::<usize>() + histogram.later + histogram.overdue,
+        100_000
+    );
+    let started = Instant::now();
+    let mut longest = std::time::Duration::ZERO;
+    let (mut names, mut cursor) = (BTreeSet::new(), None);
+    loop {
+        let step = Instant::now();
+        let next = scan_queue_names(&s.leases, cursor, 4_096, &mut names);
+        longest = longest.max(step.elapsed());
+        match next {
+            Some(after) => cursor = Some(after),
+            None => break,
+        }
+    }
+    let scan = started.elapsed();
+    assert_eq!(names.len(), 100);
+    let summary = Summary {
+        revision,
+        now_ms: 0,
+        at: Instant::now(),
+        leases_len,
+        histogram,
+        first_page: first_page.clone(),
+        queues: Vec::new(),
+        queue_names_len: names.len(),
+        queue_names_more: false,
+        recent,
+        members: serde_json::json!({}),
+    };
+    let json = summary.to_json(&first_page, false);
+    assert!(json.len() < 64 * 1024, "{} bytes", json.len());
+    println!(
+        "100,000 leases: page, histogram, ring {parts:?}; queue scan {scan:?} in all, \
+         longest step {longest:?}; {} bytes of JSON",
+        json.len()
+    );
+}
