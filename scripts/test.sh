@@ -5,6 +5,9 @@
 #   (Debian's libprotobuf-dev, /usr/include/google/protobuf/descriptor.proto): the etcd-client
 #   crate used by the tests needs both to build;
 #   curl: the HTTP endpoint tests read /health, /livez, /readyz and /version with it.
+#   chromium (Debian's, no recommends): tests/dashboard.rs opens /dashboard in headless Chromium,
+#   driven over the DevTools protocol (no chromium-driver needed). As root it needs --no-sandbox,
+#   which the test kit passes.
 # The leasehold binary itself builds with cargo alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +17,7 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # Check the header file itself, not only the binary: protobuf-compiler without recommends does not
 # bring it, and etcd-client's build fails with 'google/protobuf/descriptor.proto: File not found'.
 [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
@@ -24,11 +28,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-for need in etcd etcdctl protoc curl; do
+for need in etcd etcdctl protoc curl chromium; do
   command -v "$need" >/dev/null 2>&1 || { echo "test.sh: $need is still missing after install" >&2; exit 1; }
 done
 [ -f /usr/include/google/protobuf/descriptor.proto ] ||
   { echo "test.sh: google/protobuf/descriptor.proto is still missing after install" >&2; exit 1; }
+# Chromium must also start headless here (as root it needs --no-sandbox); check once, quickly.
+chromium_profile=$(mktemp -d)
+if ! timeout 60 chromium --headless=new --no-sandbox --disable-gpu --user-data-dir="$chromium_profile" \
+    --dump-dom 'data:text/html,<p>chromium-ok</p>' 2>/dev/null | grep -q chromium-ok; then
+  echo "test.sh: chromium is installed but does not run headless" >&2; rm -rf "$chromium_profile"; exit 1
+fi
+rm -rf "$chromium_profile"
 
 # Debian starts an etcd service when etcd-server is installed; the tests start their own on free
 # ports, so a system one is harmless, but stop it where we can to keep the machine quiet.

@@ -24,8 +24,8 @@ mod table;
 pub use clock::LeaseClock;
 pub use leasehold_types::{LEASE_TTL_SECS_MAX, LeaseId};
 pub use table::{
-    Counters, LeaseError, LeaseRecord, LeaseTable, PROMOTION_EXPIRIES_PER_SEC_MAX, Renewal,
-    TimeToLive,
+    Counters, EndedLease, LeaseEnd, LeaseError, LeaseRecord, LeaseTable, LeaseView,
+    PROMOTION_EXPIRIES_PER_SEC_MAX, RECENT_ENDS_LEN_MAX, Renewal, TimeToLive,
 };
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! - `key_lease[k] == id` exactly when `k` is in lease `id`'s key set;
 //! - a renewal never moves a deadline earlier.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use leasehold_types::LeaseId;
 use serde::{Deserialize, Serialize};
@@ -72,6 +72,50 @@ pub struct Counters {
     pub expired: u64,
 }
 
+/// How many ended leases [`LeaseTable::recent_ends`] remembers: enough for an operator's "what
+/// just went", small enough that it costs nothing to keep on every member.
+pub const RECENT_ENDS_LEN_MAX: usize = 32;
+
+/// Why a lease ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// Revoked by a client (`LeaseRevoke`).
+    Revoked,
+    /// Its deadline passed (an expiry, or a renewal that came too late).
+    Expired,
+}
+
+/// A lease that ended, as [`LeaseTable::recent_ends`] remembers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndedLease {
+    pub id: LeaseId,
+    pub end: LeaseEnd,
+    pub ttl_secs: i64,
+    /// The lease time of the apply that ended it (the replicated clock then).
+    pub at_ms: u64,
+    /// How many keys it held (and so were deleted with it).
+    pub keys: usize,
+}
+
+/// A lease with its keys, borrowed from the table: for readers that copy a bounded part of it.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseView<'t> {
+    pub id: LeaseId,
+    pub record: LeaseRecord,
+    keys: &'t BTreeSet<Vec<u8>>,
+}
+
+impl<'t> LeaseView<'t> {
+    /// The attached keys, in key order.
+    pub fn keys(&self) -> impl Iterator<Item = &'t [u8]> + 't {
+        self.keys.iter().map(Vec::as_slice)
+    }
+
+    pub fn keys_len(&self) -> usize {
+        self.keys.len()
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Lease {
     record: LeaseRecord,
@@ -89,6 +133,10 @@ pub struct LeaseTable {
     clock_ms: u64,
     next_grant_seq: u64,
     counters: Counters,
+    /// The latest ended leases, oldest first, at most [`RECENT_ENDS_LEN_MAX`]. Derived from the
+    /// applied commands like `counters` (so the same on every member), not persisted: a restart
+    /// starts it empty.
+    recent_ends: VecDeque<EndedLease>,
 }
 
 fn deadline(now_ms: u64, ttl_secs: i64) -> u64 {
@@ -214,6 +262,17 @@ impl LeaseTable {
             self.key_lease.remove(key);
         }
         self.counters.revoked += 1;
+        if self.recent_ends.len() == RECENT_ENDS_LEN_MAX {
+            self.recent_ends.pop_front();
+        }
+        self.recent_ends.push_back(EndedLease {
+            id,
+            end: LeaseEnd::Revoked,
+            ttl_secs: lease.record.ttl_secs,
+            at_ms: self.clock_ms,
+            keys: lease.keys.len(),
+        });
+        debug_assert!(self.recent_ends.len() <= RECENT_ENDS_LEN_MAX);
         Ok(lease.keys.into_iter().collect())
     }
 
@@ -276,6 +335,9 @@ impl LeaseTable {
         }
         let keys = self.revoke(id).ok()?;
         self.counters.expired += 1;
+        let ended = self.recent_ends.back_mut().expect("revoke just noted it");
+        debug_assert_eq!(ended.id, id);
+        ended.end = LeaseEnd::Expired;
         Some(keys)
     }
 
@@ -344,6 +406,49 @@ impl LeaseTable {
         self.queue.values().copied().collect()
     }
 
+    /// Every lease with its keys, soonest deadline first (grant order among equal deadlines),
+    /// lazily: a reader takes as many as it needs.
+    pub fn iter_by_deadline(&self) -> impl Iterator<Item = LeaseView<'_>> {
+        self.queue.values().map(|id| self.view_of(*id))
+    }
+
+    /// Every lease with its keys in id order, starting after `after` (from the first if `None`).
+    pub fn iter_by_id(&self, after: Option<LeaseId>) -> impl Iterator<Item = LeaseView<'_>> {
+        use std::ops::Bound;
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.leases
+            .range((from, Bound::Unbounded))
+            .map(|(id, lease)| LeaseView {
+                id: *id,
+                record: lease.record,
+                keys: &lease.keys,
+            })
+    }
+
+    /// One lease with its keys.
+    pub fn view(&self, id: LeaseId) -> Option<LeaseView<'_>> {
+        self.leases.contains_key(&id).then(|| self.view_of(id))
+    }
+
+    fn view_of(&self, id: LeaseId) -> LeaseView<'_> {
+        let lease = &self.leases[&id];
+        LeaseView {
+            id,
+            record: lease.record,
+            keys: &lease.keys,
+        }
+    }
+
+    /// The deadlines at or before `until_ms`, earliest first.
+    pub fn deadlines_until(&self, until_ms: u64) -> impl Iterator<Item = u64> + '_ {
+        self.queue.range(..=(until_ms, u64::MAX)).map(|(k, _)| k.0)
+    }
+
+    /// The latest ended leases (at most [`RECENT_ENDS_LEN_MAX`]), newest first.
+    pub fn recent_ends(&self) -> impl Iterator<Item = &EndedLease> {
+        self.recent_ends.iter().rev()
+    }
+
     /// Every lease with its record, for persistence and snapshots.
     pub fn records(&self) -> Vec<(LeaseId, LeaseRecord)> {
         self.leases.iter().map(|(id, l)| (*id, l.record)).collect()
@@ -379,5 +484,6 @@ impl LeaseTable {
                 "key map names a lease without the key"
             );
         }
+        assert!(self.recent_ends.len() <= RECENT_ENDS_LEN_MAX);
     }
 }

@@ -352,3 +352,71 @@ fn a_million_inherited_leases_get_at_most_ten_seconds_of_spread() {
         latest - owed_ms
     );
 }
+
+#[test]
+fn recent_ends_keep_the_latest_ends_newest_first_and_stay_bounded() {
+    let mut t = LeaseTable::new();
+    t.grant(id(1), 5, 0).unwrap();
+    t.grant(id(2), 50, 0).unwrap();
+    assert!(t.attach(b"a", id(2)));
+    assert!(t.attach(b"b", id(2)));
+    assert!(t.expire(id(1), 5_000).is_some());
+    t.revoke(id(2)).unwrap();
+    let ends: Vec<EndedLease> = t.recent_ends().copied().collect();
+    assert_eq!(
+        ends,
+        vec![
+            EndedLease {
+                id: id(2),
+                end: LeaseEnd::Revoked,
+                ttl_secs: 50,
+                at_ms: 5_000,
+                keys: 2
+            },
+            EndedLease {
+                id: id(1),
+                end: LeaseEnd::Expired,
+                ttl_secs: 5,
+                at_ms: 5_000,
+                keys: 0
+            },
+        ]
+    );
+    // A renewal that finds its lease still live ends nothing; an expiry of a renewed lease
+    // neither.
+    t.grant(id(3), 10, 5_000).unwrap();
+    assert!(t.expire(id(3), 6_000).is_none());
+    assert_eq!(t.recent_ends().count(), 2);
+    // Bounded: only the latest RECENT_ENDS_LEN_MAX are kept.
+    let len = i64::try_from(RECENT_ENDS_LEN_MAX).unwrap();
+    let n = len * 3;
+    for i in 100..100 + n {
+        t.grant(id(i), 10, 6_000).unwrap();
+        t.revoke(id(i)).unwrap();
+    }
+    assert_eq!(t.recent_ends().count(), RECENT_ENDS_LEN_MAX);
+    assert_eq!(t.recent_ends().next().unwrap().id, id(99 + n));
+    assert_eq!(t.recent_ends().last().unwrap().id, id(100 + n - len));
+    t.validate();
+}
+
+#[test]
+fn views_walk_by_deadline_and_by_id_with_their_keys() {
+    let mut t = LeaseTable::new();
+    t.grant(id(3), 10, 0).unwrap();
+    t.grant(id(1), 30, 0).unwrap();
+    t.grant(id(2), 20, 0).unwrap();
+    assert!(t.attach(b"k2", id(1)));
+    assert!(t.attach(b"k1", id(1)));
+    let by_deadline: Vec<i64> = t.iter_by_deadline().map(|v| v.id.get()).collect();
+    assert_eq!(by_deadline, vec![3, 2, 1]);
+    let by_id: Vec<i64> = t.iter_by_id(Some(id(1))).map(|v| v.id.get()).collect();
+    assert_eq!(by_id, vec![2, 3]);
+    let one = t.view(id(1)).unwrap();
+    assert_eq!(one.keys_len(), 2);
+    assert_eq!(one.keys().collect::<Vec<_>>(), vec![&b"k1"[..], &b"k2"[..]]);
+    assert_eq!(one.record.ttl_secs, 30);
+    assert!(t.view(id(9)).is_none());
+    let due: Vec<u64> = t.deadlines_until(20_000).collect();
+    assert_eq!(due, vec![10_000, 20_000]);
+}

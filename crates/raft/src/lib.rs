@@ -21,7 +21,10 @@ use std::io::Cursor;
 pub use command::{
     Applied, Command, Compact, LeaseGrant, LeaseRenew, LeaseRevoke, Proposal, Propose, Write,
 };
-pub use leasehold_lease::{LEASE_TTL_SECS_MAX, LeaseClock, LeaseError, LeaseId, LeaseTable};
+pub use leasehold_lease::{
+    EndedLease, LEASE_TTL_SECS_MAX, LeaseClock, LeaseEnd, LeaseError, LeaseId, LeaseTable,
+    LeaseView, RECENT_ENDS_LEN_MAX,
+};
 pub use network::NoPeers;
 pub use replica::{
     BoxFuture, Fatal, Forwarded, Forwarder, MemberChange, MemberInfo, MembershipError,

@@ -19,6 +19,7 @@ mod cluster;
 mod coalesce;
 mod context;
 mod convert;
+mod dashboard;
 mod election;
 mod error;
 mod expiry;
@@ -153,6 +154,7 @@ where
         grpc.routes()
             .into_axum_router()
             .layer(counted)
+            .merge(dashboard::router(ctx.clone()))
             .merge(health::router(ctx.clone()))
             .merge(gateway::router(ctx))
             .fallback(health::not_found),

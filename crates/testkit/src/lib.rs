@@ -1,8 +1,8 @@
 //! The test kit: real `leasehold` and real `etcd` processes on loopback ([`process`]), members
 //! started in-process without a process ([`inprocess`]), the differential machinery that runs one
 //! scenario against both servers and compares the results ([`differential`], [`record`],
-//! [`etcdctl`]), network namespaces for partition tests ([`netns`]) and a linearizability
-//! checker ([`history`]).
+//! [`etcdctl`]), network namespaces for partition tests ([`netns`]), a linearizability
+//! checker ([`history`]) and headless Chromium for the dashboard ([`browser`]).
 //!
 //! Invariants the harness keeps, so that a test can never hang CI or leak a process:
 //! - every server binds `127.0.0.1` on ports reserved by [`free_ports`] (below the ephemeral
@@ -22,6 +22,7 @@
 //! Real etcd comes from Debian's `etcd-server` and `etcd-client` packages (3.4); the README's
 //! test script installs them. A missing `etcd` is a loud failure, never a silent skip.
 
+pub mod browser;
 pub mod certs;
 pub mod differential;
 pub mod etcdctl;

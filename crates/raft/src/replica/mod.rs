@@ -278,6 +278,19 @@ impl Replica {
         }))
     }
 
+    /// Reads this member's applied store and lease table together, with no read index, and the
+    /// lease time as this member knows it: its lease clock while it leads, otherwise the
+    /// replicated lease time plus what this member has seen pass since it applied that value.
+    /// For operators' views (the dashboard): on a follower both lag the leader by its
+    /// replication delay. `f` runs under the state lock, so it must copy a bounded part only.
+    pub fn read_local<T>(&self, f: impl FnOnce(&Store, &LeaseTable, u64) -> T) -> T {
+        let now_ms = match self.lease_clock() {
+            Some(clock) => clock.now_ms(std::time::Instant::now()),
+            None => state_machine::lease_time_now(&self.shared),
+        };
+        state_machine::read_state(&self.shared, |store, leases| f(store, leases, now_ms))
+    }
+
     /// The leader's side of [`Forwarder::read_index`].
     pub async fn leader_read_index(&self) -> Result<ReadIndex, ReplicaError> {
         self.leader_reads.join().await
