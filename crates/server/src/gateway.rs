@@ -328,8 +328,15 @@ impl Gateway {
                     if tx.send(Ok(first)).await.is_err() {
                         return;
                     }
-                    // Until the body ends, a value does not decode, or the stream is gone.
-                    while let Ok(Some(next)) = messages.next::<Req>().await {
+                    // Until the body ends, a value does not decode, or the stream is gone:
+                    // a stream that ended on its own (an error, a stop) lets go of the body
+                    // even while the client keeps it open.
+                    loop {
+                        let next = tokio::select! {
+                            next = messages.next::<Req>() => next,
+                            () = tx.closed() => return,
+                        };
+                        let Ok(Some(next)) = next else { return };
                         if tx.send(Ok(next)).await.is_err() {
                             return;
                         }
