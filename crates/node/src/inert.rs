@@ -177,10 +177,11 @@ const TABLE: &[Inert] = &[
     inert("auth-token", Str, NO_AUTH),
     inert("bcrypt-cost", Uint, NO_AUTH),
     inert("auth-token-ttl", Uint, NO_AUTH),
-    inert(
+    only(
         "enable-grpc-gateway",
         Bool,
-        "the JSON gateway is always served (etcd's default)",
+        "true",
+        "the JSON gateway is always served (etcd's default); turning it off is not implemented",
     ),
     inert("experimental-initial-corrupt-check", Bool, NO_CORRUPT_CHECK),
     inert(
