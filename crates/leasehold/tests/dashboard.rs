@@ -225,14 +225,18 @@ async fn live(page: &Page) {
     .await;
 }
 
-/// Waits until the lease's row shows two different TTLs, and returns them (seconds).
+/// Waits until the lease's row shows a TTL lower than the first one it showed (a re-sync may
+/// show one second more for a moment, which is not counting down), and returns both (seconds).
 async fn ttl_counting_down(page: &Page, lease_row: &str) -> (u64, u64) {
     let ttl = format!("{lease_row} && {lease_row}.querySelector('.ttl-text').textContent");
     let first = page.wait_for("a displayed TTL", &ttl, PAGE_WAIT).await;
     let later = page
         .wait_for(
             "the displayed TTL to count down",
-            &format!("(() => {{ const t = {ttl}; return t && t !== {first} ? t : null; }})()"),
+            &format!(
+                "(() => {{ const t = {ttl}; \
+                 return t && parseInt(t) < parseInt({first}) ? t : null; }})()"
+            ),
             PAGE_WAIT,
         )
         .await;

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   apply ─► revision published ─┐
-//!   lease counters moved (checked every 500 ms) ─┼─► Hub task (one per member, only while a
+//!   lease counters moved (checked every 500 ms) ─┼─► Hub task (one per listener, only while a
 //!   heartbeat (10 s) ────────────┘                 page is open; at most 4 updates/s)
 //!        read_local: a bounded copy (first page, histogram, recent ends) ─► Summary
 //!        queue scan: 4,096 keys per read of the state, then one range per queue
@@ -261,7 +261,8 @@ fn event_stream(
     )
 }
 
-/// The one task per member that computes the dashboard's state, while someone watches.
+/// The task that computes the dashboard's state while someone watches: one per client listener
+/// (each `serve` builds its router), so one per member unless several client URLs are given.
 struct Hub {
     ctx: Arc<ServerContext>,
     latest: watch::Sender<Latest>,

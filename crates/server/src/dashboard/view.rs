@@ -24,7 +24,7 @@ pub(crate) const PAGE_LEN_DEFAULT: usize = 200;
 /// The largest `limit` a query may ask for.
 pub(crate) const PAGE_LEN_MAX: usize = 1_000;
 /// The largest `offset`: walking to it costs one step per lease skipped, under the state lock.
-pub(crate) const PAGE_OFFSET_MAX: usize = 1_000_000;
+pub(crate) const PAGE_OFFSET_MAX: usize = 10_000;
 /// Keys listed per lease (the row says how many there are in all).
 pub(crate) const LEASE_KEYS_SHOWN_MAX: usize = 5;
 /// Bytes of a key or value shown; longer ones are cut and marked.
