@@ -3,7 +3,10 @@
 //! state machine's changes, and the next fsync'd log commit writes them in its own transaction. A
 //! crash rolls the state machine back to an earlier applied index, and openraft re-applies from
 //! the log, which still holds every entry above it (a purge is itself a log commit, so it writes
-//! the stage before any entry disappears).
+//! the stage before any entry disappears). Building a snapshot also writes the stage, in an
+//! fsync'd transaction of its own (`Db::flush_staged_sm`), so that the snapshot it reads from the
+//! file holds everything applied; whichever writer takes the stage does so inside redb's single
+//! write transaction, so stages reach the file whole and in order.
 
 use std::marker::PhantomData;
 use std::path::Path;
@@ -111,7 +114,8 @@ pub(crate) fn decode<T: DeserializeOwned>(
 /// lock on it) is released: that is what a restart in the same process must wait for.
 pub(crate) struct Db {
     db: Database,
-    /// State-machine writes applied but not yet in the file; the next log commit writes them.
+    /// State-machine writes applied but not yet in the file; the next log commit (or snapshot
+    /// build) writes them.
     staged_sm: Mutex<StagedSm>,
     /// The first storage failure, typed; shared with the replica, which outlives the file.
     failure: Arc<FirstFailure>,
@@ -210,8 +214,8 @@ impl Db {
         staged.meta = Some(meta);
     }
 
-    /// Writes the staged state-machine changes into `txn` (a log commit).
-    /// Writes the staged state-machine rows into `txn`; whether there were any.
+    /// Writes the staged state-machine rows into `txn` (a log commit's, or a snapshot build's);
+    /// whether there were any.
     pub(crate) fn write_staged_sm(
         &self,
         txn: &redb::WriteTransaction,
