@@ -547,3 +547,20 @@ async fn request_size_limits_hold_on_the_gateway() {
     let (status, _) = curl("POST", &ep, "/v3/kv/range", Some(r#"{"key":"Zm9v"}"#));
     assert_eq!(status, 200);
 }
+
+/// `--enable-grpc-gateway=false`: the gateway's paths get the 404 page etcd answers then, and
+/// the member's other HTTP endpoints still serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_can_be_turned_off_as_in_etcd() {
+    let mut answers = Vec::new();
+    for kind in [common::Kind::Etcd, common::Kind::Leasehold] {
+        let cluster = common::Cluster::start_with(kind, 1, &["--enable-grpc-gateway=false"]).await;
+        let ep = cluster.endpoints()[0].clone();
+        let range = curl("POST", &ep, "/v3/kv/range", Some(r#"{"key":"Zm9v"}"#));
+        let health = curl("GET", &ep, "/health", None);
+        answers.push((range, health.0));
+    }
+    assert_eq!(answers[0], answers[1], "etcd, then leasehold");
+    assert_eq!(answers[1].0.0, 404, "{:?}", answers[1]);
+    assert_eq!(answers[1].1, 200);
+}

@@ -61,6 +61,10 @@ pub struct NodeConfig {
     /// Time (in milliseconds) for an election to timeout.
     #[arg(long, default_value_t = 1000)]
     pub election_timeout: u64,
+    /// Serve etcd's JSON gateway (`/v3/...`) on the client URLs, as etcd does by default.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "true", value_parser = parse_go_bool)]
+    pub enable_grpc_gateway: bool,
     /// How often idle watchers that asked for progress notifications get one, e.g. `10m`, `5s`,
     /// `500ms`.
     #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]

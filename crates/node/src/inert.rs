@@ -177,12 +177,6 @@ const TABLE: &[Inert] = &[
     inert("auth-token", Str, NO_AUTH),
     inert("bcrypt-cost", Uint, NO_AUTH),
     inert("auth-token-ttl", Uint, NO_AUTH),
-    only(
-        "enable-grpc-gateway",
-        Bool,
-        "true",
-        "the JSON gateway is always served (etcd's default); turning it off is not implemented",
-    ),
     inert("experimental-initial-corrupt-check", Bool, NO_CORRUPT_CHECK),
     inert(
         "experimental-corrupt-check-time",

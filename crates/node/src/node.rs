@@ -158,6 +158,7 @@ impl Node {
             metrics: Arc::new(leasehold_server::Metrics::new(replica.clone())),
             limits: config.limits(),
             keepalive: config.keepalive(),
+            json_gateway: config.enable_grpc_gateway,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut servers = Vec::new();

@@ -30,6 +30,8 @@ pub struct ServerContext {
     pub limits: crate::Limits,
     /// `--grpc-keepalive-interval` and `--grpc-keepalive-timeout`, for the client server.
     pub keepalive: crate::GrpcKeepalive,
+    /// `--enable-grpc-gateway`: serve the JSON gateway (`/v3/...`) on the client port.
+    pub json_gateway: bool,
 }
 
 impl ServerContext {

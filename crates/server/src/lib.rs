@@ -150,15 +150,17 @@ where
     // etcd serves its HTTP endpoints and its JSON gateway (`/v3/...`) on the client port too,
     // over HTTP/1.1 as well as HTTP/2. Only the gRPC routes are counted as gRPC calls.
     let counted = axum::middleware::from_fn_with_state(ctx.metrics.clone(), metrics::count_grpc);
-    let routes = tonic::service::Routes::from(
-        grpc.routes()
-            .into_axum_router()
-            .layer(counted)
-            .merge(dashboard::router(ctx.clone()))
-            .merge(health::router(ctx.clone()))
-            .merge(gateway::router(ctx))
-            .fallback(health::not_found),
-    );
+    // Without the gateway (`--enable-grpc-gateway=false`) its paths get etcd's 404 page.
+    let mut http = grpc
+        .routes()
+        .into_axum_router()
+        .layer(counted)
+        .merge(dashboard::router(ctx.clone()))
+        .merge(health::router(ctx.clone()));
+    if ctx.json_gateway {
+        http = http.merge(gateway::router(ctx));
+    }
+    let routes = tonic::service::Routes::from(http.fallback(health::not_found));
     tonic::transport::Server::builder()
         .accept_http1(true)
         .http2_keepalive_interval(Some(keepalive.interval))

@@ -308,6 +308,7 @@ mod tests {
             member_names: Default::default(),
             limits: crate::Limits::default(),
             keepalive: crate::GrpcKeepalive::default(),
+            json_gateway: true,
         })
     }
 
