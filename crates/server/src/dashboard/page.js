@@ -62,11 +62,19 @@
     });
     source.addEventListener('error', () => {
       if (source.readyState === EventSource.CLOSED) {
-        // Refused (a bad query, too many pages open): ask once more to show why.
+        // Refused (a bad query, too many pages open): ask the same endpoint once more to show
+        // why, and hang up at once if it would stream this time.
         document.body.dataset.state = 'closed';
         $('conn').textContent = 'disconnected';
-        fetch('dashboard/state' + (qs ? '?' + qs : ''))
-          .then((r) => (r.ok ? null : r.text()))
+        const ask = new AbortController();
+        fetch('dashboard/events' + (qs ? '?' + qs : ''), { signal: ask.signal })
+          .then((r) => {
+            if (r.ok) {
+              ask.abort();
+              return null;
+            }
+            return r.text();
+          })
           .then((why) => {
             if (why) {
               $('error').textContent = why;
