@@ -251,7 +251,7 @@ impl Gateway {
     /// A unary call's route: the body's message (400 if it does not decode) to `call`.
     fn unary<Req, Resp, F, Fut>(&self, call: F) -> MethodRouter
     where
-        Req: DeserializeOwned + Default + Send + 'static,
+        Req: DeserializeOwned + Default + prost::Message + Send + 'static,
         Resp: Serialize + Send + 'static,
         F: Fn(tonic::Request<Req>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send + 'static,
@@ -262,6 +262,11 @@ impl Gateway {
                 Ok(req) => req,
                 Err(e) => return error_response(&request_status(e, Code::InvalidArgument)),
             };
+            // The check gRPC's transport makes of every request (tonic's decoding limit), which
+            // the in-process call would skip: grpc-go's ResourceExhausted, 429, as from etcd.
+            if let Err(e) = gw.ctx.limits.message_size(&req) {
+                return error_response(&e.into());
+            }
             match call(request(&headers, req)).await {
                 Ok(resp) => ok_response(Body::from(go_json(resp.get_ref()))),
                 Err(status) => error_response(&status),
@@ -272,7 +277,7 @@ impl Gateway {
     /// A call with a unary request and a stream of answers.
     fn server_stream<Req, Resp, F, Fut>(&self, call: F) -> MethodRouter
     where
-        Req: DeserializeOwned + Default + Send + 'static,
+        Req: DeserializeOwned + Default + prost::Message + Send + 'static,
         Resp: Serialize + Send + 'static,
         F: Fn(tonic::Request<Req>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<tonic::Response<BoxStream<Resp>>, Status>> + Send + 'static,
@@ -283,6 +288,11 @@ impl Gateway {
                 Ok(req) => req,
                 Err(e) => return error_response(&request_status(e, Code::InvalidArgument)),
             };
+            // The check gRPC's transport makes of every request (tonic's decoding limit), which
+            // the in-process call would skip: grpc-go's ResourceExhausted, 429, as from etcd.
+            if let Err(e) = gw.ctx.limits.message_size(&req) {
+                return error_response(&e.into());
+            }
             // A call that fails at once fails at the first message in grpc-go's client, which
             // is how etcd's gateway sees it: as a stream error.
             let answers = match call(request(&headers, req)).await {
