@@ -90,6 +90,28 @@ async fn serves_with_limits(server: &Server) {
         "{}",
         describe_output(&out)
     );
+
+    // Locks and elections: etcd checks the transaction each makes of the request.
+    let mut client = server.client().await;
+    let too_large = |what: &str, result: Result<(), etcd_client::Error>| match result {
+        Err(etcd_client::Error::GRpcStatus(status)) => assert_eq!(
+            (status.code(), status.message()),
+            (
+                tonic::Code::InvalidArgument,
+                "etcdserver: request is too large"
+            ),
+            "{what}"
+        ),
+        other => server.fail(&format!("{what}: {other:?}")),
+    };
+    let lock = client.lock(big.clone(), None).await.map(drop);
+    too_large("a lock name above the limit", lock);
+    let lease = client.lease_grant(60, None).await.expect("grant").id();
+    let campaign = client
+        .campaign("limits-election", big.clone(), lease)
+        .await
+        .map(drop);
+    too_large("a campaign value above the limit", campaign);
 }
 
 /// Stops the server and checks it exits cleanly.

@@ -281,7 +281,10 @@ impl Election for ElectionService {
         &self,
         req: Request<pb::CampaignRequest>,
     ) -> Result<Response<pb::CampaignResponse>, Status> {
-        ElectionService::campaign(self, req.into_inner())
+        let req = req.into_inner();
+        // As for a lock: etcd checks the transaction it makes of the request.
+        self.ctx.limits.proposal_size(&req)?;
+        ElectionService::campaign(self, req)
             .await
             .map(Response::new)
             .map_err(Status::from)
@@ -291,7 +294,9 @@ impl Election for ElectionService {
         &self,
         req: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
-        ElectionService::proclaim(self, req.into_inner())
+        let req = req.into_inner();
+        self.ctx.limits.proposal_size(&req)?;
+        ElectionService::proclaim(self, req)
             .await
             .map(Response::new)
             .map_err(Status::from)

@@ -97,7 +97,11 @@ impl Lock for LockService {
         &self,
         req: Request<pb::LockRequest>,
     ) -> Result<Response<pb::LockResponse>, Status> {
-        self.acquire(req.into_inner())
+        let req = req.into_inner();
+        // etcd checks the transaction it makes of the request (a few bytes more: the queue
+        // key is the name plus the lease id), as it checks every proposal.
+        self.ctx.limits.proposal_size(&req)?;
+        self.acquire(req)
             .await
             .map(Response::new)
             .map_err(Status::from)
