@@ -7,7 +7,7 @@ use leasehold_testkit as common;
 use leasehold_testkit::stdout_of;
 
 use common::{
-    Leasehold, MEMBER_NAME, Server, ctl, ctl_stdin, describe_output, etcdctl, etcdctl_differential,
+    Leasehold, MEMBER_NAME, Server, ctl, ctl_stdin, describe_output, etcdctl_differential,
 };
 use serde_json::Value;
 
@@ -143,18 +143,7 @@ async fn compaction_same_as_etcd() {
 
 /// Runs etcdctl and asserts it exited 0.
 async fn etcdctl_ok(server: &Server, args: &[&str]) -> std::process::Output {
-    etcdctl_at_ok(&server.endpoint(), args).await
-}
-
-/// Runs etcdctl against `endpoint` (as given to `--endpoints`) and asserts it exited 0.
-async fn etcdctl_at_ok(endpoint: &str, args: &[&str]) -> std::process::Output {
-    let output = etcdctl(endpoint, args).await;
-    assert!(
-        output.status.success(),
-        "etcdctl {args:?} failed\n{}",
-        describe_output(&output)
-    );
-    output
+    common::etcdctl_ok(&server.endpoint(), args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,14 +161,14 @@ async fn endpoint_status_reports_the_endpoint() {
 async fn check_endpoint_status(endpoint: &str) {
     let endpoint = endpoint.to_string();
 
-    let table = etcdctl_at_ok(&endpoint, &["endpoint", "status"]).await;
+    let table = common::etcdctl_ok(&endpoint, &["endpoint", "status"]).await;
     let table = stdout_of(&table);
     assert!(
         table.contains(&endpoint),
         "endpoint status does not show the endpoint:\n{table}"
     );
 
-    let json = etcdctl_at_ok(&endpoint, &["endpoint", "status", "-w", "json"]).await;
+    let json = common::etcdctl_ok(&endpoint, &["endpoint", "status", "-w", "json"]).await;
     let statuses: Value = serde_json::from_slice(&json.stdout).unwrap_or_else(|e| {
         panic!(
             "endpoint status -w json is not JSON ({e}):\n{}",

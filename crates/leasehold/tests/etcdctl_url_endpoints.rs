@@ -7,7 +7,7 @@
 
 use leasehold_testkit as common;
 
-use common::{Leasehold, describe_output, etcdctl, stdout_of};
+use common::{Leasehold, describe_output, etcdctl, etcdctl_ok, stdout_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_command_works_with_a_url_endpoint() {
@@ -15,9 +15,9 @@ async fn every_command_works_with_a_url_endpoint() {
     let endpoint = server.endpoint();
     assert!(endpoint.starts_with("http://"), "{endpoint}");
 
-    let put = ok(&endpoint, &["put", "k", "v"]).await;
+    let put = etcdctl_ok(&endpoint, &["put", "k", "v"]).await;
     assert_eq!(stdout_of(&put), "OK\n");
-    let get = ok(&endpoint, &["get", "k"]).await;
+    let get = etcdctl_ok(&endpoint, &["get", "k"]).await;
     assert_eq!(stdout_of(&get), "k\nv\n");
 
     // `endpoint status` and `endpoint health` with this form: etcdctl.rs.
@@ -36,14 +36,4 @@ async fn every_command_works_with_a_url_endpoint() {
             "etcdctl {args:?} should be told Unimplemented: {text}"
         );
     }
-}
-
-async fn ok(endpoint: &str, args: &[&str]) -> std::process::Output {
-    let output = etcdctl(endpoint, args).await;
-    assert!(
-        output.status.success(),
-        "etcdctl {args:?} failed\n{}",
-        describe_output(&output)
-    );
-    output
 }

@@ -7,10 +7,10 @@
 
 use leasehold_testkit as common;
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Etcd, Leasehold, Server};
+use common::{Etcd, Leasehold, Server, curl};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -26,26 +26,6 @@ struct Answer {
     call: String,
     status: u16,
     body: Value,
-}
-
-/// `curl -X <method> <endpoint><path> -d <body>` over HTTP/1.1: status and body.
-fn curl(method: &str, endpoint: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let mut command = Command::new("curl");
-    command
-        .args(["-sS", "--http1.1", "-w", "\n%{http_code}", "--max-time"])
-        .arg(CURL_TIME_MAX.as_secs().to_string())
-        .args(["-X", method]);
-    if let Some(body) = body {
-        command.args(["-d", body]);
-    }
-    let out = command
-        .arg(format!("{endpoint}{path}"))
-        .output()
-        .expect("run curl");
-    assert!(out.status.success(), "curl {path}: {out:?}");
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let (body, code) = text.rsplit_once('\n').expect("status line");
-    (code.parse().expect("status code"), body.to_owned())
 }
 
 /// Replaces the value of every field named in `names`, at any depth, by `"<masked>"`.

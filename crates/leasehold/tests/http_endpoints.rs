@@ -5,7 +5,6 @@
 
 use leasehold_testkit as common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Etcd, Kind, Leasehold, Server};
@@ -23,23 +22,7 @@ fn get(endpoint: &str, path: &str) -> (u16, String) {
 }
 
 fn request(method: &str, endpoint: &str, path: &str) -> (u16, String) {
-    let out = Command::new("curl")
-        .args([
-            "-sS",
-            "--http1.1",
-            "--max-time",
-            "10",
-            "-w",
-            "\n%{http_code}",
-        ])
-        .args(["-X", method])
-        .arg(format!("{endpoint}{path}"))
-        .output()
-        .expect("run curl");
-    assert!(out.status.success(), "curl {path}: {out:?}");
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let (body, code) = text.rsplit_once('\n').expect("status line");
-    (code.parse().expect("status code"), body.to_owned())
+    common::curl(method, endpoint, path, None)
 }
 
 fn json(body: &str) -> Value {

@@ -35,6 +35,7 @@ use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::context::ServerContext;
+use crate::health;
 use view::{Query, Summary};
 
 /// Event streams open at once on this member; more get 503.
@@ -65,21 +66,27 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
 pub(crate) fn router(ctx: Arc<ServerContext>) -> Router {
     let hub = Arc::new(Hub::new(ctx));
     Router::new()
-        .route("/dashboard", get(page).fallback(method_not_allowed))
-        .route("/dashboard/", get(to_page).fallback(method_not_allowed))
+        .route("/dashboard", get(page).fallback(health::method_not_allowed))
+        .route(
+            "/dashboard/",
+            get(to_page).fallback(health::method_not_allowed),
+        )
         .route(
             "/dashboard/page.js",
-            get(script).fallback(method_not_allowed),
+            get(script).fallback(health::method_not_allowed),
         )
         .route(
             "/dashboard/page.css",
-            get(style).fallback(method_not_allowed),
+            get(style).fallback(health::method_not_allowed),
         )
         .route(
             "/dashboard/events",
-            get(events).fallback(method_not_allowed),
+            get(events).fallback(health::method_not_allowed),
         )
-        .route("/dashboard/state", get(state).fallback(method_not_allowed))
+        .route(
+            "/dashboard/state",
+            get(state).fallback(health::method_not_allowed),
+        )
         .with_state(hub)
 }
 
@@ -141,15 +148,11 @@ async fn style(State(hub): State<Arc<Hub>>, headers: HeaderMap) -> Response {
     asset("text/css; charset=utf-8", PAGE_CSS)
 }
 
-async fn method_not_allowed() -> Response {
-    let mut response = plain(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "Method Not Allowed\n".to_owned(),
-    );
-    response
-        .headers_mut()
-        .insert(header::ALLOW, header::HeaderValue::from_static("GET"));
-    response
+/// What `events` and `state` check first: the caller may look ([`authorize`]), and the query
+/// parses (400 with the reason if not).
+fn admit(hub: &Hub, headers: &HeaderMap, raw: Option<&str>) -> Result<Query, Response> {
+    authorize(hub, headers)?;
+    Query::parse(raw).map_err(|why| plain(StatusCode::BAD_REQUEST, format!("{why}\n")))
 }
 
 /// `/dashboard/events?offset=&limit=&lease=&values=`: the page's state, now and after every
@@ -159,12 +162,9 @@ async fn events(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    if let Err(refused) = authorize(&hub, &headers) {
-        return refused;
-    }
-    let query = match Query::parse(raw.as_deref()) {
+    let query = match admit(&hub, &headers, raw.as_deref()) {
         Ok(query) => query,
-        Err(why) => return plain(StatusCode::BAD_REQUEST, format!("{why}\n")),
+        Err(refused) => return refused,
     };
     let Ok(permit) = hub.streams.clone().try_acquire_owned() else {
         return plain(
@@ -188,12 +188,9 @@ async fn state(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    if let Err(refused) = authorize(&hub, &headers) {
-        return refused;
-    }
-    let query = match Query::parse(raw.as_deref()) {
+    let query = match admit(&hub, &headers, raw.as_deref()) {
         Ok(query) => query,
-        Err(why) => return plain(StatusCode::BAD_REQUEST, format!("{why}\n")),
+        Err(refused) => return refused,
     };
     let mut updates = hub.subscribe();
     let first = tokio::time::timeout(STATE_WAIT_MAX, updates.wait_for(Option::is_some)).await;

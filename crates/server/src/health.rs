@@ -97,8 +97,8 @@ async fn version() -> Response {
     json(StatusCode::OK, body)
 }
 
-/// Any method but GET on an endpoint: etcd's 405.
-async fn method_not_allowed() -> Response {
+/// Any method but GET on an endpoint: etcd's 405 (the dashboard's routes answer it too).
+pub(crate) async fn method_not_allowed() -> Response {
     let mut response = text(
         StatusCode::METHOD_NOT_ALLOWED,
         "Method Not Allowed\n".to_owned(),

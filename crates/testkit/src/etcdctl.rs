@@ -16,6 +16,17 @@ pub async fn etcdctl(endpoint: &str, args: &[&str]) -> Output {
     etcdctl_with_stdin(endpoint, args, "").await
 }
 
+/// [`etcdctl`], asserting that it exited 0 (the output is in the failure message).
+pub async fn etcdctl_ok(endpoint: &str, args: &[&str]) -> Output {
+    let output = etcdctl(endpoint, args).await;
+    assert!(
+        output.status.success(),
+        "etcdctl {args:?} failed\n{}",
+        describe_output(&output)
+    );
+    output
+}
+
 /// [`etcdctl`] with `stdin` written to its standard input (for `txn`).
 pub async fn etcdctl_with_stdin(endpoint: &str, args: &[&str], stdin: &str) -> Output {
     use tokio::io::AsyncWriteExt as _;

@@ -27,6 +27,7 @@ pub mod certs;
 pub mod differential;
 pub mod etcdctl;
 pub mod history;
+pub mod http;
 pub mod inprocess;
 pub mod netns;
 pub mod ports;
@@ -37,6 +38,7 @@ pub mod shortcuts;
 
 pub use differential::*;
 pub use etcdctl::*;
+pub use http::curl;
 pub use inprocess::InProcessCluster;
 pub use ports::*;
 pub use process::*;
