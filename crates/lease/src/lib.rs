@@ -22,7 +22,7 @@ mod clock;
 mod table;
 
 pub use clock::LeaseClock;
-pub use leasehold_types::{LEASE_TTL_SECS_MAX, LeaseId};
+pub use leasehold_types::{Key, LEASE_TTL_SECS_MAX, LeaseId};
 pub use table::{
     Counters, EndedLease, LeaseEnd, LeaseError, LeaseRecord, LeaseTable, LeaseView,
     PROMOTION_EXPIRIES_PER_SEC_MAX, RECENT_ENDS_LEN_MAX, Renewal, TimeToLive,

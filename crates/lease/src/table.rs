@@ -2,12 +2,13 @@
 //!
 //! Invariants (checked by [`LeaseTable::validate`]):
 //! - the expiry queue holds exactly one entry per lease, at its current deadline;
-//! - `key_lease[k] == id` exactly when `k` is in lease `id`'s key set;
+//! - no key is in two leases' key sets (which lease a key names is the KV store's to say; the
+//!   caller moves a key with [`LeaseTable::detach`] and [`LeaseTable::attach`]);
 //! - a renewal never moves a deadline earlier.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use leasehold_types::LeaseId;
+use leasehold_types::{Key, LeaseId};
 use serde::{Deserialize, Serialize};
 
 /// What is persisted of a lease (its keys are rebuilt from the KV store).
@@ -59,7 +60,7 @@ pub struct TimeToLive {
     pub remaining_secs: i64,
     pub granted_ttl_secs: i64,
     /// Attached keys, in key order.
-    pub keys: Vec<Vec<u8>>,
+    pub keys: Vec<Key>,
 }
 
 /// Event counts since this member started (for the metrics etcd exports).
@@ -102,13 +103,13 @@ pub struct EndedLease {
 pub struct LeaseView<'t> {
     pub id: LeaseId,
     pub record: LeaseRecord,
-    keys: &'t BTreeSet<Vec<u8>>,
+    keys: &'t KeySet,
 }
 
 impl<'t> LeaseView<'t> {
     /// The attached keys, in key order.
     pub fn keys(&self) -> impl Iterator<Item = &'t [u8]> + 't {
-        self.keys.iter().map(Vec::as_slice)
+        self.keys.iter().map(|k| &**k)
     }
 
     pub fn keys_len(&self) -> usize {
@@ -119,7 +120,100 @@ impl<'t> LeaseView<'t> {
 #[derive(Clone, Debug)]
 struct Lease {
     record: LeaseRecord,
-    keys: BTreeSet<Vec<u8>>,
+    keys: KeySet,
+}
+
+/// A lease's attached keys. Most leases hold none or one (a lock, an election candidate, a
+/// registration), so those take no allocation of their own: the one key is the KV store's shared
+/// [`Key`].
+#[derive(Clone, Debug, Default)]
+enum KeySet {
+    #[default]
+    None,
+    One(Key),
+    /// Boxed, so that a lease with none or one key is no bigger for it (24 bytes, not 32).
+    #[expect(
+        clippy::box_collection,
+        reason = "keeps the common one-key lease small"
+    )]
+    Many(Box<BTreeSet<Key>>),
+}
+
+// The sizes ARCHITECTURE.md states per lease (on 64-bit targets).
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(size_of::<KeySet>() == 24);
+    assert!(size_of::<(LeaseId, Lease)>() == 56);
+};
+
+impl KeySet {
+    fn insert(&mut self, key: Key) {
+        match self {
+            KeySet::None => *self = KeySet::One(key),
+            KeySet::One(one) if *one == key => {}
+            KeySet::One(_) => {
+                let KeySet::One(one) = std::mem::take(self) else {
+                    unreachable!("matched above")
+                };
+                *self = KeySet::Many(Box::new(BTreeSet::from([one, key])));
+            }
+            KeySet::Many(keys) => {
+                keys.insert(key);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        match self {
+            KeySet::None => {}
+            KeySet::One(one) => {
+                if **one == *key {
+                    *self = KeySet::None;
+                }
+            }
+            KeySet::Many(keys) => {
+                keys.remove(key);
+                if keys.len() == 1 {
+                    let one = keys.pop_first().expect("one left");
+                    *self = KeySet::One(one);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        match self {
+            KeySet::None => false,
+            KeySet::One(one) => **one == *key,
+            KeySet::Many(keys) => keys.contains(key),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            KeySet::None => 0,
+            KeySet::One(_) => 1,
+            KeySet::Many(keys) => keys.len(),
+        }
+    }
+
+    /// In key order.
+    fn iter(&self) -> impl Iterator<Item = &Key> {
+        let (one, many) = match self {
+            KeySet::None => (None, None),
+            KeySet::One(one) => (Some(one), None),
+            KeySet::Many(keys) => (None, Some(keys.iter())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+
+    fn into_vec(self) -> Vec<Key> {
+        match self {
+            KeySet::None => Vec::new(),
+            KeySet::One(one) => vec![one],
+            KeySet::Many(keys) => keys.into_iter().collect(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -128,7 +222,6 @@ pub struct LeaseTable {
     /// The expiry queue: (deadline, grant order) of every lease. Renewing moves one entry,
     /// O(log n).
     queue: BTreeMap<(u64, u64), LeaseId>,
-    key_lease: HashMap<Vec<u8>, LeaseId>,
     /// The replicated lease clock: the latest lease time a leader proposed.
     clock_ms: u64,
     next_grant_seq: u64,
@@ -168,7 +261,7 @@ impl LeaseTable {
                 id,
                 Lease {
                     record,
-                    keys: BTreeSet::new(),
+                    keys: KeySet::None,
                 },
             );
         }
@@ -223,7 +316,7 @@ impl LeaseTable {
             id,
             Lease {
                 record,
-                keys: BTreeSet::new(),
+                keys: KeySet::None,
             },
         );
         self.counters.granted += 1;
@@ -254,13 +347,10 @@ impl LeaseTable {
     }
 
     /// Removes a lease; returns its keys in key order (the caller deletes them at one revision).
-    pub fn revoke(&mut self, id: LeaseId) -> Result<Vec<Vec<u8>>, LeaseError> {
+    pub fn revoke(&mut self, id: LeaseId) -> Result<Vec<Key>, LeaseError> {
         let lease = self.leases.remove(&id).ok_or(LeaseError::NotFound)?;
         self.queue
             .remove(&(lease.record.deadline_ms, lease.record.grant_seq));
-        for key in &lease.keys {
-            self.key_lease.remove(key);
-        }
         self.counters.revoked += 1;
         if self.recent_ends.len() == RECENT_ENDS_LEN_MAX {
             self.recent_ends.pop_front();
@@ -273,7 +363,7 @@ impl LeaseTable {
             keys: lease.keys.len(),
         });
         debug_assert!(self.recent_ends.len() <= RECENT_ENDS_LEN_MAX);
-        Ok(lease.keys.into_iter().collect())
+        Ok(lease.keys.into_vec())
     }
 
     /// What a new leader does to the leases it inherits: each has at least `extend_ms` left at
@@ -327,7 +417,7 @@ impl LeaseTable {
     }
 
     /// Revokes `id` because it expired at `now_ms`; `None` if it is gone or was renewed since.
-    pub fn expire(&mut self, id: LeaseId, now_ms: u64) -> Option<Vec<Vec<u8>>> {
+    pub fn expire(&mut self, id: LeaseId, now_ms: u64) -> Option<Vec<Key>> {
         self.advance(now_ms);
         let due = self.leases.get(&id)?.record.deadline_ms <= now_ms;
         if !due {
@@ -355,32 +445,29 @@ impl LeaseTable {
         self.queue.keys().next().map(|(d, _)| *d)
     }
 
-    /// Binds `key` to `id`, moving it from any other lease. A no-op for an unknown lease (a
-    /// restored key whose lease is gone stays unattached, as in etcd).
-    pub fn attach(&mut self, key: &[u8], id: LeaseId) -> bool {
-        if !self.leases.contains_key(&id) {
-            return false;
+    /// Binds `key` to `id`. A no-op for an unknown lease (a restored key whose lease is gone
+    /// stays unattached, as in etcd). The caller detaches the key from the lease it named before
+    /// (the KV store knows which): a key is in at most one lease's set.
+    pub fn attach(&mut self, key: Key, id: LeaseId) -> bool {
+        match self.leases.get_mut(&id) {
+            Some(lease) => {
+                lease.keys.insert(key);
+                true
+            }
+            None => false,
         }
-        if self.key_lease.get(key) == Some(&id) {
-            return true;
-        }
-        self.detach(key);
-        self.key_lease.insert(key.to_vec(), id);
-        self.leases
-            .get_mut(&id)
-            .expect("checked above")
-            .keys
-            .insert(key.to_vec());
-        true
     }
 
-    /// Unbinds `key` from its lease, if it has one.
-    pub fn detach(&mut self, key: &[u8]) {
-        if let Some(id) = self.key_lease.remove(key)
-            && let Some(lease) = self.leases.get_mut(&id)
-        {
+    /// Unbinds `key` from lease `id`, if both are there.
+    pub fn detach(&mut self, key: &[u8], id: LeaseId) {
+        if let Some(lease) = self.leases.get_mut(&id) {
             lease.keys.remove(key);
         }
+    }
+
+    /// Whether `key` is attached to `id`.
+    pub fn is_attached(&self, key: &[u8], id: LeaseId) -> bool {
+        self.leases.get(&id).is_some_and(|l| l.keys.contains(key))
     }
 
     pub fn record(&self, id: LeaseId) -> Option<LeaseRecord> {
@@ -472,17 +559,14 @@ impl LeaseTable {
                 "grant order is behind the counter"
             );
         }
-        let attached: usize = self.leases.values().map(|l| l.keys.len()).sum();
-        assert_eq!(
-            attached,
-            self.key_lease.len(),
-            "key map and key sets agree in size"
-        );
-        for (key, id) in &self.key_lease {
-            assert!(
-                self.leases[id].keys.contains(key),
-                "key map names a lease without the key"
-            );
+        let mut attached = std::collections::HashSet::new();
+        for lease in self.leases.values() {
+            if let KeySet::Many(keys) = &lease.keys {
+                assert!(keys.len() > 1, "a set of one key is held as one");
+            }
+            for key in lease.keys.iter() {
+                assert!(attached.insert(key), "{key:?} is in two leases' sets");
+            }
         }
         assert!(self.recent_ends.len() <= RECENT_ENDS_LEN_MAX);
     }

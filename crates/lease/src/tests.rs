@@ -6,6 +6,10 @@ fn id(n: i64) -> LeaseId {
     LeaseId::from_wire(n).unwrap()
 }
 
+fn k(key: &[u8]) -> Key {
+    Key::from(key)
+}
+
 #[test]
 fn expiry_order_follows_deadlines_then_grant_order() {
     let mut t = LeaseTable::new();
@@ -66,19 +70,27 @@ fn keys_attach_detach_and_switch_leases() {
     let mut t = LeaseTable::new();
     t.grant(id(1), 10, 0).unwrap();
     t.grant(id(2), 10, 0).unwrap();
-    assert!(t.attach(b"b", id(1)));
-    assert!(t.attach(b"a", id(1)));
-    assert!(t.attach(b"c", id(1)));
-    assert!(t.attach(b"c", id(2)), "switching moves the key");
-    t.detach(b"b");
-    assert!(!t.attach(b"z", id(9)), "unknown lease: stays unattached");
-    t.validate();
-    assert_eq!(
-        t.time_to_live(id(1), 0, true).unwrap().keys,
-        vec![b"a".to_vec()]
+    assert!(t.attach(k(b"b"), id(1)));
+    assert!(t.attach(k(b"a"), id(1)));
+    assert!(t.attach(k(b"c"), id(1)));
+    assert!(
+        t.attach(k(b"c"), id(1)),
+        "attaching twice keeps one binding"
     );
-    assert_eq!(t.revoke(id(2)), Ok(vec![b"c".to_vec()]));
-    assert_eq!(t.revoke(id(1)), Ok(vec![b"a".to_vec()]));
+    // Switching leases: the caller (which knows the key's previous lease) moves it.
+    t.detach(b"c", id(1));
+    assert!(t.attach(k(b"c"), id(2)));
+    t.detach(b"b", id(1));
+    t.detach(b"a", id(2));
+    assert!(
+        t.is_attached(b"a", id(1)),
+        "detaching from another lease is a no-op"
+    );
+    assert!(!t.attach(k(b"z"), id(9)), "unknown lease: stays unattached");
+    t.validate();
+    assert_eq!(t.time_to_live(id(1), 0, true).unwrap().keys, vec![k(b"a")]);
+    assert_eq!(t.revoke(id(2)), Ok(vec![k(b"c")]));
+    assert_eq!(t.revoke(id(1)), Ok(vec![k(b"a")]));
     t.validate();
 }
 
@@ -107,11 +119,11 @@ fn time_to_live_truncates_and_reports_zero_once_expired() {
 fn expire_revokes_only_what_is_still_due() {
     let mut t = LeaseTable::new();
     t.grant(id(1), 5, 0).unwrap();
-    t.attach(b"k", id(1));
+    t.attach(k(b"k"), id(1));
     // The leader saw it expired at 5 s, but a renewal was applied before the expiry entry.
     t.renew(id(1), 4_000);
     assert_eq!(t.expire(id(1), 5_000), None);
-    assert_eq!(t.expire(id(1), 9_000), Some(vec![b"k".to_vec()]));
+    assert_eq!(t.expire(id(1), 9_000), Some(vec![k(b"k")]));
     assert_eq!(t.expire(id(1), 9_000), None, "already gone");
     assert_eq!(
         t.counters(),
@@ -129,7 +141,7 @@ fn a_thousand_leases_expire_in_one_batch() {
     let mut t = LeaseTable::new();
     for n in 1..=1000 {
         t.grant(id(n), 3, 0).unwrap();
-        t.attach(format!("k{n}").as_bytes(), id(n));
+        t.attach(k(format!("k{n}").as_bytes()), id(n));
     }
     t.grant(id(5000), 4, 0).unwrap();
     let due = t.expired(3_000, 10_000);
@@ -358,8 +370,8 @@ fn recent_ends_keep_the_latest_ends_newest_first_and_stay_bounded() {
     let mut t = LeaseTable::new();
     t.grant(id(1), 5, 0).unwrap();
     t.grant(id(2), 50, 0).unwrap();
-    assert!(t.attach(b"a", id(2)));
-    assert!(t.attach(b"b", id(2)));
+    assert!(t.attach(k(b"a"), id(2)));
+    assert!(t.attach(k(b"b"), id(2)));
     assert!(t.expire(id(1), 5_000).is_some());
     t.revoke(id(2)).unwrap();
     let ends: Vec<EndedLease> = t.recent_ends().copied().collect();
@@ -406,8 +418,8 @@ fn views_walk_by_deadline_and_by_id_with_their_keys() {
     t.grant(id(3), 10, 0).unwrap();
     t.grant(id(1), 30, 0).unwrap();
     t.grant(id(2), 20, 0).unwrap();
-    assert!(t.attach(b"k2", id(1)));
-    assert!(t.attach(b"k1", id(1)));
+    assert!(t.attach(k(b"k2"), id(1)));
+    assert!(t.attach(k(b"k1"), id(1)));
     let by_deadline: Vec<i64> = t.iter_by_deadline().map(|v| v.id.get()).collect();
     assert_eq!(by_deadline, vec![3, 2, 1]);
     let by_id: Vec<i64> = t.iter_by_id(Some(id(1))).map(|v| v.id.get()).collect();

@@ -13,7 +13,7 @@ mod store;
 mod types;
 
 pub use error::Error;
-pub use leasehold_types::prefix_range_end;
+pub use leasehold_types::{Key, prefix_range_end};
 pub use store::{Store, Written, key_in_range};
 pub use types::{
     Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,

@@ -10,8 +10,10 @@
 //! - within a generation (the versions between creation and deletion) `version` counts up from 1
 //!   and `create_revision` is the main revision of the generation's first put.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
+
+use leasehold_types::Key;
 
 use crate::error::Error;
 use crate::types::{
@@ -20,20 +22,142 @@ use crate::types::{
     RequestOp, ResponseOp, Revision, SortOrder, SortTarget, TxnRequest, TxnResponse,
 };
 
-/// One entry of a key's history: a value, or a tombstone (`kv == None`).
+/// One entry of a key's history: a value, or a tombstone (`value == None`). The key is not
+/// repeated here; it is the key map's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Version {
     rev: Revision,
-    kv: Option<KeyValue>,
+    create_revision: i64,
+    version: i64,
+    value: Option<Box<[u8]>>,
+    lease: Option<LeaseId>,
+}
+
+// The sizes ARCHITECTURE.md states per key (on 64-bit targets).
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(size_of::<Version>() == 56);
+    assert!(size_of::<History>() == 64);
+    assert!(size_of::<(Revision, Key)>() == 32);
+};
+
+impl Version {
+    fn is_live(&self) -> bool {
+        self.value.is_some()
+    }
+}
+
+/// A key's versions, oldest first, never empty. Most keys have one version (no history kept, or
+/// compacted), so that one is held without a vector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum History {
+    One(Version),
+    Many(Vec<Version>),
+}
+
+impl History {
+    fn as_slice(&self) -> &[Version] {
+        match self {
+            History::One(v) => std::slice::from_ref(v),
+            History::Many(vs) => vs,
+        }
+    }
+
+    fn latest(&self) -> &Version {
+        match self {
+            History::One(v) => v,
+            History::Many(vs) => vs.last().expect("a history is never empty"),
+        }
+    }
+
+    fn push(&mut self, version: Version) {
+        match self {
+            History::Many(vs) => vs.push(version),
+            History::One(_) => {
+                let History::One(first) = std::mem::replace(self, History::Many(Vec::new())) else {
+                    unreachable!("matched above")
+                };
+                *self = History::Many(vec![first, version]);
+            }
+        }
+    }
+
+    /// Removes the `n` oldest versions, calling `removed` with each revision; `false` if nothing
+    /// is left. What remains is held as compactly as a fresh history.
+    fn drop_oldest(&mut self, n: usize, mut removed: impl FnMut(Revision)) -> bool {
+        if n == 0 {
+            return true;
+        }
+        match self {
+            History::One(v) => {
+                removed(v.rev);
+                false
+            }
+            History::Many(vs) => {
+                for v in vs.drain(..n) {
+                    removed(v.rev);
+                }
+                match vs.len() {
+                    0 => false,
+                    1 => {
+                        *self = History::One(vs.pop().expect("one left"));
+                        true
+                    }
+                    len => {
+                        if vs.capacity() > 2 * len {
+                            vs.shrink_to_fit();
+                        }
+                        true
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A version read in place, with its key: what reads filter, sort and compare before copying
+/// only what they return.
+#[derive(Clone, Copy, Debug)]
+struct Found<'s> {
+    key: &'s [u8],
+    version: &'s Version,
+}
+
+impl<'s> Found<'s> {
+    fn to_kv(self, with_value: bool) -> KeyValue {
+        let v = self.version;
+        KeyValue {
+            key: self.key.to_vec(),
+            create_revision: v.create_revision,
+            mod_revision: v.rev.main,
+            version: v.version,
+            value: match &v.value {
+                Some(value) if with_value => value.to_vec(),
+                _ => Vec::new(),
+            },
+            lease: v.lease,
+        }
+    }
+
+    fn value(self) -> &'s [u8] {
+        self.version.value.as_deref().unwrap_or_default()
+    }
 }
 
 /// The whole key space with its history. Pure in-memory state: persistence is the caller's, fed
 /// by the [`Change`]s each write returns.
+///
+/// What a key costs: one key map entry (the shared key and a boxed [`History`]), the key's bytes
+/// once (a [`Key`], shared with the revision index and with the lease the key is attached to),
+/// and per version 56 bytes plus its value. Each version at or above the compaction point also has a
+/// revision index entry (32 bytes).
 #[derive(Clone, Debug)]
 pub struct Store {
-    keys: BTreeMap<Vec<u8>, Vec<Version>>,
-    /// Every stored version by revision: the index that replays history (watch) in order.
-    by_revision: BTreeMap<Revision, Vec<u8>>,
+    keys: BTreeMap<Key, Box<History>>,
+    /// Every version at or above the compaction point, by revision, oldest first: the index that
+    /// replays history (watch) in order. Writes only append (revisions only grow), and
+    /// compaction only removes from the front, so a queue is enough.
+    by_revision: VecDeque<(Revision, Key)>,
     current_revision: i64,
     /// `-1` until the first compaction, as in etcd.
     compact_revision: i64,
@@ -53,7 +177,7 @@ impl Store {
     pub fn new() -> Store {
         Store {
             keys: BTreeMap::new(),
-            by_revision: BTreeMap::new(),
+            by_revision: VecDeque::new(),
             current_revision: 1,
             compact_revision: -1,
         }
@@ -72,32 +196,70 @@ impl Store {
         self.keys.len()
     }
 
-    /// Rebuilds a store from persisted records. They need not be sorted.
+    /// Rebuilds a store from persisted records. They need not be sorted (sorting is skipped when
+    /// they are, as the revision-keyed table yields them).
     pub fn restore(
         current_revision: i64,
         compact_revision: i64,
         records: impl IntoIterator<Item = (Revision, Record)>,
     ) -> Store {
         let mut records: Vec<(Revision, Record)> = records.into_iter().collect();
-        records.sort_by_key(|(rev, _)| *rev);
-        let mut keys: BTreeMap<Vec<u8>, Vec<Version>> = BTreeMap::new();
-        let mut by_revision = BTreeMap::new();
-        for (rev, record) in records {
-            let (key, kv) = match record {
-                Record::Put(kv) => (kv.key.clone(), Some(kv)),
-                Record::Tombstone { key } => (key, None),
-            };
-            by_revision.insert(rev, key.clone());
-            keys.entry(key).or_default().push(Version { rev, kv });
+        if !records.is_sorted_by_key(|(rev, _)| *rev) {
+            records.sort_by_key(|(rev, _)| *rev);
         }
-        let store = Store {
-            keys,
-            by_revision,
+        let mut store = Store {
             current_revision,
             compact_revision,
+            ..Store::new()
         };
+        for (rev, record) in records {
+            let (key, version) = match record {
+                Record::Put(kv) => (
+                    kv.key,
+                    Version {
+                        rev,
+                        create_revision: kv.create_revision,
+                        version: kv.version,
+                        value: Some(kv.value.into_boxed_slice()),
+                        lease: kv.lease,
+                    },
+                ),
+                Record::Tombstone { key } => (
+                    key,
+                    Version {
+                        rev,
+                        create_revision: 0,
+                        version: 0,
+                        value: None,
+                        lease: None,
+                    },
+                ),
+            };
+            store.push_version(&key, version);
+        }
         store.debug_validate();
         store
+    }
+
+    /// Appends a version to `key`'s history (creating it) and to the revision index if it is at
+    /// or above the compaction point.
+    fn push_version(&mut self, key: &[u8], version: Version) {
+        let rev = version.rev;
+        let shared = match self.keys.get_key_value(key) {
+            Some((shared, _)) => shared.clone(),
+            None => Key::from(key),
+        };
+        match self.keys.get_mut(key) {
+            Some(history) => history.push(version),
+            None => {
+                self.keys
+                    .insert(shared.clone(), Box::new(History::One(version)));
+            }
+        }
+        if rev.main >= self.compact_revision {
+            debug_assert!(self.by_revision.back().is_none_or(|(last, _)| *last < rev));
+            self.by_revision.push_back((rev, shared));
+        }
     }
 
     /// Every stored record in revision order: what a snapshot carries.
@@ -106,10 +268,11 @@ impl Store {
             .keys
             .iter()
             .flat_map(|(key, history)| {
-                history.iter().map(move |v| {
-                    let record = match &v.kv {
-                        Some(kv) => Record::Put(kv.clone()),
-                        None => Record::Tombstone { key: key.clone() },
+                history.as_slice().iter().map(move |v| {
+                    let record = if v.is_live() {
+                        Record::Put(Found { key, version: v }.to_kv(true))
+                    } else {
+                        Record::Tombstone { key: key.to_vec() }
                     };
                     (v.rev, record)
                 })
@@ -120,18 +283,17 @@ impl Store {
     }
 
     /// The changes made at revisions `from..=to`, in revision order, as watch events, stopping
-    /// after `revisions_max` distinct revisions. Only revisions above the compaction point are
-    /// complete; the caller checks that first.
+    /// after `revisions_max` distinct revisions. Only revisions at or above the compaction point
+    /// are held; the caller checks that first.
     pub fn events(&self, from: i64, to: i64, revisions_max: usize) -> Vec<Event> {
-        let start = Revision { main: from, sub: 0 };
-        let end = Revision {
-            main: to,
-            sub: i64::MAX,
-        };
+        let start = self.by_revision.partition_point(|(rev, _)| rev.main < from);
         let mut out = Vec::new();
         let mut revisions = 0;
         let mut last_main = None;
-        for (rev, key) in self.by_revision.range(start..=end) {
+        for (rev, key) in self.by_revision.range(start..) {
+            if rev.main > to {
+                break;
+            }
             if last_main != Some(rev.main) {
                 if revisions == revisions_max {
                     break;
@@ -139,42 +301,66 @@ impl Store {
                 revisions += 1;
                 last_main = Some(rev.main);
             }
-            let history = &self.keys[key];
+            let history = self.keys[key].as_slice();
             let at = history
                 .binary_search_by_key(rev, |v| v.rev)
                 .expect("the revision index names a stored version");
-            let prev_kv = at.checked_sub(1).and_then(|i| history[i].kv.clone());
-            out.push(match &history[at].kv {
-                Some(kv) => Event {
+            let prev_kv = at
+                .checked_sub(1)
+                .map(|i| &history[i])
+                .filter(|v| v.is_live())
+                .map(|version| Found { key, version }.to_kv(true));
+            let version = &history[at];
+            out.push(if version.is_live() {
+                Event {
                     kind: EventKind::Put,
-                    kv: kv.clone(),
+                    kv: Found { key, version }.to_kv(true),
                     prev_kv,
-                },
+                }
+            } else {
                 // A delete carries only the key and the revision, as in etcd.
-                None => Event {
+                Event {
                     kind: EventKind::Delete,
                     kv: KeyValue {
-                        key: key.clone(),
+                        key: key.to_vec(),
                         mod_revision: rev.main,
                         ..KeyValue::default()
                     },
                     prev_kv,
-                },
+                }
             });
         }
         out
     }
 
     /// Every live key that names a lease, with that lease: what rebuilds the key-to-lease
-    /// bindings after a restart.
-    pub fn leased_keys(&self) -> Vec<(Vec<u8>, LeaseId)> {
+    /// bindings after a restart. The keys are the store's own, shared.
+    pub fn leased_keys(&self) -> Vec<(Key, LeaseId)> {
         self.keys
             .iter()
             .filter_map(|(key, history)| {
-                let kv = history.last()?.kv.as_ref()?;
-                Some((key.clone(), kv.lease?))
+                let latest = history.latest();
+                latest
+                    .lease
+                    .filter(|_| latest.is_live())
+                    .map(|lease| (key.clone(), lease))
             })
             .collect()
+    }
+
+    /// The lease that `key` named just before `rev`: that of the version preceding the one at
+    /// `rev` in its history, if that version is a value. What a write's change moved the key
+    /// from.
+    pub fn lease_before(&self, key: &[u8], rev: Revision) -> Option<LeaseId> {
+        let history = self.keys.get(key)?.as_slice();
+        let at = history.partition_point(|v| v.rev < rev);
+        let prev = &history[at.checked_sub(1)?];
+        prev.lease.filter(|_| prev.is_live())
+    }
+
+    /// The store's shared copy of `key`'s bytes, if it has a history.
+    pub fn shared_key(&self, key: &[u8]) -> Option<Key> {
+        self.keys.get_key_value(key).map(|(k, _)| k.clone())
     }
 
     /// A read at `req.revision` (or the current one).
@@ -220,18 +406,16 @@ impl Store {
         } else {
             usize::MAX
         };
-        let mut kvs: Vec<KeyValue> = visible
+        let mut kvs: Vec<Found<'_>> = visible
             .into_iter()
-            .filter(|kv| req.max_mod_revision == 0 || kv.mod_revision <= req.max_mod_revision)
-            .filter(|kv| req.min_mod_revision == 0 || kv.mod_revision >= req.min_mod_revision)
-            .filter(|kv| {
-                req.min_create_revision == 0 || kv.create_revision >= req.min_create_revision
-            })
-            .filter(|kv| {
-                req.max_create_revision == 0 || kv.create_revision <= req.max_create_revision
+            .filter(|f| {
+                let (m, c) = (f.version.rev.main, f.version.create_revision);
+                (req.max_mod_revision == 0 || m <= req.max_mod_revision)
+                    && (req.min_mod_revision == 0 || m >= req.min_mod_revision)
+                    && (req.min_create_revision == 0 || c >= req.min_create_revision)
+                    && (req.max_create_revision == 0 || c <= req.max_create_revision)
             })
             .take(take)
-            .cloned()
             .collect();
         if order != SortOrder::None {
             // Stable, so equal targets keep key order in both directions, as etcd's sort does
@@ -253,23 +437,20 @@ impl Store {
             kvs.truncate(limit);
             resp.more = true;
         }
-        if req.keys_only {
-            for kv in &mut kvs {
-                kv.value.clear();
-            }
-        }
-        resp.kvs = kvs;
+        resp.kvs = kvs.into_iter().map(|f| f.to_kv(!req.keys_only)).collect();
         resp
     }
 
     /// The live versions of the keys in `[key, range_end)` (etcd's range rules) as of `rev`.
-    fn visible_in(&self, key: &[u8], range_end: &[u8], rev: i64) -> Vec<&KeyValue> {
+    fn visible_in(&self, key: &[u8], range_end: &[u8], rev: i64) -> Vec<Found<'_>> {
         let Some(bounds) = key_bounds(key, range_end) else {
             return Vec::new();
         };
         self.keys
             .range::<[u8], _>(bounds)
-            .filter_map(|(_, history)| visible_at(history, rev))
+            .filter_map(|(key, history)| {
+                visible_at(history.as_slice(), rev).map(|version| Found { key, version })
+            })
             .collect()
     }
 
@@ -332,25 +513,46 @@ impl Store {
             return Err(Error::FutureRevision);
         }
         let mut changes = Vec::new();
-        let by_revision = &mut self.by_revision;
         self.keys.retain(|_, history| {
-            let at_or_below = history.partition_point(|v| v.rev.main <= revision);
+            let versions = history.as_slice();
+            let at_or_below = versions.partition_point(|v| v.rev.main <= revision);
             if at_or_below == 0 {
                 return true;
             }
             // Keep the newest version at or below `revision` if it is a value: reads at
             // `revision` still see it. A tombstone there hides nothing and goes too.
-            let keep_from = if history[at_or_below - 1].kv.is_some() {
+            let keep_from = if versions[at_or_below - 1].is_live() {
                 at_or_below - 1
             } else {
                 at_or_below
             };
-            for v in history.drain(..keep_from) {
-                by_revision.remove(&v.rev);
-                changes.push(Change::Remove { rev: v.rev });
-            }
-            !history.is_empty()
+            history.drop_oldest(keep_from, |rev| changes.push(Change::Remove { rev }))
         });
+        // Nothing reads history below the compaction point: its index goes. A watch may start
+        // at the compaction point itself, so what is kept there stays indexed (a tombstone there
+        // went with its history, as in etcd).
+        let below = self
+            .by_revision
+            .partition_point(|(rev, _)| rev.main < revision);
+        self.by_revision.drain(..below);
+        let at = self
+            .by_revision
+            .partition_point(|(rev, _)| rev.main == revision);
+        let kept: Vec<(Revision, Key)> = self
+            .by_revision
+            .drain(..at)
+            .filter(|(rev, key)| {
+                self.keys
+                    .get(key)
+                    .is_some_and(|h| h.as_slice().iter().any(|v| v.rev == *rev))
+            })
+            .collect();
+        for entry in kept.into_iter().rev() {
+            self.by_revision.push_front(entry);
+        }
+        if self.by_revision.capacity() > 2 * self.by_revision.len() + 1024 {
+            self.by_revision.shrink_to_fit();
+        }
         self.compact_revision = revision;
         self.debug_validate();
         Ok((self.current_revision, changes))
@@ -374,9 +576,9 @@ impl Store {
             if matches!(c.target, CompareTarget::Value(_)) {
                 return false;
             }
-            return compare_kv(c, &KeyValue::default());
+            return compare_kv(c, None);
         }
-        kvs.into_iter().all(|kv| compare_kv(c, kv))
+        kvs.into_iter().all(|found| compare_kv(c, Some(found)))
     }
 
     /// The checks etcd makes before a txn touches anything: puts name live leases and, with
@@ -423,8 +625,11 @@ impl Store {
         Ok(())
     }
 
-    fn latest(&self, key: &[u8]) -> Option<&KeyValue> {
-        self.keys.get(key).and_then(|h| h.last()?.kv.as_ref())
+    /// The live version of `key`, if any.
+    fn latest(&self, key: &[u8]) -> Option<Found<'_>> {
+        let (key, history) = self.keys.get_key_value(key)?;
+        let version = history.latest();
+        version.is_live().then_some(Found { key, version })
     }
 
     /// Checks every invariant; panics with the broken one. Linear in the store's size.
@@ -436,16 +641,43 @@ impl Store {
             self.compact_revision,
             self.current_revision
         );
-        let versions: usize = self.keys.values().map(Vec::len).sum();
+        let above: usize = self
+            .keys
+            .values()
+            .map(|h| {
+                let versions = h.as_slice();
+                versions.len() - versions.partition_point(|v| v.rev.main < self.compact_revision)
+            })
+            .sum();
         assert_eq!(
-            versions,
+            above,
             self.by_revision.len(),
-            "revision index covers every version"
+            "revision index covers every version at or above the compaction point"
         );
-        for (key, history) in &self.keys {
-            assert!(!history.is_empty(), "empty history for {key:?}");
+        for pair in self.by_revision.iter().zip(self.by_revision.iter().skip(1)) {
+            assert!(pair.0.0 < pair.1.0, "revision index out of order");
+        }
+        for (rev, key) in &self.by_revision {
             assert!(
-                history[0].kv.is_some(),
+                rev.main >= self.compact_revision,
+                "index entry below compaction"
+            );
+            let history = self.keys.get(key).expect("index names a stored key");
+            assert!(
+                history.as_slice().iter().any(|v| v.rev == *rev),
+                "index names a stored version"
+            );
+        }
+        for (key, history) in &self.keys {
+            if let History::Many(vs) = &**history {
+                assert!(
+                    vs.len() > 1,
+                    "{key:?}: a one-version history is held as one"
+                );
+            }
+            let history = history.as_slice();
+            assert!(
+                history[0].is_live(),
                 "history of {key:?} starts with a tombstone"
             );
             let mut generation_start: Option<i64> = None;
@@ -455,28 +687,21 @@ impl Store {
                 if i > 0 {
                     assert!(history[i - 1].rev < v.rev, "{key:?} history out of order");
                 }
-                match &v.kv {
-                    Some(kv) => {
-                        assert_eq!(&kv.key, key, "record filed under another key");
-                        assert_eq!(kv.mod_revision, v.rev.main, "{key:?} mod revision");
-                        // The first version kept after a compaction may be mid-generation.
-                        let start = *generation_start.get_or_insert(kv.create_revision);
-                        if i > 0 || kv.version == 1 {
-                            assert_eq!(kv.create_revision, start, "{key:?} create revision");
-                            if i > 0 {
-                                assert_eq!(kv.version, expected_version, "{key:?} version");
-                            }
+                if v.is_live() {
+                    // The first version kept after a compaction may be mid-generation.
+                    let start = *generation_start.get_or_insert(v.create_revision);
+                    if i > 0 || v.version == 1 {
+                        assert_eq!(v.create_revision, start, "{key:?} create revision");
+                        if i > 0 {
+                            assert_eq!(v.version, expected_version, "{key:?} version");
                         }
-                        expected_version = kv.version + 1;
                     }
-                    None => {
-                        assert!(
-                            i > 0 && history[i - 1].kv.is_some(),
-                            "{key:?} double delete"
-                        );
-                        generation_start = None;
-                        expected_version = 1;
-                    }
+                    expected_version = v.version + 1;
+                } else {
+                    assert!(i > 0 && history[i - 1].is_live(), "{key:?} double delete");
+                    assert_eq!(v.lease, None, "{key:?}: a tombstone names no lease");
+                    generation_start = None;
+                    expected_version = 1;
                 }
             }
         }
@@ -527,44 +752,46 @@ impl<'s> Writer<'s> {
     }
 
     fn put(&mut self, req: &PutRequest) -> PutResponse {
-        let prev = self.store.latest(&req.key).cloned();
-        let value = match (&prev, req.ignore_value) {
-            (Some(prev), true) => prev.value.clone(),
-            _ => req.value.clone(),
+        let prev = self.store.latest(&req.key);
+        let value: Box<[u8]> = match (prev, req.ignore_value) {
+            (Some(prev), true) => prev.value().into(),
+            _ => req.value.as_slice().into(),
         };
-        let lease = match (&prev, req.ignore_lease) {
-            (Some(prev), true) => prev.lease,
+        let lease = match (prev, req.ignore_lease) {
+            (Some(prev), true) => prev.version.lease,
             _ => req.lease,
         };
-        let (create_revision, version) = match &prev {
-            Some(prev) => (prev.create_revision, prev.version + 1),
+        let (create_revision, version) = match prev {
+            Some(prev) => (prev.version.create_revision, prev.version.version + 1),
             None => (self.main, 1),
         };
+        let prev_kv = prev.filter(|_| req.prev_kv).map(|p| p.to_kv(true));
         let rev = self.next_revision();
         let kv = KeyValue {
             key: req.key.clone(),
             create_revision,
             mod_revision: rev.main,
             version,
-            value,
+            value: value.to_vec(),
             lease,
         };
-        self.store
-            .keys
-            .entry(req.key.clone())
-            .or_default()
-            .push(Version {
+        self.store.push_version(
+            &req.key,
+            Version {
                 rev,
-                kv: Some(kv.clone()),
-            });
-        self.store.by_revision.insert(rev, req.key.clone());
+                create_revision,
+                version,
+                value: Some(value),
+                lease,
+            },
+        );
         self.changes.push(Change::Write {
             rev,
             record: Record::Put(kv),
         });
         PutResponse {
             revision: rev.main,
-            prev_kv: if req.prev_kv { prev } else { None },
+            prev_kv,
         }
     }
 
@@ -573,17 +800,20 @@ impl<'s> Writer<'s> {
             .store
             .visible_in(&req.key, &req.range_end, i64::MAX)
             .into_iter()
-            .cloned()
+            .map(|f| f.to_kv(req.prev_kv))
             .collect();
         for kv in &doomed {
             let rev = self.next_revision();
-            let history = self
-                .store
-                .keys
-                .get_mut(&kv.key)
-                .expect("a visible key has a history");
-            history.push(Version { rev, kv: None });
-            self.store.by_revision.insert(rev, kv.key.clone());
+            self.store.push_version(
+                &kv.key,
+                Version {
+                    rev,
+                    create_revision: 0,
+                    version: 0,
+                    value: None,
+                    lease: None,
+                },
+            );
             self.changes.push(Change::Write {
                 rev,
                 record: Record::Tombstone {
@@ -644,7 +874,7 @@ impl Store {
         }
         for change in changes {
             if let Change::Write { rev, record } = change {
-                let history = &self.keys[record.key()];
+                let history = self.keys[record.key()].as_slice();
                 assert!(
                     history.iter().any(|v| v.rev == *rev),
                     "change not in history"
@@ -669,9 +899,10 @@ fn check_read_revision(revision: i64, current: i64, compacted: i64) -> Result<()
     Ok(())
 }
 
-fn visible_at(history: &[Version], rev: i64) -> Option<&KeyValue> {
+fn visible_at(history: &[Version], rev: i64) -> Option<&Version> {
     let newer = history.partition_point(|v| v.rev.main <= rev);
-    history.get(newer.checked_sub(1)?)?.kv.as_ref()
+    let version = history.get(newer.checked_sub(1)?)?;
+    version.is_live().then_some(version)
 }
 
 /// Whether `candidate` is in the range `key`/`range_end` under etcd's rules (empty end: the key
@@ -697,23 +928,30 @@ fn key_bounds<'a>(key: &'a [u8], range_end: &'a [u8]) -> Option<KeyBounds<'a>> {
     }
 }
 
-fn compare_by(target: SortTarget, a: &KeyValue, b: &KeyValue) -> std::cmp::Ordering {
+fn compare_by(target: SortTarget, a: &Found<'_>, b: &Found<'_>) -> std::cmp::Ordering {
+    let (x, y) = (a.version, b.version);
     match target {
-        SortTarget::Key => a.key.cmp(&b.key),
-        SortTarget::Version => a.version.cmp(&b.version),
-        SortTarget::Create => a.create_revision.cmp(&b.create_revision),
-        SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
-        SortTarget::Value => a.value.cmp(&b.value),
+        SortTarget::Key => a.key.cmp(b.key),
+        SortTarget::Version => x.version.cmp(&y.version),
+        SortTarget::Create => x.create_revision.cmp(&y.create_revision),
+        SortTarget::Mod => x.rev.main.cmp(&y.rev.main),
+        SortTarget::Value => a.value().cmp(b.value()),
     }
 }
 
-fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
+/// Evaluates one compare against a live version, or against a missing key (`None`), which
+/// compares as zero on every target but the value.
+fn compare_kv(c: &Compare, found: Option<Found<'_>>) -> bool {
+    let (version, create, modified, lease) = found.map_or((0, 0, 0, None), |f| {
+        let v = f.version;
+        (v.version, v.create_revision, v.rev.main, v.lease)
+    });
     let ord = match &c.target {
-        CompareTarget::Version(v) => kv.version.cmp(v),
-        CompareTarget::Create(v) => kv.create_revision.cmp(v),
-        CompareTarget::Mod(v) => kv.mod_revision.cmp(v),
-        CompareTarget::Value(v) => kv.value.as_slice().cmp(v.as_slice()),
-        CompareTarget::Lease(v) => LeaseId::to_wire(kv.lease).cmp(v),
+        CompareTarget::Version(v) => version.cmp(v),
+        CompareTarget::Create(v) => create.cmp(v),
+        CompareTarget::Mod(v) => modified.cmp(v),
+        CompareTarget::Value(v) => found.map_or(&[][..], |f| f.value()).cmp(v.as_slice()),
+        CompareTarget::Lease(v) => LeaseId::to_wire(lease).cmp(v),
     };
     match c.result {
         CompareResult::Equal => ord.is_eq(),

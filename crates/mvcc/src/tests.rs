@@ -223,7 +223,62 @@ fn compaction_removes_hidden_versions_and_dead_tombstones() {
     assert_eq!(s.key_history_len(), 1);
     assert_eq!(get_at(&s, "a", "", 5), vec![("a".into(), "2".into())]);
     assert_eq!(get_at(&s, "a", "", 6), vec![("a".into(), "3".into())]);
+    assert_eq!(
+        s.events(6, 6, usize::MAX).len(),
+        1,
+        "history above the compaction point is still replayed"
+    );
     s.validate();
+}
+
+#[test]
+fn bindings_read_the_version_before_a_write_and_share_the_key() {
+    let mut s = Store::new();
+    let lease = LeaseId::from_wire(7);
+    let leased = |value: &str| PutRequest {
+        key: b"k".to_vec(),
+        value: value.into(),
+        lease,
+        ..Default::default()
+    };
+    let (_, first) = s.put(&leased("1"), &|_| true).unwrap(); // 2
+    let (_, second) = s
+        .put(
+            &PutRequest {
+                key: b"k".to_vec(),
+                ..Default::default()
+            },
+            &no_leases,
+        )
+        .unwrap(); // 3
+    let rev = |changes: &[Change]| match &changes[0] {
+        Change::Write { rev, .. } => *rev,
+        Change::Remove { .. } => panic!("a write"),
+    };
+    assert_eq!(
+        s.lease_before(b"k", rev(&first)),
+        None,
+        "a new key named no lease"
+    );
+    assert_eq!(s.lease_before(b"k", rev(&second)), lease);
+    let (_, deleted) = s.delete_range(&DeleteRangeRequest {
+        key: b"k".to_vec(),
+        ..Default::default()
+    }); // 4
+    assert_eq!(s.lease_before(b"k", rev(&deleted)), None);
+    let (_, again) = s.put(&leased("2"), &|_| true).unwrap(); // 5
+    assert_eq!(
+        s.lease_before(b"k", rev(&again)),
+        None,
+        "a tombstone names no lease"
+    );
+    assert_eq!(s.leased_keys().len(), 1);
+    let (shared, _) = &s.leased_keys()[0];
+    assert!(
+        std::sync::Arc::ptr_eq(shared, &s.shared_key(b"k").unwrap()),
+        "one copy of the key's bytes"
+    );
+    assert_eq!(s.shared_key(b"nope"), None);
 }
 
 #[test]
@@ -562,6 +617,8 @@ proptest! {
         // model[r] is the key space at revision r; index 0 is unused.
         let mut model: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = vec![BTreeMap::new(), BTreeMap::new()];
         let mut compacted = -1i64;
+        // Every change the model made: (kind, key, value, revision), in order.
+        let mut changes = Vec::new();
         for op in ops {
             match op {
                 Op::Put(k, v) => {
@@ -569,6 +626,7 @@ proptest! {
                     let mut next = model.last().unwrap().clone();
                     next.insert(key(k), vec![v]);
                     model.push(next);
+                    changes.push((EventKind::Put, key(k), vec![v], rev));
                     prop_assert_eq!(rev as usize, model.len() - 1);
                 }
                 Op::Delete(k, e) => {
@@ -578,7 +636,10 @@ proptest! {
                     let doomed: Vec<Vec<u8>> = next.keys().filter(|x| if end.is_empty() { **x == key(k) } else { **x >= key(k) && **x < end }).cloned().collect();
                     prop_assert_eq!(resp.deleted as usize, doomed.len());
                     if !doomed.is_empty() {
-                        for d in doomed { next.remove(&d); }
+                        for d in doomed {
+                            next.remove(&d);
+                            changes.push((EventKind::Delete, d, Vec::new(), model.len() as i64));
+                        }
                         model.push(next);
                     }
                 }
@@ -613,8 +674,24 @@ proptest! {
             prop_assert_eq!(s.current_revision() as usize, model.len() - 1);
             s.validate();
         }
+        // Watch history from the compaction point is every change the model made above it, in
+        // order, and the puts made at it (a delete there is compacted away, as in etcd).
+        let from = compacted.max(1);
+        let want: Vec<(EventKind, Vec<u8>, Vec<u8>, i64)> = changes
+            .into_iter()
+            .filter(|c| c.3 > from || (c.3 == from && c.0 == EventKind::Put))
+            .collect();
+        let summary = |store: &Store| -> Vec<(EventKind, Vec<u8>, Vec<u8>, i64)> {
+            store
+                .events(from, store.current_revision(), usize::MAX)
+                .into_iter()
+                .map(|e| (e.kind, e.kv.key, e.kv.value, e.kv.mod_revision))
+                .collect()
+        };
         let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
         prop_assert_eq!(restored.records(), s.records());
+        prop_assert_eq!(&summary(&s), &want);
+        prop_assert_eq!(summary(&restored), want);
     }
 }
 

@@ -30,6 +30,7 @@ pub use replica::{
     BoxFuture, Fatal, Forwarded, Forwarder, MemberChange, MemberInfo, MembershipError,
     NoForwarding, RaftStatus, ReadIndex, Replica, ReplicaConfig, ReplicaError, StartError,
 };
+pub use state_machine::rebind;
 pub use storage::StorageError;
 pub use telemetry::{DISK_BUCKETS_SECS, HistogramReading, TelemetryReading};
 

@@ -53,7 +53,7 @@ impl SmState {
     ) -> SmState {
         let mut table = LeaseTable::restore(lease_clock_ms, leases);
         for (key, lease) in store.leased_keys() {
-            if !table.attach(&key, lease) {
+            if !table.attach(key, lease) {
                 tracing::warn!(
                     lease = lease.get(),
                     "a key names a lease that no longer exists"
@@ -66,6 +66,28 @@ impl SmState {
             last_applied,
             membership,
         }
+    }
+
+    /// Checks that the lease table's key sets are exactly what the store's live keys name:
+    /// every live key that names an existing lease is in that lease's set, and nothing else is
+    /// in any set (no binding outlives a delete, a revoke or a move). Linear in the state.
+    #[cfg(test)]
+    pub(crate) fn validate_bindings(&self) {
+        let mut named = 0;
+        for (key, lease) in self.store.leased_keys() {
+            if self.leases.contains(lease) {
+                assert!(
+                    self.leases.is_attached(&key, lease),
+                    "{key:?} names lease {lease:?} but is not in its set"
+                );
+                named += 1;
+            }
+        }
+        let attached: usize = self.leases.iter_by_id(None).map(|l| l.keys_len()).sum();
+        assert_eq!(
+            attached, named,
+            "a lease's set holds a key that does not name it"
+        );
     }
 
     fn meta(&self) -> SmMeta {
@@ -471,31 +493,42 @@ struct Effects {
 }
 
 impl Effects {
-    /// Records KV changes and keeps key bindings in step with them: a put names its lease (or
-    /// none), a delete unbinds.
-    fn kv(&mut self, leases: &mut LeaseTable, changes: Vec<Change>) {
-        for change in &changes {
-            if let Change::Write { record, .. } = change {
-                match record {
-                    Record::Put(kv) => match kv.lease {
-                        Some(lease) => {
-                            leases.attach(&kv.key, lease);
-                        }
-                        None => leases.detach(&kv.key),
-                    },
-                    Record::Tombstone { key } => leases.detach(key),
-                }
-            }
-        }
+    /// Records KV changes and keeps key bindings in step with them.
+    fn kv(&mut self, store: &Store, leases: &mut LeaseTable, changes: Vec<Change>) {
+        rebind(store, leases, &changes);
         self.changes.extend(changes);
     }
 
     /// Deletes a revoked lease's keys, all at one new revision; returns the header revision.
-    fn revoked(&mut self, state: &mut SmState, id: LeaseId, keys: &[Vec<u8>]) -> i64 {
+    fn revoked(&mut self, state: &mut SmState, id: LeaseId, keys: &[leasehold_mvcc::Key]) -> i64 {
         self.leases_touched.insert(id);
-        let (revision, changes) = state.store.delete_keys(keys.iter().map(Vec::as_slice));
-        self.kv(&mut state.leases, changes);
+        let (revision, changes) = state.store.delete_keys(keys.iter().map(|k| &**k));
+        self.kv(&state.store, &mut state.leases, changes);
         revision
+    }
+}
+
+/// Keeps the key bindings in step with KV changes just made to `store`: a write moves its key
+/// from the lease its previous version named (the store says which) to the one it names, if any
+/// (a delete names none). The one place where KV writes change bindings.
+pub fn rebind(store: &Store, leases: &mut LeaseTable, changes: &[Change]) {
+    for change in changes {
+        if let Change::Write { rev, record } = change {
+            let key = record.key();
+            let now = match record {
+                Record::Put(kv) => kv.lease,
+                Record::Tombstone { .. } => None,
+            };
+            if let Some(before) = store.lease_before(key, *rev)
+                && Some(before) != now
+            {
+                leases.detach(key, before);
+            }
+            if let Some(now) = now {
+                let shared = store.shared_key(key).expect("a written key has a history");
+                leases.attach(shared, now);
+            }
+        }
     }
 }
 
@@ -505,16 +538,16 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
     let lease_exists = |id: LeaseId| leases.contains(id);
     match cmd {
         Command::Put(req) => Applied::Put(store.put(req, &lease_exists).map(|(resp, c)| {
-            fx.kv(leases, c);
+            fx.kv(store, leases, c);
             resp
         })),
         Command::DeleteRange(req) => {
             let (resp, c) = store.delete_range(req);
-            fx.kv(leases, c);
+            fx.kv(store, leases, c);
             Applied::DeleteRange(resp)
         }
         Command::Txn(req) => Applied::Txn(store.txn(req, &lease_exists).map(|(resp, c)| {
-            fx.kv(leases, c);
+            fx.kv(store, leases, c);
             resp
         })),
         Command::Compact { revision } => {
@@ -807,6 +840,8 @@ pub(crate) fn read_state<T>(shared: &Shared, f: impl FnOnce(&Store, &LeaseTable)
 
 #[cfg(test)]
 mod apply_tests;
+#[cfg(test)]
+mod binding_tests;
 
 #[cfg(test)]
 mod append_times_tests {

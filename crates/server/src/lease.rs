@@ -253,7 +253,11 @@ impl Lease for LeaseService {
         let revision = current_revision(&self.ctx).await?;
         // An unknown lease is not an error: TTL -1, as etcd answers.
         let (ttl, granted_ttl, keys) = match found {
-            Some(t) => (t.remaining_secs, t.granted_ttl_secs, t.keys),
+            Some(t) => (
+                t.remaining_secs,
+                t.granted_ttl_secs,
+                t.keys.iter().map(|k| k.to_vec()).collect(),
+            ),
             None => (-1, 0, Vec::new()),
         };
         Ok(Response::new(pb::LeaseTimeToLiveResponse {

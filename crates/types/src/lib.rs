@@ -2,29 +2,38 @@
 //! etcd's key-range rule that several crates name. Nothing here has behaviour beyond conversion;
 //! it must never depend on another leasehold crate.
 
+use std::num::NonZeroI64;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 /// A lease identifier. Zero is never a valid id: "no lease" is `None` in the core and `0` only on
-/// the wire. Negative ids are valid (clients may choose them).
+/// the wire. Negative ids are valid (clients may choose them). Being non-zero, an
+/// `Option<LeaseId>` takes no more room than the id (it is stored with every key version), and
+/// it is encoded as the plain `i64`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct LeaseId(i64);
+pub struct LeaseId(NonZeroI64);
 
 impl LeaseId {
     /// Converts the wire value; `0` means "no lease".
     pub fn from_wire(id: i64) -> Option<LeaseId> {
-        (id != 0).then_some(LeaseId(id))
+        NonZeroI64::new(id).map(LeaseId)
     }
 
     /// The raw, non-zero value.
     pub fn get(self) -> i64 {
-        self.0
+        self.0.get()
     }
 
     /// The wire value of an optional lease: `0` for none.
     pub fn to_wire(id: Option<LeaseId>) -> i64 {
-        id.map_or(0, |l| l.0)
+        id.map_or(0, LeaseId::get)
     }
 }
+
+/// A key's bytes as the state holds them: one allocation, shared by the key map, the revision
+/// index and the lease that the key is attached to.
+pub type Key = Arc<[u8]>;
 
 /// etcd's largest lease TTL, in seconds (inclusive).
 pub const LEASE_TTL_SECS_MAX: i64 = 9_000_000_000;

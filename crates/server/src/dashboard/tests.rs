@@ -32,11 +32,8 @@ impl State {
             lease: lease.map(id),
             ..PutRequest::default()
         };
-        self.store.put(&req, &|l| leases.contains(l)).unwrap();
-        match lease {
-            Some(l) => assert!(self.leases.attach(key.as_bytes(), id(l))),
-            None => self.leases.detach(key.as_bytes()),
-        }
+        let (_, changes) = self.store.put(&req, &|l| leases.contains(l)).unwrap();
+        leasehold_raft::rebind(&self.store, &mut self.leases, &changes);
     }
 
     fn names(&self, keys_per_step: usize) -> (BTreeSet<Vec<u8>>, usize) {
@@ -340,7 +337,7 @@ fn a_hundred_thousand_leases_give_one_bounded_page() {
         } else {
             format!("sessions/s{lease}")
         };
-        assert!(s.leases.attach(key.as_bytes(), id(lease)));
+        assert!(s.leases.attach(key.as_bytes().into(), id(lease)));
     }
     let started = Instant::now();
     let (revision, leases_len, histogram, first_page, recent) = lease_parts(&s.store, &s.leases, 0);
