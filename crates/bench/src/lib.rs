@@ -4,7 +4,7 @@
 //!
 //! Each workload is one type implementing [`Workload`]: the closed-loop request workloads in
 //! `closed_loop` (one client type each, driven the same way), and the workloads with their own
-//! shape (`keepalive --leases`, `watch-latency`, `expiry-lag`, `expiry-storm`) in their own
+//! shape (`keepalive --leases`, `watch-latency`, `expiry-lag`, `expiry-storm`, `lease-memory`) in their own
 //! modules. Every run is bounded: `--total` requests, and at most `--timeout-secs` of wall time.
 
 use std::future::Future;
@@ -29,11 +29,13 @@ mod closed_loop;
 mod expiry_lag;
 mod expiry_storm;
 mod keepalive;
+mod lease_memory;
 mod watch_latency;
 
 use closed_loop::{LeaseGrant, LeaseKeepalive, LeaseTimetolive, Put, PutWithLease, Range, TxnPut};
 use expiry_lag::ExpiryLag;
 use expiry_storm::ExpiryStorm;
+use lease_memory::LeaseMemory;
 use watch_latency::WatchLatency;
 
 /// A request that takes longer than this counts as an error (and the run goes on).
@@ -85,6 +87,7 @@ enum WorkloadArgs {
     ExpiryLag(ExpiryLag),
     WatchLatency(WatchLatency),
     ExpiryStorm(ExpiryStorm),
+    LeaseMemory(LeaseMemory),
 }
 
 /// A `leasehold bench` workload.
@@ -266,6 +269,7 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         WorkloadArgs::ExpiryLag(w) => w.run(&run).await,
         WorkloadArgs::WatchLatency(w) => w.run(&run).await,
         WorkloadArgs::ExpiryStorm(w) => w.run(&run).await,
+        WorkloadArgs::LeaseMemory(w) => w.run(&run).await,
     }
 }
 

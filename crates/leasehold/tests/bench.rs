@@ -321,3 +321,64 @@ fn remote_endpoints_are_refused_without_the_flag() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("not on loopback"));
 }
+
+/// `lease-memory`: the server's RSS is read before and after, every lease gets its one key, and
+/// the sampled leases are live leases with that key attached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_memory_reports_rss_and_attaches_one_key_per_lease() {
+    for (target, server) in [
+        ("leasehold", Leasehold::start().await),
+        ("etcd", Etcd::start().await),
+    ] {
+        let pid = server.pid().expect("a running server").to_string();
+        let args = [
+            "lease-memory",
+            "--total",
+            "300",
+            "--clients",
+            "8",
+            "--settle-secs",
+            "0",
+            "--server-pid",
+            &pid,
+        ];
+        let r = bench(&server, &args);
+        check_report(target, &args, &r);
+        assert_eq!(r["requests"].as_u64(), Some(600), "{target}: {r}");
+        for field in [
+            "rss_start_bytes",
+            "rss_leases_bytes",
+            "rss_leases_and_keys_bytes",
+        ] {
+            assert!(r[field].as_u64().unwrap_or(0) > 0, "{target}: {field}: {r}");
+        }
+        let mut client = server.client().await;
+        let prefix = "registry/services/endpoints/instance-";
+        let count = client
+            .get(
+                prefix,
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .expect("count");
+        assert_eq!(count.count(), 300, "{target}: one key per lease");
+        let samples = r["sample_leases"].as_array().expect("sample leases");
+        assert_eq!(samples.len(), 3, "{target}: {r}");
+        for id in samples {
+            let id = id.as_i64().expect("a lease id");
+            let ttl = client
+                .lease_time_to_live(
+                    id,
+                    Some(etcd_client::LeaseTimeToLiveOptions::new().with_keys()),
+                )
+                .await
+                .expect("time to live");
+            assert!(ttl.ttl() > 0, "{target}: lease {id} is live");
+            assert_eq!(ttl.keys().len(), 1, "{target}: lease {id} holds one key");
+        }
+    }
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Memory and restart, etcd and leasehold side by side: for each, a fresh single member on loopback
+# ports with data on the same disk, then
+#   1. `leasehold bench lease-memory`: N leases (TTL 3,600 s), RSS; one ~47-byte key with a 16-byte
+#      value attached to each, RSS again (bytes per idle lease, bytes per attached key);
+#   2. SIGTERM, and the time until the process has exited;
+#   3. a restart, and the time from exec until a linearizable read answers;
+#   4. the remaining TTL of three sampled leases before and after the restart (never more after:
+#      no fresh TTL), and the number of keys (nothing lost).
+# Prints one JSON line per target, then a table.
+#
+#   scripts/bench-memory.sh [leases]      (default 1000000; needs `etcd` on PATH)
+#
+# Build first: cargo build --release -p leasehold
+set -euo pipefail
+cd "$(dirname "$0")/.."
+leases=${1:-1000000}
+bin=$PWD/target/release/leasehold
+[ -x "$bin" ] || { echo "build first: cargo build --release -p leasehold" >&2; exit 2; }
+command -v etcd >/dev/null || { echo "etcd not found (apt-get install etcd-server)" >&2; exit 2; }
+
+# shellcheck source=lib/ports.sh
+. scripts/lib/ports.sh
+work=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+now_ns() { date +%s%N; }
+
+# start TARGET CLIENT_PORT PEER_PORT: starts the member in the background and sets $pid.
+start() {
+  local target=$1 c=$2 p=$3
+  local flags=(--name m --data-dir "$work/$target" --listen-client-urls "http://127.0.0.1:$c"
+    --advertise-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$p"
+    --initial-advertise-peer-urls "http://127.0.0.1:$p" --initial-cluster "m=http://127.0.0.1:$p")
+  if [ "$target" = etcd ]; then
+    etcd "${flags[@]}" >>"$work/$target.log" 2>&1 &
+  else
+    LEASEHOLD_LOG=warn "$bin" "${flags[@]}" >>"$work/$target.log" 2>&1 &
+  fi
+  pid=$!
+}
+
+# ready ENDPOINT: polls a linearizable read every 5 ms (at most 120 s) until it answers.
+ready() {
+  local stop=$(( $(now_ns) + 120000000000 ))
+  until "$bin" get --endpoints "$1" --dial-timeout 1s --command-timeout 2s ready-probe >/dev/null 2>&1; do
+    [ "$(now_ns)" -lt "$stop" ] || { echo "no answer from $1" >&2; return 1; }
+    sleep 0.005
+  done
+}
+
+# ttls ENDPOINT IDS...: the remaining TTL of each lease (decimal ids), space-separated.
+ttls() {
+  local e=$1; shift
+  for id in "$@"; do
+    "$bin" lease timetolive --endpoints "$e" -w json "$(printf '%x' "$id")" |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["ttl"])'
+  done | tr '\n' ' '
+}
+
+results="$work/results.jsonl"
+for target in etcd leasehold; do
+  c=$(free_port); p=$(free_port); e="http://127.0.0.1:$c"
+  start "$target" "$c" "$p"
+  ready "$e"
+  fill=$("$bin" bench lease-memory --endpoints "$e" --server-pid "$pid" --total "$leases" \
+    --clients 64 --conns 8 --timeout-secs 3600 -w json)
+  samples=$(python3 -c 'import json,sys; print(" ".join(map(str, json.loads(sys.argv[1])["sample_leases"])))' "$fill")
+  # shellcheck disable=SC2086
+  before=$(ttls "$e" $samples)
+  t0=$(now_ns); kill -TERM "$pid"; wait "$pid" || true; t1=$(now_ns)
+  start "$target" "$c" "$p"
+  ready "$e"; t2=$(now_ns)
+  # shellcheck disable=SC2086
+  after=$(ttls "$e" $samples)
+  keys=$("$bin" get --endpoints "$e" --command-timeout 60s --prefix --count-only registry/ -w json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin).get("count", 0))')
+  rss_restarted=$(awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$pid/status")
+  kill -TERM "$pid"; wait "$pid" || true; pid=
+  python3 - "$target" "$fill" "$before" "$after" "$keys" "$rss_restarted" \
+    "$(( (t1 - t0) / 1000000 ))" "$(( (t2 - t1) / 1000000 ))" <<'PY' | tee -a "$results"
+import json, sys
+target, fill, before, after, keys, rss, stop_ms, restart_ms = sys.argv[1:]
+fill = json.loads(fill)
+print(json.dumps({
+    "target": target, "leases": fill["requests"] // 2,
+    "grant_and_put_per_s": fill["throughput_per_s"],
+    "bytes_per_lease": fill["bytes_per_lease"], "bytes_per_key": fill["bytes_per_key"],
+    "rss_leases_and_keys_bytes": fill["rss_leases_and_keys_bytes"],
+    "rss_after_restart_bytes": int(rss),
+    "sigterm_to_exit_ms": int(stop_ms), "restart_to_linearizable_read_ms": int(restart_ms),
+    "ttl_before_restart": [int(x) for x in before.split()],
+    "ttl_after_restart": [int(x) for x in after.split()],
+    "keys_after_restart": int(keys),
+}))
+PY
+done
+python3 - "$results" <<'PY'
+import json, sys
+rows = {r["target"]: r for r in map(json.loads, open(sys.argv[1]))}
+e, l = rows["etcd"], rows["leasehold"]
+mib = lambda b: b / 2**20
+print(f"\n{l['leases']:,} leases, one key each\n")
+print("| figure | etcd | leasehold | leasehold/etcd |")
+print("|---|---:|---:|---:|")
+for name, key, fmt in [
+    ("bytes per idle lease", "bytes_per_lease", "{:.0f}"),
+    ("bytes per attached key", "bytes_per_key", "{:.0f}"),
+    ("RSS with leases and keys (MiB)", "rss_leases_and_keys_bytes", "mib"),
+    ("RSS after the restart (MiB)", "rss_after_restart_bytes", "mib"),
+    ("SIGTERM to exit (ms)", "sigterm_to_exit_ms", "{:.0f}"),
+    ("restart to first linearizable read (ms)", "restart_to_linearizable_read_ms", "{:.0f}"),
+    ("grants and puts per second while filling", "grant_and_put_per_s", "{:.0f}"),
+]:
+    a, b = e[key], l[key]
+    show = (lambda v: f"{mib(v):.0f}") if fmt == "mib" else (lambda v: fmt.format(v))
+    print(f"| {name} | {show(a)} | {show(b)} | {b / a if a else float('nan'):.2f} |")
+for r in (e, l):
+    fresh = any(a > b for a, b in zip(r["ttl_after_restart"], r["ttl_before_restart"]))
+    print(f"\n{r['target']}: sampled TTLs {r['ttl_before_restart']} before, {r['ttl_after_restart']} after"
+          f" ({'a FRESH TTL' if fresh else 'none longer'}); {r['keys_after_restart']:,} keys after the restart")
+PY
