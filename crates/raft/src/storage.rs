@@ -40,6 +40,13 @@ pub(crate) const LEASES: TableDefinition<[u8; 8], &[u8]> = TableDefinition::new(
 /// `compact_revision`.
 pub(crate) const SM_META: TableDefinition<&str, &[u8]> = TableDefinition::new("sm_meta");
 
+/// redb's page cache. Reads are served from memory (the state machine), so the file is read only
+/// to write (the B-tree paths a commit changes: the ends of the log and `kv`, scattered lease
+/// rows), to send log entries to followers and to build snapshots; the kernel's page cache holds
+/// the rest. redb's default (1 GiB) kept the whole file resident a second time: 250 bytes per
+/// key of RSS (docs/bench.md, "Memory").
+const CACHE_BYTES: usize = 32 << 20;
+
 /// The storage format version, stored under `format` in `SM_META`.
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
@@ -268,10 +275,13 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         error,
     })?;
     let path = dir.join("leasehold.redb");
-    let db = Database::create(&path).map_err(|e| StorageError::Open {
-        path: path.clone(),
-        error: e.into(),
-    })?;
+    let db = redb::Builder::new()
+        .set_cache_size(CACHE_BYTES)
+        .create(&path)
+        .map_err(|e| StorageError::Open {
+            path: path.clone(),
+            error: e.into(),
+        })?;
     let txn = db
         .begin_write()
         .map_err(StorageError::write("the tables"))?;
