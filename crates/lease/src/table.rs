@@ -243,29 +243,39 @@ impl LeaseTable {
     }
 
     /// Rebuilds the table from persisted records. Keys are attached afterwards with
-    /// [`LeaseTable::attach`], from the KV store.
+    /// [`LeaseTable::attach`], from the KV store. Both maps are built from sorted entries (full
+    /// B-tree nodes), not one insert at a time.
     pub fn restore(
         clock_ms: u64,
         records: impl IntoIterator<Item = (LeaseId, LeaseRecord)>,
     ) -> LeaseTable {
-        let mut table = LeaseTable {
-            clock_ms,
-            ..LeaseTable::default()
-        };
-        for (id, record) in records {
-            table
-                .queue
-                .insert((record.deadline_ms, record.grant_seq), id);
-            table.next_grant_seq = table.next_grant_seq.max(record.grant_seq + 1);
-            table.leases.insert(
-                id,
-                Lease {
+        let records: Vec<(LeaseId, LeaseRecord)> = records.into_iter().collect();
+        let next_grant_seq = records
+            .iter()
+            .map(|(_, r)| r.grant_seq + 1)
+            .max()
+            .unwrap_or(0);
+        let queue = records
+            .iter()
+            .map(|(id, r)| ((r.deadline_ms, r.grant_seq), *id))
+            .collect();
+        let leases = records
+            .into_iter()
+            .map(|(id, record)| {
+                let lease = Lease {
                     record,
                     keys: KeySet::None,
-                },
-            );
+                };
+                (id, lease)
+            })
+            .collect();
+        LeaseTable {
+            leases,
+            queue,
+            clock_ms,
+            next_grant_seq,
+            ..LeaseTable::default()
         }
-        table
     }
 
     pub fn clock_ms(&self) -> u64 {
@@ -377,7 +387,10 @@ impl LeaseTable {
     /// deadline and grant order (later, never earlier). An election that cut off many clients at
     /// once would otherwise expire all of them in the same instant after the new leader's
     /// grace, and their reconnecting would arrive as one herd.
-    pub fn extend_all(&mut self, now_ms: u64, extend_ms: u64) {
+    ///
+    /// Returns the leases whose deadline moved (what must be persisted again): with long TTLs,
+    /// few or none.
+    pub fn extend_all(&mut self, now_ms: u64, extend_ms: u64) -> Vec<LeaseId> {
         self.advance(now_ms);
         let floor = self.clock_ms.saturating_add(extend_ms);
         let mut order: Vec<(u64, u64, LeaseId)> = self
@@ -387,6 +400,7 @@ impl LeaseTable {
             .collect();
         order.sort_unstable();
         self.queue.clear();
+        let mut moved = Vec::new();
         // The second being filled, and how many deadlines it holds so far.
         let (mut second, mut in_second) = (0u64, 0u64);
         for (deadline, seq, id) in order {
@@ -404,11 +418,15 @@ impl LeaseTable {
                 deadline = deadline.max(second * 1000);
             }
             in_second += 1;
-            if let Some(lease) = self.leases.get_mut(&id) {
+            if let Some(lease) = self.leases.get_mut(&id)
+                && lease.record.deadline_ms != deadline
+            {
                 lease.record.deadline_ms = deadline;
+                moved.push(id);
             }
             self.queue.insert((deadline, seq), id);
         }
+        moved
     }
 
     /// Every lease id.

@@ -228,7 +228,11 @@ fn promotion_leaves_inherited_leases_at_least_the_election_timeout() {
     t.grant(id(1), 10, 0).unwrap();
     t.grant(id(2), 3, 0).unwrap();
     t.grant(id(3), 6, 0).unwrap();
-    t.extend_all(5_000, 1_000);
+    assert_eq!(
+        t.extend_all(5_000, 1_000),
+        vec![id(2)],
+        "only the deadlines that moved are reported (to be written again)"
+    );
     assert_eq!(
         t.record(id(1)).unwrap().deadline_ms,
         10_000,

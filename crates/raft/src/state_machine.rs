@@ -3,8 +3,7 @@
 //! two: a revoke deletes the lease's keys, and every KV change re-binds keys to leases. Applying
 //! is deterministic; the only inputs are the state and the entry (lease time travels in it).
 //!
-//! Lock order: `shared.state` before `current` (the snapshot); neither is ever held across an
-//! `.await`.
+//! The state lock (`shared.state`) is never held across an `.await`.
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +15,7 @@ use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageIOError, StoredMembership,
 };
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use tokio::sync::oneshot;
@@ -25,7 +24,7 @@ use crate::TypeConfig;
 use crate::command::{Applied, Command, Proposal};
 use crate::storage::{
     COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES, MEMBERSHIP,
-    SM_META, SmMeta, StorageError, decode, encode, write_sm,
+    SM_META, SmMeta, StorageError, decode, write_sm,
 };
 
 /// openraft's storage error, which ours become (typed, through [`crate::storage::FirstFailure`]).
@@ -321,27 +320,21 @@ struct SnapshotPayload {
     leases: Vec<(LeaseId, LeaseRecord)>,
 }
 
+/// The state machine openraft drives. It keeps no snapshot in memory: the file always holds a
+/// valid snapshot (the state at its `last_applied`, which is never below the purged log: every
+/// purge follows a snapshot built from the file, and the file's `last_applied` only grows), so
+/// `get_current_snapshot` reads one from it when asked.
 pub struct StateMachine {
     db: Arc<Db>,
     shared: Shared,
-    /// The last snapshot built or installed: what `get_current_snapshot` returns. Kept in
-    /// memory only; after a restart the current state is snapshotted on demand instead.
-    current: Arc<Mutex<Option<StoredSnapshot>>>,
 }
-
-#[derive(Clone)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<u64, BasicNode>,
-    bytes: Vec<u8>,
-}
-
-/// Distinguishes snapshots taken at the same applied index.
-static SNAPSHOT_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl StateMachine {
     /// Loads the persisted state machine (an empty one on a new database).
     pub(crate) fn open(db: Arc<Db>) -> Result<StateMachine, StorageError> {
+        let started = std::time::Instant::now();
         let persisted = SnapshotPayload::read(&db)?;
+        let read_ms = started.elapsed().as_millis();
         let store = Store::restore(
             persisted.current_revision,
             persisted.compact_revision,
@@ -354,10 +347,17 @@ impl StateMachine {
             persisted.last_applied,
             persisted.membership,
         );
+        tracing::info!(
+            keys = state.store.key_history_len(),
+            leases = state.leases.len(),
+            revision = state.store.current_revision(),
+            read_ms,
+            total_ms = started.elapsed().as_millis(),
+            "loaded the state machine"
+        );
         Ok(StateMachine {
             db,
             shared: Arc::new(SharedState::new(state)),
-            current: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -365,7 +365,7 @@ impl StateMachine {
         self.shared.clone()
     }
 
-    /// Snapshots the state machine as the file holds it and makes that the current snapshot.
+    /// Snapshots the state machine as the file holds it.
     ///
     /// The file is read, not the applied state. The changes applied but not yet written are
     /// written first (`Db::flush_staged_sm`; they are in the file together with the
@@ -374,48 +374,40 @@ impl StateMachine {
     /// Nothing here takes the state lock, so applying (and every client waiting on it) never
     /// stops for a snapshot; copying a large state under that lock once stalled writes for up to
     /// 0.8 s (docs/bench.md). Blocking: call it off the runtime.
-    fn snapshot_from_file(
-        db: &Db,
-        current: &Mutex<Option<StoredSnapshot>>,
-    ) -> Result<Snapshot<TypeConfig>, StorageError> {
+    fn snapshot_from_file(db: &Db) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let started = std::time::Instant::now();
         db.flush_staged_sm()?;
-        let payload = SnapshotPayload::read(db)?;
-        let seq = SNAPSHOT_SEQ.fetch_add(1, Ordering::Relaxed);
-        let meta = SnapshotMeta {
-            last_log_id: payload.last_applied,
-            last_membership: payload.membership.clone(),
-            snapshot_id: format!("{}-{seq}", payload.last_applied.map_or(0, |l| l.index)),
-        };
-        let stored = StoredSnapshot {
-            meta,
-            bytes: encode(&payload),
-        };
-        {
-            // A snapshot installed from the leader while this one was being built is newer:
-            // keep it (a follower sent this older one would need log entries already purged).
-            let mut current = current.lock().expect("snapshot lock poisoned");
-            let newer = current
-                .as_ref()
-                .is_none_or(|c| c.meta.last_log_id <= stored.meta.last_log_id);
-            if newer {
-                *current = Some(stored.clone());
-            }
-        }
-        Ok(stored.into_snapshot())
+        let (meta, bytes) = SnapshotPayload::encode_from_file(db)?;
+        tracing::debug!(
+            bytes = bytes.len(),
+            ms = started.elapsed().as_millis(),
+            "built a snapshot from the file"
+        );
+        Ok(Snapshot {
+            meta: SnapshotMeta {
+                last_log_id: meta.last_applied,
+                last_membership: meta.membership,
+                // The state at an applied log id is always the same, so the id names it.
+                snapshot_id: meta.last_applied.map_or_else(
+                    || "none".to_owned(),
+                    |l| format!("{}-{}-{}", l.leader_id.term, l.leader_id.node_id, l.index),
+                ),
+            },
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
     }
 
     /// [`StateMachine::snapshot_from_file`] on a blocking thread.
     async fn build_snapshot_off_runtime(&self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
-        let (db, current) = (self.db.clone(), self.current.clone());
-        let built =
-            tokio::task::spawn_blocking(move || StateMachine::snapshot_from_file(&db, &current))
-                .await
-                .unwrap_or_else(|error| {
-                    Err(StorageError::Thread {
-                        what: "a snapshot",
-                        error,
-                    })
-                });
+        let db = self.db.clone();
+        let built = tokio::task::spawn_blocking(move || StateMachine::snapshot_from_file(&db))
+            .await
+            .unwrap_or_else(|error| {
+                Err(StorageError::Thread {
+                    what: "a snapshot",
+                    error,
+                })
+            });
         built.map_err(|e| {
             self.db
                 .failure()
@@ -424,23 +416,48 @@ impl StateMachine {
     }
 }
 
-impl SnapshotPayload {
-    /// The state machine as the file holds it (an empty one on a new database).
-    fn read(db: &Db) -> Result<SnapshotPayload, StorageError> {
-        let txn = db.begin_read().map_err(StorageError::read("sm_meta"))?;
+/// The state-machine metadata rows, as the file holds them.
+struct FileMeta {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+    current_revision: i64,
+    compact_revision: i64,
+    lease_clock_ms: u64,
+}
+
+impl FileMeta {
+    /// Read in `txn` (defaults for a new database).
+    fn read(txn: &redb::ReadTransaction) -> Result<FileMeta, StorageError> {
         let meta = txn
             .open_table(SM_META)
             .map_err(StorageError::read("sm_meta"))?;
         let fresh = Store::new();
-        let last_applied = LAST_APPLIED.get(&meta)?.flatten();
-        let membership = MEMBERSHIP.get(&meta)?.unwrap_or_default();
-        let current_revision = CURRENT_REVISION
-            .get(&meta)?
-            .unwrap_or(fresh.current_revision());
-        let compact_revision = COMPACT_REVISION
-            .get(&meta)?
-            .unwrap_or(fresh.compact_revision());
-        let lease_clock_ms = LEASE_CLOCK_MS.get(&meta)?.unwrap_or(0);
+        Ok(FileMeta {
+            last_applied: LAST_APPLIED.get(&meta)?.flatten(),
+            membership: MEMBERSHIP.get(&meta)?.unwrap_or_default(),
+            current_revision: CURRENT_REVISION
+                .get(&meta)?
+                .unwrap_or(fresh.current_revision()),
+            compact_revision: COMPACT_REVISION
+                .get(&meta)?
+                .unwrap_or(fresh.compact_revision()),
+            lease_clock_ms: LEASE_CLOCK_MS.get(&meta)?.unwrap_or(0),
+        })
+    }
+}
+
+fn lease_id_of_row(key: [u8; 8]) -> Result<LeaseId, StorageError> {
+    LeaseId::from_wire(u64::from_be_bytes(key) as i64).ok_or(StorageError::Corrupt {
+        what: "leases",
+        problem: "lease id 0",
+    })
+}
+
+impl SnapshotPayload {
+    /// The state machine as the file holds it (an empty one on a new database).
+    fn read(db: &Db) -> Result<SnapshotPayload, StorageError> {
+        let txn = db.begin_read().map_err(StorageError::read("sm_meta"))?;
+        let meta = FileMeta::read(&txn)?;
         let table = txn.open_table(KV).map_err(StorageError::read("kv"))?;
         let mut records = Vec::new();
         for row in table.iter().map_err(StorageError::read("kv"))? {
@@ -456,32 +473,56 @@ impl SnapshotPayload {
         let mut leases = Vec::new();
         for row in lease_rows.iter().map_err(StorageError::read("leases"))? {
             let (k, v) = row.map_err(StorageError::read("leases"))?;
-            let id = LeaseId::from_wire(u64::from_be_bytes(k.value()) as i64).ok_or(
-                StorageError::Corrupt {
-                    what: "leases",
-                    problem: "lease id 0",
-                },
-            )?;
-            leases.push((id, decode::<LeaseRecord>("leases", v.value())?));
+            leases.push((
+                lease_id_of_row(k.value())?,
+                decode::<LeaseRecord>("leases", v.value())?,
+            ));
         }
         Ok(SnapshotPayload {
-            last_applied,
-            membership,
-            current_revision,
-            compact_revision,
+            last_applied: meta.last_applied,
+            membership: meta.membership,
+            current_revision: meta.current_revision,
+            compact_revision: meta.compact_revision,
             records,
-            lease_clock_ms,
+            lease_clock_ms: meta.lease_clock_ms,
             leases,
         })
     }
-}
 
-impl StoredSnapshot {
-    fn into_snapshot(self) -> Snapshot<TypeConfig> {
-        Snapshot {
-            meta: self.meta,
-            snapshot: Box::new(Cursor::new(self.bytes)),
+    /// The file's state encoded exactly as postcard encodes the [`SnapshotPayload`] that
+    /// [`SnapshotPayload::read`] would return (what `install_snapshot` decodes), but streamed
+    /// from the rows: a stored `Record` or `LeaseRecord` is already that encoding, so it is
+    /// copied, not decoded and encoded again.
+    fn encode_from_file(db: &Db) -> Result<(FileMeta, Vec<u8>), StorageError> {
+        const WHAT: &str = "a snapshot";
+        fn put<T: Serialize>(out: Vec<u8>, value: &T) -> Vec<u8> {
+            postcard::to_extend(value, out).expect("in-memory serialization cannot fail")
         }
+        let txn = db.begin_read().map_err(StorageError::read(WHAT))?;
+        let meta = FileMeta::read(&txn)?;
+        let kv = txn.open_table(KV).map_err(StorageError::read("kv"))?;
+        let leases = txn
+            .open_table(LEASES)
+            .map_err(StorageError::read("leases"))?;
+        let mut out = put(Vec::new(), &meta.last_applied);
+        out = put(out, &meta.membership);
+        out = put(out, &meta.current_revision);
+        out = put(out, &meta.compact_revision);
+        // A sequence is its length, then its elements.
+        out = put(out, &kv.len().map_err(StorageError::read("kv"))?);
+        for row in kv.iter().map_err(StorageError::read("kv"))? {
+            let (k, v) = row.map_err(StorageError::read("kv"))?;
+            out = put(out, &Revision::from_bytes(k.value()));
+            out.extend_from_slice(v.value());
+        }
+        out = put(out, &meta.lease_clock_ms);
+        out = put(out, &leases.len().map_err(StorageError::read("leases"))?);
+        for row in leases.iter().map_err(StorageError::read("leases"))? {
+            let (k, v) = row.map_err(StorageError::read("leases"))?;
+            out = put(out, &lease_id_of_row(k.value())?);
+            out.extend_from_slice(v.value());
+        }
+        Ok((meta, out))
     }
 }
 
@@ -598,8 +639,10 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
             Applied::LeaseTick
         }
         Command::LeasePromote { now_ms, extend_ms } => {
-            leases.extend_all(*now_ms, *extend_ms);
-            fx.leases_touched.extend(leases.ids());
+            // Only the leases whose deadline moved are written again: rewriting a million
+            // unchanged rows stalled every write (and a stop) for 2 s after each promotion.
+            fx.leases_touched
+                .extend(leases.extend_all(*now_ms, *extend_ms));
             Applied::LeasePromote
         }
     }
@@ -694,7 +737,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         StateMachine {
             db: self.db.clone(),
             shared: self.shared.clone(),
-            current: self.current.clone(),
         }
     }
 
@@ -770,28 +812,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 StorageIOError::write_snapshot(Some(meta.signature()), e)
             })
         })?;
-        let bytes = snapshot.into_inner();
         let revision = state.store.current_revision();
         *self.shared.state.write().expect("state lock poisoned") = state;
         self.shared.leases_changed.notify_one();
         self.shared.publish_revision(revision);
         self.shared.key_deletes.replaced();
-        *self.current.lock().expect("snapshot lock poisoned") = Some(StoredSnapshot {
-            meta: meta.clone(),
-            bytes,
-        });
         Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
-        if let Some(stored) = self.current.lock().expect("snapshot lock poisoned").clone() {
-            return Ok(Some(stored.into_snapshot()));
-        }
-        // After a restart: the state in the file is a valid snapshot at the `last_applied` it
-        // holds, which is never below the purged log (every purge follows a snapshot built
-        // from the file, and the file's `last_applied` only grows), so none is kept on disk.
+        // The file holds a valid snapshot (see `StateMachine`); an installed one is in it too.
         let applied = self
             .shared
             .state
@@ -842,6 +874,8 @@ pub(crate) fn read_state<T>(shared: &Shared, f: impl FnOnce(&Store, &LeaseTable)
 mod apply_tests;
 #[cfg(test)]
 mod binding_tests;
+#[cfg(test)]
+mod snapshot_tests;
 
 #[cfg(test)]
 mod append_times_tests {

@@ -1,0 +1,82 @@
+//! A snapshot streamed from the file's rows is byte for byte the encoding of the payload read
+//! and decoded from the same file, so `install_snapshot` (which decodes that payload) takes it.
+
+use std::collections::BTreeSet;
+
+use leasehold_lease::LeaseId;
+use leasehold_mvcc::{DeleteRangeRequest, PutRequest};
+use openraft::storage::RaftStateMachine;
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
+
+use super::{SnapshotPayload, StateMachine};
+use crate::storage::{self, decode, encode};
+use crate::{Command, Proposal, TypeConfig};
+
+fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry<TypeConfig> {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 7), index),
+        payload,
+    }
+}
+
+fn lease(id: i64) -> LeaseId {
+    LeaseId::from_wire(id).expect("non-zero")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_snapshot_is_the_payloads_encoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = storage::open(dir.path()).unwrap();
+    let mut sm = StateMachine::open(db.clone()).unwrap();
+    let put = |key: &str, lease: Option<LeaseId>| {
+        Command::Put(PutRequest {
+            key: key.into(),
+            value: format!("value of {key}").into_bytes(),
+            lease,
+            ..Default::default()
+        })
+    };
+    let commands = vec![
+        Command::LeaseGrant {
+            id: lease(5),
+            ttl_secs: 30,
+            now_ms: 1_000,
+        },
+        // A negative id sorts after the positive ones in the file.
+        Command::LeaseGrant {
+            id: lease(-3),
+            ttl_secs: 60,
+            now_ms: 1_000,
+        },
+        put("a", Some(lease(5))),
+        put("b", Some(lease(-3))),
+        put("c", None),
+        put("a", None),
+        Command::DeleteRange(DeleteRangeRequest {
+            key: b"c".to_vec(),
+            range_end: Vec::new(),
+            prev_kv: false,
+        }),
+        put("d", None),
+        Command::Compact { revision: 4 },
+    ];
+    let members = Membership::new(vec![BTreeSet::from([7u64])], None);
+    sm.apply(vec![
+        entry(1, EntryPayload::Membership(members)),
+        entry(2, EntryPayload::Normal(Proposal { commands })),
+    ])
+    .await
+    .unwrap();
+
+    let snapshot = sm.build_snapshot_off_runtime().await.unwrap();
+    let streamed = snapshot.snapshot.into_inner();
+    let payload = SnapshotPayload::read(&db).unwrap();
+    assert_eq!(streamed, encode(&payload));
+    // a@2 (still seen at the compaction point), a@5, b@3, c@4, c's tombstone at 6, d@7.
+    assert_eq!(payload.records.len(), 6);
+    assert_eq!(payload.leases.len(), 2);
+    assert_eq!(snapshot.meta.last_log_id, payload.last_applied);
+    let decoded: SnapshotPayload = decode("a snapshot", &streamed).unwrap();
+    assert_eq!(decoded.leases, payload.leases);
+    assert_eq!(decoded.current_revision, 7);
+}
