@@ -42,6 +42,17 @@ const _: () = {
 };
 
 impl Version {
+    /// The tombstone a delete at `rev` leaves.
+    fn tombstone(rev: Revision) -> Version {
+        Version {
+            rev,
+            create_revision: 0,
+            version: 0,
+            value: None,
+            lease: None,
+        }
+    }
+
     fn is_live(&self) -> bool {
         self.value.is_some()
     }
@@ -225,16 +236,7 @@ impl Store {
                         lease: kv.lease,
                     },
                 ),
-                Record::Tombstone { key } => (
-                    key,
-                    Version {
-                        rev,
-                        create_revision: 0,
-                        version: 0,
-                        value: None,
-                        lease: None,
-                    },
-                ),
+                Record::Tombstone { key } => (key, Version::tombstone(rev)),
             };
             key_bytes.push(key);
             versions.push(Some(version));
@@ -842,16 +844,7 @@ impl<'s> Writer<'s> {
             .collect();
         for kv in &doomed {
             let rev = self.next_revision();
-            self.store.push_version(
-                &kv.key,
-                Version {
-                    rev,
-                    create_revision: 0,
-                    version: 0,
-                    value: None,
-                    lease: None,
-                },
-            );
+            self.store.push_version(&kv.key, Version::tombstone(rev));
             self.changes.push(Change::Write {
                 rev,
                 record: Record::Tombstone {

@@ -320,13 +320,48 @@ struct SnapshotPayload {
     leases: Vec<(LeaseId, LeaseRecord)>,
 }
 
-/// The state machine openraft drives. It keeps no snapshot in memory: the file always holds a
-/// valid snapshot (the state at its `last_applied`, which is never below the purged log: every
-/// purge follows a snapshot built from the file, and the file's `last_applied` only grows), so
-/// `get_current_snapshot` reads one from it when asked.
+/// The state machine openraft drives. The file always holds a valid snapshot (the state at its
+/// `last_applied`, which is never below the purged log: every purge follows a snapshot built
+/// from the file, and the file's `last_applied` only grows), so `get_current_snapshot` reads one
+/// from it when asked, and none is kept in memory for long (a copy of the whole state).
 pub struct StateMachine {
     db: Arc<Db>,
     shared: Shared,
+    /// The snapshot last built for a follower, for the next one that asks (another lagging
+    /// follower, or openraft's retry after a timed-out send) within [`SENT_SNAPSHOT_KEPT`]:
+    /// openraft asks from the loop that applies entries, so each build holds up applying.
+    /// Never one older than the latest built or installed (the log may be purged behind that).
+    sent: Arc<Mutex<Sent>>,
+}
+
+#[derive(Default)]
+struct Sent {
+    /// The latest snapshot built or installed: none older is kept or served.
+    floor: Option<LogId<u64>>,
+    kept: Option<SentSnapshot>,
+}
+
+impl Sent {
+    /// A newer snapshot exists up to `log_id`: drop what is older.
+    fn raise_floor(&mut self, log_id: Option<LogId<u64>>) {
+        self.floor = self.floor.max(log_id);
+        if self
+            .kept
+            .as_ref()
+            .is_some_and(|k| k.meta.last_log_id < self.floor)
+        {
+            self.kept = None;
+        }
+    }
+}
+
+/// How long a snapshot built for a follower is kept for the next ask.
+const SENT_SNAPSHOT_KEPT: std::time::Duration = std::time::Duration::from_secs(30);
+
+struct SentSnapshot {
+    built: std::time::Instant,
+    meta: SnapshotMeta<u64, BasicNode>,
+    bytes: Vec<u8>,
 }
 
 impl StateMachine {
@@ -358,6 +393,7 @@ impl StateMachine {
         Ok(StateMachine {
             db,
             shared: Arc::new(SharedState::new(state)),
+            sent: Arc::default(),
         })
     }
 
@@ -650,7 +686,13 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
-        self.build_snapshot_off_runtime().await
+        let built = self.build_snapshot_off_runtime().await?;
+        // The log may now be purged behind this newer snapshot.
+        self.sent
+            .lock()
+            .expect("snapshot lock poisoned")
+            .raise_floor(built.meta.last_log_id);
+        Ok(built)
     }
 }
 
@@ -737,6 +779,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         StateMachine {
             db: self.db.clone(),
             shared: self.shared.clone(),
+            sent: self.sent.clone(),
         }
     }
 
@@ -817,6 +860,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.shared.leases_changed.notify_one();
         self.shared.publish_revision(revision);
         self.shared.key_deletes.replaced();
+        self.sent
+            .lock()
+            .expect("snapshot lock poisoned")
+            .raise_floor(meta.last_log_id);
         Ok(())
     }
 
@@ -824,16 +871,34 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
         // The file holds a valid snapshot (see `StateMachine`); an installed one is in it too.
-        let applied = self
-            .shared
-            .state
-            .read()
-            .expect("state lock poisoned")
-            .last_applied;
+        let (applied, has_peers) = {
+            let state = self.shared.state.read().expect("state lock poisoned");
+            let nodes = state.membership.membership().nodes().count();
+            (state.last_applied, nodes > 1)
+        };
         if applied.is_none() {
             return Ok(None);
         }
-        self.build_snapshot_off_runtime().await.map(Some)
+        if let Some(sent) = &self.sent.lock().expect("snapshot lock poisoned").kept
+            && sent.built.elapsed() < SENT_SNAPSHOT_KEPT
+        {
+            return Ok(Some(Snapshot {
+                meta: sent.meta.clone(),
+                snapshot: Box::new(Cursor::new(sent.bytes.clone())),
+            }));
+        }
+        let snapshot = self.build_snapshot_off_runtime().await?;
+        // Only a member with others to send it to keeps it (openraft also asks once at start-up,
+        // for the metadata alone).
+        let mut sent = self.sent.lock().expect("snapshot lock poisoned");
+        sent.kept = has_peers.then(|| SentSnapshot {
+            built: std::time::Instant::now(),
+            meta: snapshot.meta.clone(),
+            bytes: snapshot.snapshot.get_ref().clone(),
+        });
+        sent.raise_floor(snapshot.meta.last_log_id);
+        drop(sent);
+        Ok(Some(snapshot))
     }
 }
 

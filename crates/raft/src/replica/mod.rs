@@ -567,6 +567,11 @@ impl Replica {
             tracing::warn!("storage still open 10 s after raft shutdown");
         }
     }
+
+    /// Whether the database is closed (every handle on it dropped, redb's file closed).
+    pub fn storage_closed(&self) -> bool {
+        self.db_closed.has_changed().is_err()
+    }
 }
 
 /// Counts every time this member learns of a leader it did not know a moment ago (the first one
