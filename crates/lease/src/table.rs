@@ -432,11 +432,6 @@ impl LeaseTable {
         moved
     }
 
-    /// Every lease id.
-    pub fn ids(&self) -> Vec<LeaseId> {
-        self.leases.keys().copied().collect()
-    }
-
     /// Revokes `id` because it expired at `now_ms`; `None` if it is gone or was renewed since.
     pub fn expire(&mut self, id: LeaseId, now_ms: u64) -> Option<Vec<Key>> {
         self.advance(now_ms);

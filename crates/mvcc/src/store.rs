@@ -223,6 +223,7 @@ impl Store {
             records.sort_by_key(|(rev, _)| *rev);
         }
         let mut key_bytes: Vec<Vec<u8>> = Vec::with_capacity(records.len());
+        let mut revs: Vec<Revision> = Vec::with_capacity(records.len());
         let mut versions: Vec<Option<Version>> = Vec::with_capacity(records.len());
         for (rev, record) in records {
             let (key, version) = match record {
@@ -239,9 +240,9 @@ impl Store {
                 Record::Tombstone { key } => (key, Version::tombstone(rev)),
             };
             key_bytes.push(key);
+            revs.push(rev);
             versions.push(Some(version));
         }
-        let revs: Vec<Revision> = versions.iter().flatten().map(|v| v.rev).collect();
         // Positions in revision order, sorted by key; a stable sort keeps each key's versions in
         // revision order.
         let mut by_key: Vec<usize> = (0..key_bytes.len()).collect();

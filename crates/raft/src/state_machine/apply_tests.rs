@@ -78,7 +78,7 @@ fn check(steps: &[(Command, Applied)], keys_left: &[&str], leases_left: &[i64]) 
         .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
         .collect();
     assert_eq!(keys, keys_left, "keys left");
-    let leases: Vec<i64> = state.leases.ids().iter().map(|l| l.get()).collect();
+    let leases: Vec<i64> = state.leases.iter_by_id(None).map(|l| l.id.get()).collect();
     assert_eq!(leases, leases_left, "leases left");
 }
 
