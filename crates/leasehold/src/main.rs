@@ -15,9 +15,10 @@ use leasehold_ctl as ctl;
 use leasehold_node::{Listeners, Node, NodeConfig, NoticeLevel};
 
 /// mimalloc instead of glibc's malloc: allocation was about a sixth of the server's CPU under
-/// many small requests (docs/bench.md, "Allocator").
+/// many small requests (docs/bench.md, "Allocator"). Runtime workers give freed memory back to
+/// the OS when they park after a compaction (`leasehold_alloc::on_park`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: leasehold_alloc::Allocator = leasehold_alloc::Allocator;
 
 /// Serving takes etcd's server flags, which may also come from `ETCD_*` variables or
 /// `--config-file` (see `leasehold_node::NodeConfig::from_sources`); as in Go, a flag given
@@ -121,6 +122,9 @@ fn main() -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(|| {
+            leasehold_alloc::on_park();
+        })
         .build()?;
     match server_side {
         None => runtime.block_on(serve(config.expect("resolved above"))),

@@ -630,6 +630,8 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
         Command::Compact { revision } => {
             Applied::Compact(store.compact(*revision).map(|(rev, c)| {
                 fx.changes.extend(c);
+                // The history just dropped should leave the process, not only the store.
+                leasehold_alloc::release_soon();
                 rev
             }))
         }
@@ -857,6 +859,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         })?;
         let revision = state.store.current_revision();
         *self.shared.state.write().expect("state lock poisoned") = state;
+        // The state it replaced is freed; give its memory back to the OS.
+        leasehold_alloc::release_soon();
         self.shared.leases_changed.notify_one();
         self.shared.publish_revision(revision);
         self.shared.key_deletes.replaced();
