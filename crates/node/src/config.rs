@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use leasehold_server::identity;
+use leasehold_server::{AutoCompaction, identity};
 
 use crate::inert::InertFlags;
 use crate::tls::TlsFlags;
@@ -69,6 +69,14 @@ pub struct NodeConfig {
     /// `500ms`.
     #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
     pub experimental_watch_progress_notify_interval: Duration,
+    /// `periodic` (keep `--auto-compaction-retention` of history by time) or `revision` (keep
+    /// that many revisions).
+    #[arg(long, default_value = "periodic")]
+    pub auto_compaction_mode: String,
+    /// How much history automatic compaction keeps: an integer counts hours (`periodic`) or
+    /// revisions (`revision`), or a duration such as `30m`; `0` turns it off.
+    #[arg(long, default_value = "0")]
+    pub auto_compaction_retention: String,
     /// Raft entries between snapshots of the state machine (etcd's --snapshot-count).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_count: u64,
@@ -281,10 +289,44 @@ impl NodeConfig {
         self.client_tls()?;
         self.peer_tls()?;
         self.peer_client_tls()?;
+        self.auto_compaction()?;
         if self.initial_cluster_state != "new" && self.initial_cluster_state != "existing" {
             bail!("--initial-cluster-state must be 'new' or 'existing'");
         }
         Ok(())
+    }
+
+    /// `--auto-compaction-mode` and `--auto-compaction-retention`, read as etcd reads them: an
+    /// unknown mode is refused; a retention that is a non-negative integer counts hours
+    /// (periodic) or revisions (revision), anything else must be a Go duration (a revision
+    /// retention then counts its nanoseconds, as etcd's does). Zero, etcd's default, turns
+    /// compaction off (`None`).
+    pub fn auto_compaction(&self) -> anyhow::Result<Option<AutoCompaction>> {
+        let periodic = match self.auto_compaction_mode.as_str() {
+            "periodic" | "" => true,
+            "revision" => false,
+            other => bail!("unknown auto-compaction-mode {other:?}"),
+        };
+        let retention = self.auto_compaction_retention.as_str();
+        let parsed = match retention.parse::<i64>() {
+            Ok(n) if n >= 0 => {
+                let n = n.unsigned_abs();
+                if periodic {
+                    Duration::from_secs(n.saturating_mul(3600))
+                } else {
+                    Duration::from_nanos(n)
+                }
+            }
+            _ => parse_duration(retention)
+                .map_err(|e| anyhow::anyhow!("error parsing CompactionRetention: {e}"))?,
+        };
+        Ok((!parsed.is_zero()).then(|| {
+            if periodic {
+                AutoCompaction::Periodic(parsed)
+            } else {
+                AutoCompaction::Revision(i64::try_from(parsed.as_nanos()).unwrap_or(i64::MAX))
+            }
+        }))
     }
 
     /// `--listen-client-urls`, in order.
@@ -502,6 +544,40 @@ mod tests {
         P::try_parse_from(std::iter::once("leasehold").chain(args.iter().copied()))
             .unwrap()
             .a
+    }
+
+    #[test]
+    fn auto_compaction_flags_are_read_as_etcd_reads_them() {
+        use AutoCompaction::{Periodic, Revision};
+        let read = |mode: &str, retention: &str| {
+            parse(&[
+                &format!("--auto-compaction-mode={mode}"),
+                &format!("--auto-compaction-retention={retention}"),
+            ])
+            .auto_compaction()
+            .map_err(|e| e.to_string())
+        };
+        let hour = Duration::from_secs(3600);
+        assert_eq!(
+            parse(&[]).auto_compaction().unwrap(),
+            None,
+            "off by default"
+        );
+        assert_eq!(read("periodic", "1"), Ok(Some(Periodic(hour))));
+        assert_eq!(read("periodic", "72"), Ok(Some(Periodic(72 * hour))));
+        assert_eq!(read("periodic", "30m"), Ok(Some(Periodic(hour / 2))));
+        assert_eq!(read("periodic", "0"), Ok(None));
+        assert_eq!(read("revision", "1000"), Ok(Some(Revision(1000))));
+        assert_eq!(read("revision", "1us"), Ok(Some(Revision(1000))));
+        assert_eq!(read("revision", "0"), Ok(None));
+        assert_eq!(
+            read("hourly", "1"),
+            Err("unknown auto-compaction-mode \"hourly\"".to_owned())
+        );
+        for bad in ["-1", "soon"] {
+            let e = read("periodic", bad).unwrap_err();
+            assert!(e.starts_with("error parsing CompactionRetention: "), "{e}");
+        }
     }
 
     #[test]

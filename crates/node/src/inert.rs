@@ -62,7 +62,6 @@ const NO_DISCOVERY: &str = "discovery is not supported: bootstrap with --initial
 const NO_AUTH: &str = "authentication is not implemented yet";
 const NO_TRACING: &str = "OpenTelemetry tracing is not implemented";
 const NO_CORRUPT_CHECK: &str = "corruption checks are not implemented yet";
-const NO_COMPACTOR: &str = "compaction runs only on a Compact request";
 const LEGACY: &str = "ignored by etcd too since v3";
 
 use Kind::{Bool, Duration, Int, Legacy, Str, Uint};
@@ -153,8 +152,6 @@ const TABLE: &[Inert] = &[
         Str,
         "logs are not rotated: use logrotate or the journal",
     ),
-    inert("auto-compaction-retention", Str, NO_COMPACTOR),
-    inert("auto-compaction-mode", Str, NO_COMPACTOR),
     inert("enable-pprof", Bool, "there are no Go profiles"),
     inert("metrics", Str, "the metrics served do not depend on it"),
     inert("experimental-enable-distributed-tracing", Bool, NO_TRACING),

@@ -196,6 +196,13 @@ impl Node {
                 served,
             );
         }
+        let compactor = config.auto_compaction()?.map(|mode| {
+            tokio::spawn(leasehold_server::drive_auto_compaction(
+                replica.clone(),
+                mode,
+                stop_rx.clone(),
+            ))
+        });
         let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
             replica.clone(),
             ctx.metrics.clone(),
@@ -248,6 +255,9 @@ impl Node {
                 }
             }
             expiry.await?;
+            if let Some(compactor) = compactor {
+                compactor.await?;
+            }
             supervised.shutdown().await;
             tracing::info!("stopped");
             Ok(())

@@ -17,6 +17,7 @@
 mod authority;
 mod cluster;
 mod coalesce;
+mod compactor;
 mod context;
 mod convert;
 mod dashboard;
@@ -50,6 +51,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::Connected;
 
+pub use compactor::{AutoCompaction, drive_auto_compaction};
 pub use context::ServerContext;
 pub use expiry::{ExpiryConfig, drive_lease_expiry};
 pub use lease::LeaseIdGenerator;

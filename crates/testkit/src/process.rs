@@ -73,6 +73,11 @@ impl Etcd {
     pub async fn start_in(data_dir: &Path) -> Server {
         Server::launch(Kind::Etcd, "etcd", Some(data_dir)).await
     }
+
+    /// A fresh etcd configured as `setup` says (flags etcd 3.4 takes); returns once it serves.
+    pub async fn start_with(setup: Setup) -> Server {
+        Server::launch_with(Kind::Etcd, "etcd", None, setup).await
+    }
 }
 
 /// How a server is handed its settings (the harness's own: name, data dir, URLs, cluster,
