@@ -9,10 +9,12 @@
 //! ```
 
 mod error;
+mod hash;
 mod store;
 mod types;
 
 pub use error::Error;
+pub use hash::KvHash;
 pub use leasehold_types::{Key, prefix_range_end};
 pub use store::{Store, Written, key_in_range};
 pub use types::{

@@ -16,6 +16,7 @@ use std::ops::Bound;
 use leasehold_types::Key;
 
 use crate::error::Error;
+use crate::hash::{HashedVersion, KvHash, hash_versions};
 use crate::types::{
     Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,
     EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,
@@ -543,6 +544,60 @@ impl Store {
         let mut resp = w.txn(req, &path, &mut 0);
         resp.revision = w.view_revision();
         Ok((resp, w.finish()))
+    }
+
+    /// etcd's `HashKV` of the history up to `revision` (0: the current one); see [`crate::hash`]
+    /// for what is hashed. Linear in the store's size, plus a sort of what it hashes.
+    pub fn hash_kv(&self, revision: i64) -> Result<KvHash, Error> {
+        if revision > 0 && revision <= self.compact_revision {
+            return Err(Error::Compacted);
+        }
+        if revision > self.current_revision {
+            return Err(Error::FutureRevision);
+        }
+        let at = if revision == 0 {
+            self.current_revision
+        } else {
+            revision
+        };
+        // What a compaction at `at` would keep of what lies at or below the compaction point:
+        // each key's newest version at `at`, if it is a value. etcd hashes everything there
+        // when no key has one.
+        let newest_live = |versions: &[Version]| {
+            let upto = versions.partition_point(|v| v.rev.main <= at);
+            upto.checked_sub(1)
+                .map(|i| &versions[i])
+                .filter(|v| v.is_live())
+                .map(|v| v.rev)
+        };
+        let any_kept = self
+            .keys
+            .values()
+            .any(|h| newest_live(h.as_slice()).is_some());
+        let mut selected: Vec<HashedVersion<'_>> = Vec::new();
+        for (key, history) in &self.keys {
+            let versions = history.as_slice();
+            let kept = newest_live(versions);
+            for v in versions.iter().take_while(|v| v.rev.main <= at) {
+                if v.rev.main <= self.compact_revision && any_kept && kept != Some(v.rev) {
+                    continue;
+                }
+                selected.push(HashedVersion {
+                    rev: v.rev,
+                    key,
+                    value: v.value.as_deref(),
+                    create_revision: v.create_revision,
+                    version: v.version,
+                    lease: v.lease.map_or(0, LeaseId::get),
+                });
+            }
+        }
+        selected.sort_unstable_by_key(|v| v.rev);
+        Ok(KvHash {
+            hash: hash_versions(selected),
+            hash_revision: at,
+            compact_revision: self.compact_revision,
+        })
     }
 
     /// Physically removes every version that no read at `revision` or later can see.

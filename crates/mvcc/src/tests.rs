@@ -207,6 +207,26 @@ fn reads_outside_the_readable_history_fail() {
 }
 
 #[test]
+fn hash_kv_depends_only_on_history_up_to_its_revision() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1"); // 2
+    put(&mut s, "b", "1"); // 3
+    let at_3 = s.hash_kv(3).unwrap();
+    assert_eq!(at_3.hash_revision, 3);
+    assert_eq!(s.hash_kv(0).unwrap(), at_3, "0 is the current revision");
+    put(&mut s, "a", "2"); // 4
+    assert_eq!(s.hash_kv(3).unwrap(), at_3, "later writes leave it alone");
+    assert_ne!(s.hash_kv(4).unwrap().hash, at_3.hash);
+    // A store restored from the same records hashes the same.
+    let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
+    assert_eq!(restored.hash_kv(4), s.hash_kv(4));
+    s.compact(3).unwrap();
+    assert_eq!(s.hash_kv(3), Err(Error::Compacted));
+    assert_eq!(s.hash_kv(5), Err(Error::FutureRevision));
+    assert_eq!(s.hash_kv(4).unwrap().compact_revision, 3);
+}
+
+#[test]
 fn compaction_removes_hidden_versions_and_dead_tombstones() {
     let mut s = Store::new();
     put(&mut s, "a", "1"); // 2

@@ -1,5 +1,6 @@
-//! Maintenance: Status and the alarm list (what `etcdctl endpoint status/health` need). The other
-//! RPCs (defragment, hash, snapshot, move-leader, downgrade) answer `Unimplemented` for now.
+//! Maintenance: Status, the alarm list (what `etcdctl endpoint status/health` need), and Hash and
+//! HashKV (`etcdctl endpoint hashkv`, corruption checks). The other RPCs (defragment, snapshot,
+//! move-leader, downgrade) answer `Unimplemented` for now.
 
 use std::sync::Arc;
 
@@ -52,6 +53,48 @@ impl Maintenance for MaintenanceService {
             db_size_in_use: db_size,
             is_learner: false,
             ..Default::default()
+        }))
+    }
+
+    /// etcd's KV hash at a revision, equal to etcd's for the same history (see
+    /// `leasehold_mvcc::KvHash`). Answered from this member's own state, as etcd does: members
+    /// compare their hashes at one revision.
+    async fn hash_kv(
+        &self,
+        req: Request<pb::HashKvRequest>,
+    ) -> Result<Response<pb::HashKvResponse>, Status> {
+        let revision = req.into_inner().revision;
+        let (hashed, current) = self
+            .ctx
+            .replica
+            .read(false, |s| (s.hash_kv(revision), s.current_revision()))
+            .await
+            .map_err(ApiError::from)?;
+        let hashed = hashed.map_err(ApiError::from)?;
+        Ok(Response::new(pb::HashKvResponse {
+            header: self.ctx.header().at(current),
+            hash: hashed.hash,
+            compact_revision: hashed.compact_revision,
+            hash_revision: hashed.hash_revision,
+        }))
+    }
+
+    /// etcd hashes its whole backend file here ("for testing only"); leasehold answers the KV
+    /// hash at the current revision (docs/compat.md).
+    async fn hash(
+        &self,
+        _req: Request<pb::HashRequest>,
+    ) -> Result<Response<pb::HashResponse>, Status> {
+        let (hashed, current) = self
+            .ctx
+            .replica
+            .read(false, |s| (s.hash_kv(0), s.current_revision()))
+            .await
+            .map_err(ApiError::from)?;
+        let hashed = hashed.map_err(ApiError::from)?;
+        Ok(Response::new(pb::HashResponse {
+            header: self.ctx.header().at(current),
+            hash: hashed.hash,
         }))
     }
 
