@@ -221,12 +221,12 @@ const TABLE: &[Inert] = &[
     inert(
         "experimental-stop-grpc-service-on-defrag",
         Bool,
-        "there is no defragmentation",
+        "gRPC serves on through a defragment (writes wait for it)",
     ),
     inert(
         "experimental-bootstrap-defrag-threshold-megabytes",
         Uint,
-        "there is no defragmentation",
+        "nothing is defragmented at start-up",
     ),
     inert(
         "experimental-snapshot-catchup-entries",

@@ -31,7 +31,7 @@ pub use replica::{
     NoForwarding, RaftStatus, ReadIndex, Replica, ReplicaConfig, ReplicaError, StartError,
 };
 pub use state_machine::rebind;
-pub use storage::StorageError;
+pub use storage::{Defragmented, StorageError};
 pub use telemetry::{DISK_BUCKETS_SECS, HistogramReading, TelemetryReading};
 
 openraft::declare_raft_types!(

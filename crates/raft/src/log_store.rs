@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{Entry, LogId, RaftLogReader, StorageIOError, Vote};
-use redb::{Durability, ReadableDatabase, ReadableTable};
+use redb::{Durability, ReadableTable};
 
 use crate::TypeConfig;
 use crate::state_machine::AppendTimes;

@@ -15,7 +15,7 @@ use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageIOError, StoredMembership,
 };
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use tokio::sync::oneshot;

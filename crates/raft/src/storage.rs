@@ -10,7 +10,7 @@
 
 use std::marker::PhantomData;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use std::collections::BTreeMap;
 
@@ -120,7 +120,9 @@ pub(crate) fn decode<T: DeserializeOwned>(
 /// The open database. Fields drop in order, so `closed` fires only once the file (and redb's
 /// lock on it) is released: that is what a restart in the same process must wait for.
 pub(crate) struct Db {
-    db: Database,
+    /// Transactions begin under the read side; a defragmentation takes the write side, so that
+    /// none begins while redb compacts the file (it needs the database to itself).
+    db: RwLock<Database>,
     /// State-machine writes applied but not yet in the file; the next log commit (or snapshot
     /// build) writes them.
     staged_sm: Mutex<StagedSm>,
@@ -196,15 +198,66 @@ pub(crate) fn write_sm(
     Ok(())
 }
 
-impl std::ops::Deref for Db {
-    type Target = Database;
-
-    fn deref(&self) -> &Database {
-        &self.db
-    }
+/// What a defragmentation did to the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Defragmented {
+    pub bytes_before: u64,
+    pub bytes_after: u64,
 }
 
+/// How long a defragmentation waits for transactions already running (a snapshot being sent
+/// holds a read transaction for its whole stream) before it gives up.
+const DEFRAG_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Db {
+    pub(crate) fn begin_write(&self) -> Result<redb::WriteTransaction, redb::TransactionError> {
+        self.db.read().expect("db lock poisoned").begin_write()
+    }
+
+    pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction, redb::TransactionError> {
+        redb::ReadableDatabase::begin_read(&*self.db.read().expect("db lock poisoned"))
+    }
+
+    /// Compacts the file (etcd's defragment): every page in use is moved to the front and the
+    /// file truncated. No transaction begins meanwhile, so writes wait for it, as they wait for
+    /// etcd's. Blocking. `Ok(None)` when transactions already running did not end within
+    /// [`DEFRAG_WAIT_MAX`].
+    pub(crate) fn defragment(&self, path: &Path) -> Result<Option<Defragmented>, StorageError> {
+        const WHAT: &str = "a defragmentation";
+        let size = || std::fs::metadata(path).map_or(0, |m| m.len());
+        let started = std::time::Instant::now();
+        loop {
+            let bytes_before = size();
+            let mut db = self.db.write().expect("db lock poisoned");
+            match db.compact() {
+                Ok(_) => {
+                    drop(db);
+                    return Ok(Some(Defragmented {
+                        bytes_before,
+                        bytes_after: size(),
+                    }));
+                }
+                Err(redb::CompactionError::TransactionInProgress) => {
+                    drop(db);
+                    if started.elapsed() > DEFRAG_WAIT_MAX {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(e) => return Err(StorageError::write::<redb::Error>(WHAT)(e.into())),
+            }
+        }
+    }
+
+    /// Bytes of the file that hold data (etcd's `db_size_in_use`): the pages allocated.
+    pub(crate) fn bytes_in_use(&self) -> Option<u64> {
+        let txn = self.begin_write().ok()?;
+        let stats = txn.stats().ok();
+        txn.abort().ok()?;
+        let stats = stats?;
+        Some(stats.allocated_pages() * stats.page_size() as u64)
+    }
+
     /// Queues applied state-machine changes. They reach the file in the next log commit
     /// ([`Db::write_staged_sm`]), which is the fsync that would have made them durable anyway:
     /// applying costs no write transaction of its own. Until then a crash loses them, and
@@ -238,7 +291,7 @@ impl Db {
     /// (a snapshot is about to read the file and must see everything applied so far). Blocking.
     pub(crate) fn flush_staged_sm(&self) -> Result<(), StorageError> {
         const WHAT: &str = "staged state-machine changes";
-        let mut txn = self.db.begin_write().map_err(StorageError::write(WHAT))?;
+        let mut txn = self.begin_write().map_err(StorageError::write(WHAT))?;
         txn.set_durability(Durability::Immediate)
             .map_err(StorageError::write(WHAT))?;
         if self.write_staged_sm(&txn)? {
@@ -311,7 +364,7 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
     txn.commit().map_err(StorageError::commit("the tables"))?;
     let (closed, _) = tokio::sync::watch::channel(());
     Ok(Arc::new(Db {
-        db,
+        db: RwLock::new(db),
         staged_sm: Mutex::new(StagedSm::default()),
         failure: Arc::new(FirstFailure::default()),
         closed,

@@ -205,6 +205,10 @@ impl From<ApiError> for Status {
                         format!("etcdserver: undecodable answer from the leader: {e}"),
                     )
                 }
+                // As grpc-go answers an error that is not a status (etcd returns bbolt's).
+                ReplicaError::Defragment(e) => {
+                    Status::new(Code::Unknown, format!("defragment: {e}"))
+                }
                 ReplicaError::WrongReply(reply) => {
                     tracing::error!("state machine answered with the wrong reply kind: {reply}");
                     Status::new(Code::Internal, "etcdserver: unexpected apply result")

@@ -1,5 +1,5 @@
 //! Maintenance: Status, the alarm list (what `etcdctl endpoint status/health` need), and Hash and
-//! HashKV (`etcdctl endpoint hashkv`, corruption checks). The other RPCs (defragment, snapshot,
+//! HashKV (`etcdctl endpoint hashkv`, corruption checks), Defragment. The other RPCs (snapshot,
 //! move-leader, downgrade) answer `Unimplemented` for now.
 
 use std::sync::Arc;
@@ -41,6 +41,8 @@ impl Maintenance for MaintenanceService {
             .await
             .map_err(ApiError::from)?;
         let db_size = i64::try_from(self.ctx.replica.db_size_bytes()).unwrap_or(i64::MAX);
+        let in_use = self.ctx.replica.db_size_in_use_bytes().await;
+        let db_size_in_use = i64::try_from(in_use).unwrap_or(i64::MAX);
         Ok(Response::new(pb::StatusResponse {
             header: self.ctx.header().at(revision),
             version: ETCD_API_VERSION.into(),
@@ -50,9 +52,46 @@ impl Maintenance for MaintenanceService {
             raft_term: raft.term,
             raft_applied_index: raft.applied_index,
             errors: Vec::new(),
-            db_size_in_use: db_size,
+            db_size_in_use,
             is_learner: false,
             ..Default::default()
+        }))
+    }
+
+    /// Compacts this member's database file, as etcd's defragment does (per member; writes wait
+    /// meanwhile).
+    async fn defragment(
+        &self,
+        _req: Request<pb::DefragmentRequest>,
+    ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        match self
+            .ctx
+            .replica
+            .defragment()
+            .await
+            .map_err(ApiError::from)?
+        {
+            Some(done) => {
+                tracing::info!(
+                    bytes_before = done.bytes_before,
+                    bytes_after = done.bytes_after,
+                    "defragmented the database file"
+                );
+            }
+            None => {
+                return Err(Status::unavailable(
+                    "etcdserver: defragment: a snapshot is being sent from this member; try again",
+                ));
+            }
+        }
+        let revision = self
+            .ctx
+            .replica
+            .read(false, |s| s.current_revision())
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::DefragmentResponse {
+            header: self.ctx.header().at(revision),
         }))
     }
 

@@ -35,6 +35,9 @@ pub enum ReplicaError {
     /// A membership change refused by etcd's rules, before openraft saw it.
     #[error(transparent)]
     Membership(#[from] MembershipError),
+    /// Compacting the database file failed: the storage error's text.
+    #[error("defragment: {0}")]
+    Defragment(String),
     /// The leader's answer to a forwarded request did not decode (members of different builds).
     #[error("undecodable answer from the leader: {0}")]
     BadAnswer(postcard::Error),
@@ -111,6 +114,7 @@ enum WireError {
     Membership(MembershipError),
     BadAnswer(postcard::Error),
     WrongReply(String),
+    Defragment(String),
 }
 
 impl From<ReplicaError> for WireError {
@@ -122,6 +126,7 @@ impl From<ReplicaError> for WireError {
             ReplicaError::Membership(e) => WireError::Membership(e),
             ReplicaError::BadAnswer(e) => WireError::BadAnswer(e),
             ReplicaError::WrongReply(e) => WireError::WrongReply(e),
+            ReplicaError::Defragment(e) => WireError::Defragment(e),
         }
     }
 }
@@ -135,6 +140,7 @@ impl From<WireError> for ReplicaError {
             WireError::Membership(e) => ReplicaError::Membership(e),
             WireError::BadAnswer(e) => ReplicaError::BadAnswer(e),
             WireError::WrongReply(e) => ReplicaError::WrongReply(e),
+            WireError::Defragment(e) => ReplicaError::Defragment(e),
         }
     }
 }

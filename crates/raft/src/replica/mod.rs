@@ -40,7 +40,7 @@ use crate::command::{Applied, Command, Proposal, Propose, Write};
 use crate::log_store::LogStore;
 use crate::network::NoPeers;
 use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
-use crate::storage::FirstFailure;
+use crate::storage::{Defragmented, FirstFailure};
 use crate::telemetry::{Telemetry, TelemetryReading};
 use crate::{TypeConfig, storage};
 
@@ -69,6 +69,9 @@ pub struct Replica {
     shared: Shared,
     member_id: u64,
     db_path: PathBuf,
+    /// The database, for maintenance (defragment, space in use); weak, so that the file closes
+    /// once openraft's tasks let go of it.
+    db: std::sync::Weak<storage::Db>,
     forwarder: Arc<dyn Forwarder>,
     /// Leadership confirmations, shared by concurrent linearizable reads here and by the
     /// followers' read-index requests.
@@ -98,6 +101,7 @@ impl Replica {
         let sm = StateMachine::open(db.clone())?;
         let shared = sm.shared();
         let db_closed = db.closed();
+        let db_weak = Arc::downgrade(&db);
         let failure = db.failure().clone();
         let telemetry = db.telemetry().clone();
         let log = LogStore::new(db, shared.append_times.clone());
@@ -152,6 +156,7 @@ impl Replica {
             shared,
             member_id: cfg.member_id,
             db_path: cfg.data_dir.join("leasehold.redb"),
+            db: db_weak,
             forwarder,
             stopping: tokio::sync::watch::Sender::new(false),
         });
@@ -549,6 +554,32 @@ impl Replica {
     /// Size of the database file in bytes.
     pub fn db_size_bytes(&self) -> u64 {
         std::fs::metadata(&self.db_path).map_or(0, |m| m.len())
+    }
+
+    /// Bytes of the database file that hold data (etcd's `db_size_in_use`); the file's size
+    /// when that cannot be read (the member is stopping). Begins a write transaction, so it
+    /// waits for a commit in progress.
+    pub async fn db_size_in_use_bytes(&self) -> u64 {
+        let Some(db) = self.db.upgrade() else {
+            return self.db_size_bytes();
+        };
+        let in_use = tokio::task::spawn_blocking(move || db.bytes_in_use())
+            .await
+            .ok()
+            .flatten();
+        in_use.unwrap_or_else(|| self.db_size_bytes())
+    }
+
+    /// Compacts this member's database file (etcd's Defragment, which is per member too).
+    /// Writes wait meanwhile. `Ok(None)`: transactions already running (a snapshot being sent)
+    /// did not end within a few seconds; nothing was done.
+    pub async fn defragment(&self) -> Result<Option<Defragmented>, ReplicaError> {
+        let db = self.db.upgrade().ok_or(ReplicaError::Stopped)?;
+        let path = self.db_path.clone();
+        tokio::task::spawn_blocking(move || db.defragment(&path))
+            .await
+            .map_err(|_| ReplicaError::Stopped)?
+            .map_err(|e| ReplicaError::Defragment(e.to_string()))
     }
 
     /// Stops Raft and waits (bounded) until the storage tasks have closed the database, so a
