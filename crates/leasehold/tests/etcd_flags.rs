@@ -150,8 +150,8 @@ async fn kubeadm_and_systemd_style_flags_start_leasehold() {
     }
     assert_logged(
         &server,
-        "accepted for etcd compatibility, no effect in leasehold: --quota-backend-bytes, \
-         --grpc-keepalive-min-time, --enable-v2, --experimental-initial-corrupt-check",
+        "accepted for etcd compatibility, no effect in leasehold: --grpc-keepalive-min-time, \
+         --enable-v2, --experimental-initial-corrupt-check",
     );
     assert_logged(
         &server,

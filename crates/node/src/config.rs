@@ -77,6 +77,10 @@ pub struct NodeConfig {
     /// revisions (`revision`), or a duration such as `30m`; `0` turns it off.
     #[arg(long, default_value = "0")]
     pub auto_compaction_retention: String,
+    /// Size of the database file past which writes that add data raise the NOSPACE alarm and
+    /// are refused; 0 is etcd's default (2 GiB), a negative value turns the quota off.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub quota_backend_bytes: i64,
     /// Raft entries between snapshots of the state machine (etcd's --snapshot-count).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_count: u64,
@@ -329,6 +333,15 @@ impl NodeConfig {
         }))
     }
 
+    /// `--quota-backend-bytes` as etcd reads it: 0 means the default, 2 GiB; negative, none.
+    pub fn quota_bytes(&self) -> Option<u64> {
+        const DEFAULT: u64 = 2 * 1024 * 1024 * 1024;
+        match self.quota_backend_bytes {
+            0 => Some(DEFAULT),
+            n => u64::try_from(n).ok(),
+        }
+    }
+
     /// `--listen-client-urls`, in order.
     pub fn client_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
         listen_urls("--listen-client-urls", &self.listen_client_urls)
@@ -578,6 +591,25 @@ mod tests {
             let e = read("periodic", bad).unwrap_err();
             assert!(e.starts_with("error parsing CompactionRetention: "), "{e}");
         }
+    }
+
+    #[test]
+    fn the_space_quota_is_read_as_etcd_reads_it() {
+        let two_gib = 2 * 1024 * 1024 * 1024;
+        assert_eq!(parse(&[]).quota_bytes(), Some(two_gib), "etcd's default");
+        assert_eq!(
+            parse(&["--quota-backend-bytes=0"]).quota_bytes(),
+            Some(two_gib)
+        );
+        assert_eq!(
+            parse(&["--quota-backend-bytes=4096"]).quota_bytes(),
+            Some(4096)
+        );
+        assert_eq!(
+            parse(&["--quota-backend-bytes=-1"]).quota_bytes(),
+            None,
+            "off"
+        );
     }
 
     #[test]

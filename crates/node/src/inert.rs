@@ -81,7 +81,6 @@ const TABLE: &[Inert] = &[
         Bool,
         "openraft times the first election itself",
     ),
-    inert("quota-backend-bytes", Int, "there is no space quota yet"),
     inert("backend-bbolt-freelist-type", Str, STORAGE),
     inert("backend-batch-interval", Duration, STORAGE),
     inert("backend-batch-limit", Int, STORAGE),

@@ -114,6 +114,7 @@ impl Node {
                 heartbeat_interval_ms: config.heartbeat_interval,
                 election_timeout_ms: config.election_timeout,
                 snapshot_log_entries_max: config.snapshot_count,
+                quota_bytes: config.quota_bytes(),
             },
             network,
             forwarder,

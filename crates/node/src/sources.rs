@@ -811,6 +811,7 @@ mod tests {
                 "--experimental-initial-corrupt-check=true",
                 "--enable-v2",
                 "--quota-backend-bytes=100",
+                "--max-snapshots=3",
                 "--cert-file=/c.pem",
                 "--peer-client-cert-auth=true",
                 "--cipher-suites=TLS_AES_128_GCM_SHA256",
@@ -822,7 +823,7 @@ mod tests {
         assert_eq!(
             warnings(&r),
             vec![
-                "accepted for etcd compatibility, no effect in leasehold: --quota-backend-bytes, \
+                "accepted for etcd compatibility, no effect in leasehold: --max-snapshots, \
                  --enable-v2, --experimental-initial-corrupt-check",
                 "TLS settings not applied yet; ignoring --cipher-suites",
                 "--cert-file, --key-file, --trusted-ca-file, --client-cert-auth or --auto-tls given, but \
@@ -834,6 +835,7 @@ mod tests {
         );
         assert_eq!(r.config.tls.client.cert_file, Some("/c.pem".into()));
         assert!(r.config.tls.peer.client_cert_auth);
+        assert_eq!(r.config.quota_bytes(), Some(100), "the quota is applied");
     }
 
     #[test]
@@ -1058,7 +1060,6 @@ no-such-key: 1
         assert!(warned[0].ends_with("ignoring unknown keys (as etcd does): no-such-key"));
         assert!(warned[1].starts_with("accepted for etcd compatibility"));
         for inert in [
-            "--quota-backend-bytes",
             "--max-snapshots",
             "--enable-v2",
             "--socket-reuse-port",

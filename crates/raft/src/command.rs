@@ -33,6 +33,7 @@ pub enum Write {
     LeaseGrant(LeaseGrant),
     LeaseRevoke(LeaseRevoke),
     LeaseRenew(LeaseRenew),
+    Alarm(AlarmChange),
 }
 
 /// Compacts history up to `revision`.
@@ -60,10 +61,61 @@ pub struct LeaseRenew {
     pub id: LeaseId,
 }
 
+/// etcd's alarm types that can be raised (`NONE` only filters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Alarm {
+    /// The database file passed `--quota-backend-bytes`: writes that add data are refused.
+    NoSpace,
+    /// A member's data was found corrupt: every write is refused.
+    Corrupt,
+}
+
+/// An alarm raised for one member, as etcd lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AlarmMember {
+    pub member: u64,
+    pub alarm: Alarm,
+}
+
+/// Raises (`activate`) or clears an alarm for a member, through the log, so that every member
+/// holds the same alarms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlarmChange {
+    pub activate: bool,
+    pub alarm: AlarmMember,
+}
+
 impl Write {
     /// Whether committing it needs the leader's lease time (grants and renewals).
     pub fn is_lease_timed(&self) -> bool {
         matches!(self, Write::LeaseGrant(_) | Write::LeaseRenew(_))
+    }
+
+    /// Whether it adds data (etcd's quota cost is not zero): a put, a txn with a put in either
+    /// branch (nested ones too), a lease grant. These are refused while NOSPACE is raised.
+    pub fn adds_data(&self) -> bool {
+        fn txn_puts(t: &mvcc::TxnRequest) -> bool {
+            t.success.iter().chain(&t.failure).any(|op| match op {
+                mvcc::RequestOp::Put(_) => true,
+                mvcc::RequestOp::Txn(nested) => txn_puts(nested),
+                mvcc::RequestOp::Range(_) | mvcc::RequestOp::DeleteRange(_) => false,
+            })
+        }
+        match self {
+            Write::Put(_) | Write::LeaseGrant(_) => true,
+            Write::Txn(t) => txn_puts(t),
+            Write::DeleteRange(_)
+            | Write::Compact(_)
+            | Write::LeaseRevoke(_)
+            | Write::LeaseRenew(_)
+            | Write::Alarm(_) => false,
+        }
+    }
+
+    /// Whether it is refused while CORRUPT is raised: every KV and lease write but renewals
+    /// (etcd's corrupt applier; keepalives do not go through it).
+    pub fn refused_when_corrupt(&self) -> bool {
+        !matches!(self, Write::LeaseRenew(_) | Write::Alarm(_))
     }
 
     /// Whether a follower may answer it as soon as the leader has committed it, before applying
@@ -92,6 +144,7 @@ impl Write {
             },
             Write::LeaseRevoke(LeaseRevoke { id }) => Command::LeaseRevoke { id },
             Write::LeaseRenew(LeaseRenew { id }) => Command::LeaseRenew { id, now_ms },
+            Write::Alarm(change) => Command::Alarm(change),
         }
     }
 
@@ -109,6 +162,7 @@ impl Write {
             }
             Command::LeaseRevoke { id } => Write::LeaseRevoke(LeaseRevoke { id }),
             Command::LeaseRenew { id, .. } => Write::LeaseRenew(LeaseRenew { id }),
+            Command::Alarm(change) => Write::Alarm(change),
             Command::LeaseExpire { .. }
             | Command::LeaseTick { .. }
             | Command::LeasePromote { .. } => {
@@ -140,6 +194,7 @@ impl Write {
             Write::DeleteRange(d) => d.key.len() + d.range_end.len() + 8,
             Write::Txn(t) => txn(t),
             Write::Compact(_) => 8,
+            Write::Alarm(_) => 16,
             Write::LeaseGrant(_) | Write::LeaseRevoke(_) | Write::LeaseRenew(_) => 24,
         }
     }
@@ -186,6 +241,7 @@ propose!(Compact, Compact, Result<i64, mvcc::Error>);
 propose!(LeaseGrant, LeaseGrant, Result<(), LeaseError>);
 propose!(LeaseRevoke, LeaseRevoke, Result<i64, LeaseError>);
 propose!(LeaseRenew, LeaseRenew, Option<i64>);
+propose!(AlarmChange, Alarm, Option<AlarmMember>);
 
 /// One command of a log entry: a client write stamped by the leader that committed it, or one
 /// of the leader's own lease commands.
@@ -228,6 +284,7 @@ pub enum Command {
         now_ms: u64,
         extend_ms: u64,
     },
+    Alarm(AlarmChange),
 }
 
 /// What applying one command produced.
@@ -247,6 +304,9 @@ pub enum Applied {
     LeaseExpire(usize),
     LeaseTick,
     LeasePromote,
+    /// The alarm raised (or already raised), or the one cleared; `None` when clearing one that
+    /// was not raised.
+    Alarm(Option<AlarmMember>),
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ mod telemetry;
 use std::io::Cursor;
 
 pub use command::{
-    Applied, Command, Compact, LeaseGrant, LeaseRenew, LeaseRevoke, Proposal, Propose, Write,
+    Alarm, AlarmChange, AlarmMember, Applied, Command, Compact, LeaseGrant, LeaseRenew,
+    LeaseRevoke, Proposal, Propose, Write,
 };
 pub use leasehold_lease::{
     EndedLease, LEASE_TTL_SECS_MAX, LeaseClock, LeaseEnd, LeaseError, LeaseId, LeaseTable,

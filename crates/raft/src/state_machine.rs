@@ -21,10 +21,10 @@ use std::collections::{BTreeSet, HashMap};
 use tokio::sync::oneshot;
 
 use crate::TypeConfig;
-use crate::command::{Applied, Command, Proposal};
+use crate::command::{AlarmChange, AlarmMember, Applied, Command, Proposal};
 use crate::storage::{
-    COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES, MEMBERSHIP,
-    SM_META, SmMeta, StorageError, decode, write_sm,
+    ALARMS, COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES,
+    MEMBERSHIP, SM_META, SmMeta, StorageError, decode, write_sm,
 };
 
 /// openraft's storage error, which ours become (typed, through [`crate::storage::FirstFailure`]).
@@ -38,6 +38,8 @@ pub(crate) struct SmState {
     pub(crate) leases: LeaseTable,
     pub(crate) last_applied: Option<LogId<u64>>,
     pub(crate) membership: StoredMembership<u64, BasicNode>,
+    /// The alarms raised, for every member (replicated: each member holds all of them).
+    pub(crate) alarms: BTreeSet<AlarmMember>,
 }
 
 impl SmState {
@@ -64,6 +66,7 @@ impl SmState {
             leases: table,
             last_applied,
             membership,
+            alarms: BTreeSet::new(),
         }
     }
 
@@ -96,7 +99,19 @@ impl SmState {
             current_revision: self.store.current_revision(),
             compact_revision: self.store.compact_revision(),
             lease_clock_ms: self.leases.clock_ms(),
+            alarms: self.alarms.iter().copied().collect(),
         }
+    }
+}
+
+/// Raises or clears an alarm; what etcd's alarm store answers (the alarm raised, or already
+/// raised; the one cleared, `None` if it was not raised).
+fn apply_alarm(alarms: &mut BTreeSet<AlarmMember>, change: AlarmChange) -> Option<AlarmMember> {
+    if change.activate {
+        alarms.insert(change.alarm);
+        Some(change.alarm)
+    } else {
+        alarms.remove(&change.alarm).then_some(change.alarm)
     }
 }
 
@@ -318,6 +333,7 @@ struct SnapshotPayload {
     records: Vec<(Revision, Record)>,
     lease_clock_ms: u64,
     leases: Vec<(LeaseId, LeaseRecord)>,
+    alarms: Vec<AlarmMember>,
 }
 
 /// The state machine openraft drives. The file always holds a valid snapshot (the state at its
@@ -375,13 +391,14 @@ impl StateMachine {
             persisted.compact_revision,
             persisted.records,
         );
-        let state = SmState::assemble(
+        let mut state = SmState::assemble(
             store,
             persisted.lease_clock_ms,
             persisted.leases,
             persisted.last_applied,
             persisted.membership,
         );
+        state.alarms = persisted.alarms.into_iter().collect();
         tracing::info!(
             keys = state.store.key_history_len(),
             leases = state.leases.len(),
@@ -459,6 +476,7 @@ struct FileMeta {
     current_revision: i64,
     compact_revision: i64,
     lease_clock_ms: u64,
+    alarms: Vec<AlarmMember>,
 }
 
 impl FileMeta {
@@ -478,6 +496,7 @@ impl FileMeta {
                 .get(&meta)?
                 .unwrap_or(fresh.compact_revision()),
             lease_clock_ms: LEASE_CLOCK_MS.get(&meta)?.unwrap_or(0),
+            alarms: ALARMS.get(&meta)?.unwrap_or_default(),
         })
     }
 }
@@ -522,6 +541,7 @@ impl SnapshotPayload {
             records,
             lease_clock_ms: meta.lease_clock_ms,
             leases,
+            alarms: meta.alarms,
         })
     }
 
@@ -558,6 +578,7 @@ impl SnapshotPayload {
             out = put(out, &lease_id_of_row(k.value())?);
             out.extend_from_slice(v.value());
         }
+        out = put(out, &meta.alarms);
         Ok((meta, out))
     }
 }
@@ -611,7 +632,12 @@ pub fn rebind(store: &Store, leases: &mut LeaseTable, changes: &[Change]) {
 
 /// Applies one command to the state.
 fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applied {
-    let SmState { store, leases, .. } = state;
+    let SmState {
+        store,
+        leases,
+        alarms,
+        ..
+    } = state;
     let lease_exists = |id: LeaseId| leases.contains(id);
     match cmd {
         Command::Put(req) => Applied::Put(store.put(req, &lease_exists).map(|(resp, c)| {
@@ -683,6 +709,7 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
                 .extend(leases.extend_all(*now_ms, *extend_ms));
             Applied::LeasePromote
         }
+        Command::Alarm(change) => Applied::Alarm(apply_alarm(alarms, *change)),
     }
 }
 
@@ -811,13 +838,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             payload.compact_revision,
             payload.records.clone(),
         );
-        let state = SmState::assemble(
+        let mut state = SmState::assemble(
             store,
             payload.lease_clock_ms,
             payload.leases.clone(),
             meta.last_log_id,
             meta.last_membership.clone(),
         );
+        state.alarms = payload.alarms.iter().copied().collect();
         let row = state.meta();
         // Staged changes predate the snapshot and must never be written over it.
         self.db.discard_staged_sm();

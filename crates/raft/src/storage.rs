@@ -21,6 +21,7 @@ use redb::{Database, Durability, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::command::AlarmMember;
 use crate::telemetry::Telemetry;
 
 mod error;
@@ -99,6 +100,8 @@ pub(crate) const MEMBERSHIP: MetaKey<StoredMembership<u64, BasicNode>> = MetaKey
 pub(crate) const CURRENT_REVISION: MetaKey<i64> = MetaKey::new("current_revision");
 pub(crate) const COMPACT_REVISION: MetaKey<i64> = MetaKey::new("compact_revision");
 pub(crate) const LEASE_CLOCK_MS: MetaKey<u64> = MetaKey::new("lease_clock_ms");
+/// The alarms raised (absent in files written before alarms existed: none).
+pub(crate) const ALARMS: MetaKey<Vec<AlarmMember>> = MetaKey::new("alarms");
 
 pub(crate) fn lease_key(id: LeaseId) -> [u8; 8] {
     // Two's complement reinterpretation: negative ids are valid and sort after positive ones.
@@ -148,6 +151,7 @@ pub(crate) struct SmMeta {
     pub(crate) current_revision: i64,
     pub(crate) compact_revision: i64,
     pub(crate) lease_clock_ms: u64,
+    pub(crate) alarms: Vec<AlarmMember>,
 }
 
 /// Writes state-machine changes and the metadata they lead to, in one transaction.
@@ -195,6 +199,7 @@ pub(crate) fn write_sm(
     CURRENT_REVISION.put(&mut m, &meta.current_revision)?;
     COMPACT_REVISION.put(&mut m, &meta.compact_revision)?;
     LEASE_CLOCK_MS.put(&mut m, &meta.lease_clock_ms)?;
+    ALARMS.put(&mut m, &meta.alarms)?;
     Ok(())
 }
 

@@ -89,6 +89,7 @@ async fn state_machine_reopens_at_the_same_applied_state() {
 async fn replica_restart_recovers_every_write() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = ReplicaConfig {
+        quota_bytes: None,
         member_id: 7,
         peer_url: "http://127.0.0.1:1".into(),
         initial_peers: BTreeMap::new(),

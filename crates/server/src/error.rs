@@ -33,8 +33,6 @@ pub enum ApiError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Unimplemented {
-    /// Alarm Activate: leasehold raises no alarms, and clients cannot raise one.
-    RaiseAlarm,
     /// A gRPC method no service here has (tonic answers the same, with an empty message).
     UnknownMethod,
 }
@@ -205,6 +203,11 @@ impl From<ApiError> for Status {
                         format!("etcdserver: undecodable answer from the leader: {e}"),
                     )
                 }
+                ReplicaError::NoSpace => Status::new(
+                    Code::ResourceExhausted,
+                    "etcdserver: mvcc: database space exceeded",
+                ),
+                ReplicaError::Corrupt => Status::new(Code::DataLoss, "etcdserver: corrupt cluster"),
                 // As grpc-go answers an error that is not a status (etcd returns bbolt's).
                 ReplicaError::Defragment(e) => {
                     Status::new(Code::Unknown, format!("defragment: {e}"))
@@ -244,9 +247,6 @@ impl From<ApiError> for Status {
             ),
             ApiError::Unimplemented(u) => {
                 let msg = match u {
-                    Unimplemented::RaiseAlarm => {
-                        "leasehold: alarms cannot be raised by clients yet"
-                    }
                     Unimplemented::UnknownMethod => "",
                 };
                 Status::new(Code::Unimplemented, msg)
@@ -362,6 +362,13 @@ mod tests {
             OutOfRange,
             "etcdserver: too large lease TTL",
         );
+        let no_space = "etcdserver: mvcc: database space exceeded";
+        api(ReplicaError::NoSpace, ResourceExhausted, no_space);
+        api(
+            ReplicaError::Corrupt,
+            DataLoss,
+            "etcdserver: corrupt cluster",
+        );
         let unexpected = ApiError::from(ReplicaError::WrongReply("LeaseTick".into()));
         api(unexpected, Internal, "etcdserver: unexpected apply result");
         let too_large = ApiError::MessageTooLarge { len: 9, max: 4 };
@@ -369,8 +376,6 @@ mod tests {
         api(too_large, ResourceExhausted, too_large_message);
         let bad_urls = "etcdserver: given member URLs are invalid";
         api(ApiError::BadPeerUrls, InvalidArgument, bad_urls);
-        let alarm = "leasehold: alarms cannot be raised by clients yet";
-        api(super::Unimplemented::RaiseAlarm, Code::Unimplemented, alarm);
         api(super::Unimplemented::UnknownMethod, Code::Unimplemented, "");
     }
 

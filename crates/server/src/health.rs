@@ -3,8 +3,8 @@
 //!
 //! - `/health`: `{"health":"true","reason":""}`, or 503 with `"false"` and why. It fails without
 //!   a leader (unless `?serializable=true`) and when a read does not succeed in time: a
-//!   linearizable one, or with `?serializable=true` a local one. `?exclude=ALARM` names alarms
-//!   to ignore; leasehold raises none yet.
+//!   linearizable one, or with `?serializable=true` a local one, and first while an alarm is
+//!   raised (`ALARM NOSPACE`), unless `?exclude=NOSPACE` (or `CORRUPT`) names it.
 //! - `/livez` (check `serializable_read`) and `/readyz` (`data_corruption`, `serializable_read`,
 //!   `linearizable_read`, `non_learner`): `ok`, or with `?verbose` one line per check and
 //!   `<path> check passed`; a failed check gives 503, one line per check and `<path> check
@@ -19,6 +19,8 @@ use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+
+use leasehold_raft::Alarm;
 
 use crate::context::ServerContext;
 use crate::error::{ApiError, Unimplemented};
@@ -138,11 +140,18 @@ async fn health(State(ctx): State<Arc<ServerContext>>, RawQuery(query): RawQuery
     let serializable = pairs
         .iter()
         .any(|(k, v)| *k == "serializable" && *v == "true");
-    // `exclude` names alarms to ignore; leasehold raises none, so there is nothing to skip.
     let unhealthy = |reason: String| {
         let body = serde_json::json!({ "health": "false", "reason": reason });
         text(StatusCode::SERVICE_UNAVAILABLE, body.to_string())
     };
+    // A raised alarm fails the check first, unless `exclude` names its type.
+    let excluded = |name: &str| pairs.iter().any(|(k, v)| *k == "exclude" && *v == name);
+    for alarm in ctx.replica.alarms() {
+        let name = alarm_name(alarm.alarm);
+        if !excluded(name) {
+            return unhealthy(format!("ALARM {name}"));
+        }
+    }
     if !serializable && ctx.replica.status().leader.is_none() {
         return unhealthy("RAFT NO LEADER".to_owned());
     }
@@ -153,6 +162,13 @@ async fn health(State(ctx): State<Arc<ServerContext>>, RawQuery(query): RawQuery
         StatusCode::OK,
         serde_json::json!({ "health": "true", "reason": "" }).to_string(),
     )
+}
+
+fn alarm_name(alarm: Alarm) -> &'static str {
+    match alarm {
+        Alarm::NoSpace => "NOSPACE",
+        Alarm::Corrupt => "CORRUPT",
+    }
 }
 
 /// One of the checks `/livez` and `/readyz` run.
@@ -176,8 +192,15 @@ impl Check {
 
     async fn run(self, ctx: &ServerContext) -> Result<(), String> {
         match self {
-            // The CORRUPT alarm is the only way etcd's check fails; leasehold raises no alarms.
-            Check::DataCorruption => Ok(()),
+            // The CORRUPT alarm, for any member, is what fails etcd's check.
+            Check::DataCorruption => {
+                let alarms = ctx.replica.alarms();
+                if alarms.iter().any(|a| a.alarm == Alarm::Corrupt) {
+                    Err("alarm activated: CORRUPT".to_owned())
+                } else {
+                    Ok(())
+                }
+            }
             Check::SerializableRead => read_check(ctx, false).await,
             Check::LinearizableRead => read_check(ctx, true).await,
             Check::NonLearner => {

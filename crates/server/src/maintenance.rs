@@ -1,6 +1,6 @@
-//! Maintenance: Status, the alarm list (what `etcdctl endpoint status/health` need), and Hash and
-//! HashKV (`etcdctl endpoint hashkv`, corruption checks), Defragment. The other RPCs (snapshot,
-//! move-leader, downgrade) answer `Unimplemented` for now.
+//! Maintenance: Status (what `etcdctl endpoint status/health` need), alarms (list, raise, clear),
+//! Hash and HashKV (`etcdctl endpoint hashkv`, corruption checks), Defragment. The other RPCs
+//! (snapshot, move-leader, downgrade) answer `Unimplemented` for now.
 
 use std::sync::Arc;
 
@@ -9,7 +9,9 @@ use pb::alarm_request::AlarmAction;
 use tonic::{Request, Response, Status};
 
 use crate::context::ServerContext;
-use crate::error::{ApiError, Unimplemented};
+use leasehold_raft::{Alarm, AlarmChange, AlarmMember};
+
+use crate::error::ApiError;
 
 /// The etcd API version leasehold speaks; clients compare it to enable features. 3.5.13 is the
 /// first etcd whose watch progress responses never run ahead of the events they cover (etcd#15220,
@@ -51,7 +53,7 @@ impl Maintenance for MaintenanceService {
             raft_index: raft.last_log_index,
             raft_term: raft.term,
             raft_applied_index: raft.applied_index,
-            errors: Vec::new(),
+            errors: self.ctx.replica.alarms().iter().map(alarm_text).collect(),
             db_size_in_use,
             is_learner: false,
             ..Default::default()
@@ -137,18 +139,56 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
+    /// etcd's alarms: list (all, or of one type), raise, clear. Raising and clearing go through
+    /// the log, so every member holds the same alarms; a raised NOSPACE refuses writes that add
+    /// data, CORRUPT every write (`Replica::propose`).
     async fn alarm(
         &self,
         req: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
-        // leasehold raises no alarms yet (no space quota), so the list is always empty and there
-        // is never anything to disarm.
-        match AlarmAction::try_from(req.into_inner().action) {
-            Ok(AlarmAction::Get | AlarmAction::Deactivate) => {}
-            Ok(AlarmAction::Activate) | Err(_) => {
-                return Err(ApiError::from(Unimplemented::RaiseAlarm).into());
+        let req = req.into_inner();
+        let alarm = match pb::AlarmType::try_from(req.alarm) {
+            Ok(pb::AlarmType::Nospace) => Some(Alarm::NoSpace),
+            Ok(pb::AlarmType::Corrupt) => Some(Alarm::Corrupt),
+            Ok(pb::AlarmType::None) | Err(_) => None,
+        };
+        let alarms = match AlarmAction::try_from(req.action) {
+            Ok(AlarmAction::Get) => {
+                // Read after everything committed is applied here, as etcd's goes through Raft.
+                self.ctx
+                    .replica
+                    .read(true, |_| ())
+                    .await
+                    .map_err(ApiError::from)?;
+                self.ctx
+                    .replica
+                    .alarms()
+                    .into_iter()
+                    .filter(|a| alarm.is_none_or(|wanted| a.alarm == wanted))
+                    .collect()
             }
-        }
+            Ok(action @ (AlarmAction::Activate | AlarmAction::Deactivate)) => match alarm {
+                // etcd raises or clears nothing of type NONE (or of a type it does not know).
+                None => Vec::new(),
+                Some(alarm) => {
+                    let change = AlarmChange {
+                        activate: action == AlarmAction::Activate,
+                        alarm: AlarmMember {
+                            member: req.member_id,
+                            alarm,
+                        },
+                    };
+                    let changed = self
+                        .ctx
+                        .replica
+                        .propose(change)
+                        .await
+                        .map_err(ApiError::from)?;
+                    changed.into_iter().collect()
+                }
+            },
+            Err(_) => Vec::new(),
+        };
         let revision = self
             .ctx
             .replica
@@ -157,7 +197,30 @@ impl Maintenance for MaintenanceService {
             .map_err(ApiError::from)?;
         Ok(Response::new(pb::AlarmResponse {
             header: self.ctx.header().at(revision),
-            alarms: Vec::new(),
+            alarms: alarms.iter().map(alarm_member).collect(),
         }))
     }
+}
+
+fn alarm_type(alarm: Alarm) -> pb::AlarmType {
+    match alarm {
+        Alarm::NoSpace => pb::AlarmType::Nospace,
+        Alarm::Corrupt => pb::AlarmType::Corrupt,
+    }
+}
+
+fn alarm_member(a: &AlarmMember) -> pb::AlarmMember {
+    pb::AlarmMember {
+        member_id: a.member,
+        alarm: alarm_type(a.alarm) as i32,
+    }
+}
+
+/// An alarm as etcd's Status lists it in `errors` (its protobuf text form).
+fn alarm_text(a: &AlarmMember) -> String {
+    format!(
+        "memberID:{} alarm:{} ",
+        a.member,
+        alarm_type(a.alarm).as_str_name()
+    )
 }

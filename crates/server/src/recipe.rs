@@ -282,6 +282,7 @@ mod tests {
     /// A single-member replica on a temporary data dir, and a context around it.
     async fn single_member(dir: &std::path::Path) -> std::sync::Arc<ServerContext> {
         let replica = leasehold_raft::Replica::start(leasehold_raft::ReplicaConfig {
+            quota_bytes: None,
             member_id: 1,
             peer_url: "http://127.0.0.1:1".into(),
             initial_peers: Default::default(),

@@ -19,4 +19,7 @@ pub struct ReplicaConfig {
     pub election_timeout_ms: u64,
     /// Raft entries between state-machine snapshots (after which the log is purged).
     pub snapshot_log_entries_max: u64,
+    /// etcd's `--quota-backend-bytes`, resolved: past this file size, writes that add data
+    /// raise NOSPACE and are refused. `None`: no quota.
+    pub quota_bytes: Option<u64>,
 }

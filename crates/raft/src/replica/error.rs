@@ -35,6 +35,12 @@ pub enum ReplicaError {
     /// A membership change refused by etcd's rules, before openraft saw it.
     #[error(transparent)]
     Membership(#[from] MembershipError),
+    /// NOSPACE is raised, or this write would take the file past its quota.
+    #[error("database space exceeded")]
+    NoSpace,
+    /// CORRUPT is raised: no write is taken.
+    #[error("corrupt cluster")]
+    Corrupt,
     /// Compacting the database file failed: the storage error's text.
     #[error("defragment: {0}")]
     Defragment(String),
@@ -115,6 +121,8 @@ enum WireError {
     BadAnswer(postcard::Error),
     WrongReply(String),
     Defragment(String),
+    NoSpace,
+    Corrupt,
 }
 
 impl From<ReplicaError> for WireError {
@@ -127,6 +135,8 @@ impl From<ReplicaError> for WireError {
             ReplicaError::BadAnswer(e) => WireError::BadAnswer(e),
             ReplicaError::WrongReply(e) => WireError::WrongReply(e),
             ReplicaError::Defragment(e) => WireError::Defragment(e),
+            ReplicaError::NoSpace => WireError::NoSpace,
+            ReplicaError::Corrupt => WireError::Corrupt,
         }
     }
 }
@@ -141,6 +151,8 @@ impl From<WireError> for ReplicaError {
             WireError::BadAnswer(e) => ReplicaError::BadAnswer(e),
             WireError::WrongReply(e) => ReplicaError::WrongReply(e),
             WireError::Defragment(e) => ReplicaError::Defragment(e),
+            WireError::NoSpace => ReplicaError::NoSpace,
+            WireError::Corrupt => ReplicaError::Corrupt,
         }
     }
 }

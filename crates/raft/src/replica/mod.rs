@@ -36,7 +36,7 @@ use forward::{leader_elsewhere, wait_applied};
 use lease_time::{SharedClock, follow_leadership};
 use read_index::ReadIndexRounds;
 
-use crate::command::{Applied, Command, Proposal, Propose, Write};
+use crate::command::{Alarm, AlarmChange, AlarmMember, Applied, Command, Proposal, Propose, Write};
 use crate::log_store::LogStore;
 use crate::network::NoPeers;
 use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
@@ -80,6 +80,50 @@ pub struct Replica {
     follower_reads: ReadIndexRounds,
     /// Set once the member is stopping (see [`Replica::stop_waiters`]).
     stopping: tokio::sync::watch::Sender<bool>,
+    /// `--quota-backend-bytes` (see [`ReplicaConfig::quota_bytes`]).
+    quota_bytes: Option<u64>,
+    /// The file size as the quota check last read it (see [`Replica::db_size_for_quota`]).
+    quota_size: QuotaSize,
+}
+
+/// The file size, read at most every [`QuotaSize::FRESH_FOR`], so that a put does not cost a
+/// `stat`: the quota is a bound on the file, and etcd's check is approximate too.
+#[derive(Debug)]
+struct QuotaSize {
+    since: std::time::Instant,
+    /// When `bytes` was read, in ms since `since`; `u64::MAX` before the first read.
+    read_at_ms: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl QuotaSize {
+    const FRESH_FOR: Duration = Duration::from_millis(100);
+
+    fn new() -> QuotaSize {
+        QuotaSize {
+            since: std::time::Instant::now(),
+            read_at_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
+            bytes: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The file shrank (a defragment): the next check reads it again.
+    fn forget(&self) {
+        self.read_at_ms
+            .store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn get(&self, read: impl FnOnce() -> u64) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        let fresh = u64::try_from(Self::FRESH_FOR.as_millis()).unwrap_or(u64::MAX);
+        let at = self.read_at_ms.load(Relaxed);
+        if at == u64::MAX || now.saturating_sub(at) >= fresh {
+            self.bytes.store(read(), Relaxed);
+            self.read_at_ms.store(now, Relaxed);
+        }
+        self.bytes.load(Relaxed)
+    }
 }
 
 impl Replica {
@@ -159,6 +203,8 @@ impl Replica {
             db: db_weak,
             forwarder,
             stopping: tokio::sync::watch::Sender::new(false),
+            quota_bytes: cfg.quota_bytes,
+            quota_size: QuotaSize::new(),
         });
         tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
         tokio::spawn(count_leader_changes(replica.raft.metrics(), telemetry));
@@ -359,11 +405,63 @@ impl Replica {
     /// Proposes a client write and waits until it is applied; answers with the write's own
     /// reply. Concurrent writes are batched into one log entry (see [`propose_batches`]).
     pub async fn propose<P: Propose>(&self, request: P) -> Result<P::Reply, ReplicaError> {
-        let applied = self.write(request.into()).await?;
+        let write = request.into();
+        self.admit(&write).await?;
+        let applied = self.write(write).await?;
         P::reply(applied).map_err(|other| {
             tracing::error!("the state machine answered with another command's reply: {other:?}");
             ReplicaError::WrongReply(format!("{other:?}"))
         })
+    }
+
+    /// The alarms raised, for every member.
+    pub fn alarms(&self) -> Vec<AlarmMember> {
+        let state = self.shared.state.read().expect("state lock poisoned");
+        state.alarms.iter().copied().collect()
+    }
+
+    /// Refuses what etcd refuses while an alarm is raised, or past the space quota (raising
+    /// NOSPACE for this member then, as etcd does). Checked here, on the member the client
+    /// asked, against its applied alarms, as etcd checks its quota before proposing.
+    async fn admit(&self, write: &Write) -> Result<(), ReplicaError> {
+        let (corrupt, no_space) = {
+            let state = self.shared.state.read().expect("state lock poisoned");
+            let raised = |alarm| state.alarms.iter().any(|a| a.alarm == alarm);
+            (raised(Alarm::Corrupt), raised(Alarm::NoSpace))
+        };
+        if corrupt && write.refused_when_corrupt() {
+            return Err(ReplicaError::Corrupt);
+        }
+        if !write.adds_data() {
+            return Ok(());
+        }
+        if no_space {
+            return Err(ReplicaError::NoSpace);
+        }
+        let Some(quota) = self.quota_bytes else {
+            return Ok(());
+        };
+        let cost = u64::try_from(write.approx_bytes()).unwrap_or(u64::MAX);
+        let size = self.quota_size.get(|| self.db_size_bytes());
+        if size.saturating_add(cost) < quota {
+            return Ok(());
+        }
+        tracing::warn!(
+            quota_bytes = quota,
+            db_size_bytes = self.db_size_bytes(),
+            "the database is past its space quota; raising NOSPACE"
+        );
+        let raise = AlarmChange {
+            activate: true,
+            alarm: AlarmMember {
+                member: self.member_id,
+                alarm: Alarm::NoSpace,
+            },
+        };
+        if let Err(e) = self.write(raise.into()).await {
+            tracing::warn!("raising NOSPACE: {e}");
+        }
+        Err(ReplicaError::NoSpace)
     }
 
     async fn write(&self, write: Write) -> Result<Applied, ReplicaError> {
@@ -576,10 +674,12 @@ impl Replica {
     pub async fn defragment(&self) -> Result<Option<Defragmented>, ReplicaError> {
         let db = self.db.upgrade().ok_or(ReplicaError::Stopped)?;
         let path = self.db_path.clone();
-        tokio::task::spawn_blocking(move || db.defragment(&path))
+        let done = tokio::task::spawn_blocking(move || db.defragment(&path))
             .await
             .map_err(|_| ReplicaError::Stopped)?
-            .map_err(|e| ReplicaError::Defragment(e.to_string()))
+            .map_err(|e| ReplicaError::Defragment(e.to_string()));
+        self.quota_size.forget();
+        done
     }
 
     /// Stops Raft and waits (bounded) until the storage tasks have closed the database, so a

@@ -10,7 +10,7 @@ use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
 
 use super::{SnapshotPayload, StateMachine};
 use crate::storage::{self, decode, encode};
-use crate::{Command, Proposal, TypeConfig};
+use crate::{Alarm, AlarmChange, AlarmMember, Command, Proposal, TypeConfig};
 
 fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry<TypeConfig> {
     Entry {
@@ -59,6 +59,13 @@ async fn a_streamed_snapshot_is_the_payloads_encoding() {
         }),
         put("d", None),
         Command::Compact { revision: 4 },
+        Command::Alarm(AlarmChange {
+            activate: true,
+            alarm: AlarmMember {
+                member: 7,
+                alarm: Alarm::NoSpace,
+            },
+        }),
     ];
     let members = Membership::new(vec![BTreeSet::from([7u64])], None);
     sm.apply(vec![
@@ -79,4 +86,14 @@ async fn a_streamed_snapshot_is_the_payloads_encoding() {
     let decoded: SnapshotPayload = decode("a snapshot", &streamed).unwrap();
     assert_eq!(decoded.leases, payload.leases);
     assert_eq!(decoded.current_revision, 7);
+    let raised = vec![AlarmMember {
+        member: 7,
+        alarm: Alarm::NoSpace,
+    }];
+    assert_eq!(decoded.alarms, raised, "alarms travel in the snapshot");
+    // And survive a restart: the file holds them.
+    drop(sm);
+    let reopened = StateMachine::open(db).unwrap();
+    let state = reopened.shared.state.read().unwrap();
+    assert_eq!(state.alarms.iter().copied().collect::<Vec<_>>(), raised);
 }
