@@ -197,6 +197,15 @@ impl Node {
                 served,
             );
         }
+        tokio::spawn(leasehold_server::publish_member(
+            replica.clone(),
+            leasehold_raft::MemberAttrs {
+                id: identity.member_id,
+                name: ctx.name.clone(),
+                client_urls: ctx.client_urls.clone(),
+            },
+            stop_rx.clone(),
+        ));
         let compactor = config.auto_compaction()?.map(|mode| {
             tokio::spawn(leasehold_server::drive_auto_compaction(
                 replica.clone(),

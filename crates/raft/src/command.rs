@@ -34,6 +34,16 @@ pub enum Write {
     LeaseRevoke(LeaseRevoke),
     LeaseRenew(LeaseRenew),
     Alarm(AlarmChange),
+    Publish(MemberAttrs),
+}
+
+/// What a member publishes about itself through the log when it starts (etcd's `publish`): its
+/// name and client URLs, so that every member lists them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberAttrs {
+    pub id: u64,
+    pub name: String,
+    pub client_urls: Vec<String>,
 }
 
 /// Compacts history up to `revision`.
@@ -108,14 +118,18 @@ impl Write {
             | Write::Compact(_)
             | Write::LeaseRevoke(_)
             | Write::LeaseRenew(_)
-            | Write::Alarm(_) => false,
+            | Write::Alarm(_)
+            | Write::Publish(_) => false,
         }
     }
 
     /// Whether it is refused while CORRUPT is raised: every KV and lease write but renewals
     /// (etcd's corrupt applier; keepalives do not go through it).
     pub fn refused_when_corrupt(&self) -> bool {
-        !matches!(self, Write::LeaseRenew(_) | Write::Alarm(_))
+        !matches!(
+            self,
+            Write::LeaseRenew(_) | Write::Alarm(_) | Write::Publish(_)
+        )
     }
 
     /// Whether a follower may answer it as soon as the leader has committed it, before applying
@@ -145,6 +159,7 @@ impl Write {
             Write::LeaseRevoke(LeaseRevoke { id }) => Command::LeaseRevoke { id },
             Write::LeaseRenew(LeaseRenew { id }) => Command::LeaseRenew { id, now_ms },
             Write::Alarm(change) => Command::Alarm(change),
+            Write::Publish(attrs) => Command::Publish(attrs),
         }
     }
 
@@ -163,6 +178,7 @@ impl Write {
             Command::LeaseRevoke { id } => Write::LeaseRevoke(LeaseRevoke { id }),
             Command::LeaseRenew { id, .. } => Write::LeaseRenew(LeaseRenew { id }),
             Command::Alarm(change) => Write::Alarm(change),
+            Command::Publish(attrs) => Write::Publish(attrs),
             Command::LeaseExpire { .. }
             | Command::LeaseTick { .. }
             | Command::LeasePromote { .. } => {
@@ -195,6 +211,9 @@ impl Write {
             Write::Txn(t) => txn(t),
             Write::Compact(_) => 8,
             Write::Alarm(_) => 16,
+            Write::Publish(a) => {
+                a.name.len() + a.client_urls.iter().map(String::len).sum::<usize>() + 16
+            }
             Write::LeaseGrant(_) | Write::LeaseRevoke(_) | Write::LeaseRenew(_) => 24,
         }
     }
@@ -242,6 +261,7 @@ propose!(LeaseGrant, LeaseGrant, Result<(), LeaseError>);
 propose!(LeaseRevoke, LeaseRevoke, Result<i64, LeaseError>);
 propose!(LeaseRenew, LeaseRenew, Option<i64>);
 propose!(AlarmChange, Alarm, Option<AlarmMember>);
+propose!(MemberAttrs, Publish, ());
 
 /// One command of a log entry: a client write stamped by the leader that committed it, or one
 /// of the leader's own lease commands.
@@ -285,6 +305,7 @@ pub enum Command {
         extend_ms: u64,
     },
     Alarm(AlarmChange),
+    Publish(MemberAttrs),
 }
 
 /// What applying one command produced.
@@ -307,6 +328,7 @@ pub enum Applied {
     /// The alarm raised (or already raised), or the one cleared; `None` when clearing one that
     /// was not raised.
     Alarm(Option<AlarmMember>),
+    Publish(()),
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::io::Cursor;
 
 pub use command::{
     Alarm, AlarmChange, AlarmMember, Applied, Command, Compact, LeaseGrant, LeaseRenew,
-    LeaseRevoke, Proposal, Propose, Write,
+    LeaseRevoke, MemberAttrs, Proposal, Propose, Write,
 };
 pub use leasehold_lease::{
     EndedLease, LEASE_TTL_SECS_MAX, LeaseClock, LeaseEnd, LeaseError, LeaseId, LeaseTable,

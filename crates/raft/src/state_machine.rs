@@ -17,14 +17,14 @@ use openraft::{
 };
 use redb::{ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tokio::sync::oneshot;
 
 use crate::TypeConfig;
-use crate::command::{AlarmChange, AlarmMember, Applied, Command, Proposal};
+use crate::command::{AlarmChange, AlarmMember, Applied, Command, MemberAttrs, Proposal};
 use crate::storage::{
     ALARMS, COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES,
-    MEMBERSHIP, SM_META, SmMeta, StorageError, decode, write_sm,
+    MEMBER_ATTRS, MEMBERSHIP, SM_META, SmMeta, StorageError, decode, write_sm,
 };
 
 /// openraft's storage error, which ours become (typed, through [`crate::storage::FirstFailure`]).
@@ -40,6 +40,8 @@ pub(crate) struct SmState {
     pub(crate) membership: StoredMembership<u64, BasicNode>,
     /// The alarms raised, for every member (replicated: each member holds all of them).
     pub(crate) alarms: BTreeSet<AlarmMember>,
+    /// What each member published about itself, by id; only members of the membership.
+    pub(crate) member_attrs: BTreeMap<u64, MemberAttrs>,
 }
 
 impl SmState {
@@ -67,6 +69,7 @@ impl SmState {
             last_applied,
             membership,
             alarms: BTreeSet::new(),
+            member_attrs: BTreeMap::new(),
         }
     }
 
@@ -100,8 +103,17 @@ impl SmState {
             compact_revision: self.store.compact_revision(),
             lease_clock_ms: self.leases.clock_ms(),
             alarms: self.alarms.iter().copied().collect(),
+            member_attrs: self.member_attrs.values().cloned().collect(),
         }
     }
+}
+
+fn by_id(attrs: Vec<MemberAttrs>) -> BTreeMap<u64, MemberAttrs> {
+    attrs.into_iter().map(|a| (a.id, a)).collect()
+}
+
+fn state_membership_has(membership: &StoredMembership<u64, BasicNode>, id: u64) -> bool {
+    membership.membership().nodes().any(|(n, _)| *n == id)
 }
 
 /// Raises or clears an alarm; what etcd's alarm store answers (the alarm raised, or already
@@ -334,6 +346,7 @@ struct SnapshotPayload {
     lease_clock_ms: u64,
     leases: Vec<(LeaseId, LeaseRecord)>,
     alarms: Vec<AlarmMember>,
+    member_attrs: Vec<MemberAttrs>,
 }
 
 /// The state machine openraft drives. The file always holds a valid snapshot (the state at its
@@ -399,6 +412,7 @@ impl StateMachine {
             persisted.membership,
         );
         state.alarms = persisted.alarms.into_iter().collect();
+        state.member_attrs = by_id(persisted.member_attrs);
         tracing::info!(
             keys = state.store.key_history_len(),
             leases = state.leases.len(),
@@ -477,6 +491,7 @@ struct FileMeta {
     compact_revision: i64,
     lease_clock_ms: u64,
     alarms: Vec<AlarmMember>,
+    member_attrs: Vec<MemberAttrs>,
 }
 
 impl FileMeta {
@@ -497,6 +512,7 @@ impl FileMeta {
                 .unwrap_or(fresh.compact_revision()),
             lease_clock_ms: LEASE_CLOCK_MS.get(&meta)?.unwrap_or(0),
             alarms: ALARMS.get(&meta)?.unwrap_or_default(),
+            member_attrs: MEMBER_ATTRS.get(&meta)?.unwrap_or_default(),
         })
     }
 }
@@ -542,6 +558,7 @@ impl SnapshotPayload {
             lease_clock_ms: meta.lease_clock_ms,
             leases,
             alarms: meta.alarms,
+            member_attrs: meta.member_attrs,
         })
     }
 
@@ -579,6 +596,7 @@ impl SnapshotPayload {
             out.extend_from_slice(v.value());
         }
         out = put(out, &meta.alarms);
+        out = put(out, &meta.member_attrs);
         Ok((meta, out))
     }
 }
@@ -636,6 +654,8 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
         store,
         leases,
         alarms,
+        member_attrs,
+        membership,
         ..
     } = state;
     let lease_exists = |id: LeaseId| leases.contains(id);
@@ -710,6 +730,13 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
             Applied::LeasePromote
         }
         Command::Alarm(change) => Applied::Alarm(apply_alarm(alarms, *change)),
+        Command::Publish(attrs) => {
+            // Only a member of the membership (a removed one may still publish late).
+            if state_membership_has(membership, attrs.id) {
+                member_attrs.insert(attrs.id, attrs.clone());
+            }
+            Applied::Publish(())
+        }
     }
 }
 
@@ -753,6 +780,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 let reply = match entry.payload {
                     EntryPayload::Blank => Vec::new(),
                     EntryPayload::Membership(m) => {
+                        // A removed member's attributes go with it.
+                        state
+                            .member_attrs
+                            .retain(|id, _| m.nodes().any(|(n, _)| n == id));
                         state.membership = StoredMembership::new(Some(entry.log_id), m);
                         Vec::new()
                     }
@@ -846,6 +877,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta.last_membership.clone(),
         );
         state.alarms = payload.alarms.iter().copied().collect();
+        state.member_attrs = by_id(payload.member_attrs.clone());
         let row = state.meta();
         // Staged changes predate the snapshot and must never be written over it.
         self.db.discard_staged_sm();

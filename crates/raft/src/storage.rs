@@ -21,7 +21,7 @@ use redb::{Database, Durability, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::command::AlarmMember;
+use crate::command::{AlarmMember, MemberAttrs};
 use crate::telemetry::Telemetry;
 
 mod error;
@@ -102,6 +102,8 @@ pub(crate) const COMPACT_REVISION: MetaKey<i64> = MetaKey::new("compact_revision
 pub(crate) const LEASE_CLOCK_MS: MetaKey<u64> = MetaKey::new("lease_clock_ms");
 /// The alarms raised (absent in files written before alarms existed: none).
 pub(crate) const ALARMS: MetaKey<Vec<AlarmMember>> = MetaKey::new("alarms");
+/// What each member published about itself (absent in older files: nothing published).
+pub(crate) const MEMBER_ATTRS: MetaKey<Vec<MemberAttrs>> = MetaKey::new("member_attrs");
 
 pub(crate) fn lease_key(id: LeaseId) -> [u8; 8] {
     // Two's complement reinterpretation: negative ids are valid and sort after positive ones.
@@ -152,6 +154,7 @@ pub(crate) struct SmMeta {
     pub(crate) compact_revision: i64,
     pub(crate) lease_clock_ms: u64,
     pub(crate) alarms: Vec<AlarmMember>,
+    pub(crate) member_attrs: Vec<MemberAttrs>,
 }
 
 /// Writes state-machine changes and the metadata they lead to, in one transaction.
@@ -200,6 +203,7 @@ pub(crate) fn write_sm(
     COMPACT_REVISION.put(&mut m, &meta.compact_revision)?;
     LEASE_CLOCK_MS.put(&mut m, &meta.lease_clock_ms)?;
     ALARMS.put(&mut m, &meta.alarms)?;
+    MEMBER_ATTRS.put(&mut m, &meta.member_attrs)?;
     Ok(())
 }
 

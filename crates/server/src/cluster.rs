@@ -1,11 +1,12 @@
-//! Cluster: the member list and membership changes (MemberAdd, MemberRemove, MemberPromote),
-//! made through Raft on the leader (forwarded there from a follower). MemberUpdate (changing a
-//! member's peer URLs) answers `Unimplemented`.
+//! Cluster: the member list and membership changes (MemberAdd, MemberRemove, MemberPromote,
+//! MemberUpdate), made through Raft on the leader (forwarded there from a follower). Each member
+//! publishes its name and client URLs through the log when it starts, so every member lists
+//! every member's.
 
 use std::sync::Arc;
 
 use leasehold_api::etcdserverpb::{self as pb, cluster_server::Cluster};
-use leasehold_raft::{MemberChange, MemberInfo};
+use leasehold_raft::{MemberAttrs, MemberChange, MemberInfo};
 use tonic::{Request, Response, Status};
 
 use crate::context::ServerContext;
@@ -30,6 +31,37 @@ fn is_peer_url(url: &str) -> bool {
     }
 }
 
+/// Publishes this member's name and client URLs through the log, as etcd does when a member
+/// starts, retrying (every half second) until it is applied or `shutdown` turns true. Skipped
+/// when the state already holds the same.
+pub async fn publish_member(
+    replica: Arc<leasehold_raft::Replica>,
+    attrs: MemberAttrs,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    const RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let known = replica.members().into_iter().find(|m| m.id == attrs.id);
+        if known.is_some_and(|m| m.published.as_ref() == Some(&attrs)) {
+            return;
+        }
+        match replica.propose(attrs.clone()).await {
+            Ok(()) => {
+                tracing::info!(name = %attrs.name, client_urls = ?attrs.client_urls, "published this member's attributes");
+                return;
+            }
+            Err(e) => tracing::debug!("publishing this member's attributes: {e}; retrying"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RETRY) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
 pub struct ClusterService {
     ctx: Arc<ServerContext>,
 }
@@ -39,32 +71,33 @@ impl ClusterService {
         ClusterService { ctx }
     }
 
-    /// A member as etcd lists it. This member knows its own name and client URLs; the others'
-    /// names come from `--initial-cluster` (members added later have none, which etcdctl shows
-    /// as "unstarted"), and their client URLs are not known.
+    /// A member as etcd lists it: this member from its own flags; another with what it
+    /// published when it started, or before that with its `--initial-cluster` name and no client
+    /// URLs (a member added later has neither until it starts: etcdctl shows it "unstarted").
     fn member(&self, m: &MemberInfo) -> pb::Member {
         let this = m.id == self.ctx.member_id;
-        pb::Member {
-            id: m.id,
-            name: if this {
-                self.ctx.name.clone()
-            } else {
+        let (name, client_urls) = match (&m.published, this) {
+            (_, true) => (self.ctx.name.clone(), self.ctx.client_urls.clone()),
+            (Some(published), false) => (published.name.clone(), published.client_urls.clone()),
+            (None, false) => (
                 self.ctx
                     .member_names
                     .get(&m.id)
                     .cloned()
-                    .unwrap_or_default()
-            },
-            peer_ur_ls: if this {
+                    .unwrap_or_default(),
+                Vec::new(),
+            ),
+        };
+        pb::Member {
+            id: m.id,
+            name,
+            // This member's own flags may list several; the membership holds one per member.
+            peer_ur_ls: if this && self.ctx.peer_urls.first() == Some(&m.peer_url) {
                 self.ctx.peer_urls.clone()
             } else {
                 vec![m.peer_url.clone()]
             },
-            client_ur_ls: if this {
-                self.ctx.client_urls.clone()
-            } else {
-                Vec::new()
-            },
+            client_ur_ls: client_urls,
             is_learner: m.learner,
         }
     }
@@ -149,6 +182,26 @@ impl Cluster for ClusterService {
         })
         .await?;
         Ok(Response::new(pb::MemberPromoteResponse {
+            header: self.header().await?,
+            members: self.members(),
+        }))
+    }
+
+    async fn member_update(
+        &self,
+        req: Request<pb::MemberUpdateRequest>,
+    ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
+        let req = req.into_inner();
+        let peer_url = match req.peer_ur_ls.first() {
+            Some(first) if req.peer_ur_ls.iter().all(|u| is_peer_url(u)) => first.clone(),
+            _ => return Err(ApiError::BadPeerUrls.into()),
+        };
+        self.change(MemberChange::Update {
+            id: req.id,
+            peer_url,
+        })
+        .await?;
+        Ok(Response::new(pb::MemberUpdateResponse {
             header: self.header().await?,
             members: self.members(),
         }))

@@ -51,6 +51,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::Connected;
 
+pub use cluster::publish_member;
 pub use compactor::{AutoCompaction, drive_auto_compaction};
 pub use context::ServerContext;
 pub use expiry::{ExpiryConfig, drive_lease_expiry};

@@ -1,12 +1,14 @@
-//! Membership changes (etcd's MemberAdd, MemberRemove, MemberPromote) and the member list.
+//! Membership changes (etcd's MemberAdd, MemberRemove, MemberPromote, MemberUpdate) and the
+//! member list.
 
 use openraft::BasicNode;
 
 use super::Replica;
 use super::error::{MembershipError, ReplicaError};
 use super::forward::leader_elsewhere;
+use crate::command::MemberAttrs;
 
-/// A membership change: etcd's MemberAdd, MemberRemove and MemberPromote.
+/// A membership change: etcd's MemberAdd, MemberRemove, MemberPromote and MemberUpdate.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum MemberChange {
     Add {
@@ -20,6 +22,11 @@ pub enum MemberChange {
     Promote {
         id: u64,
     },
+    /// New peer URL for a member (openraft's node info; the member's id stays).
+    Update {
+        id: u64,
+        peer_url: String,
+    },
 }
 
 /// One member as the current membership config has it.
@@ -28,6 +35,9 @@ pub struct MemberInfo {
     pub id: u64,
     pub peer_url: String,
     pub learner: bool,
+    /// What the member published about itself once it started (`None` before: etcd lists such
+    /// a member as unstarted).
+    pub published: Option<MemberAttrs>,
 }
 
 impl Replica {
@@ -36,12 +46,14 @@ impl Replica {
         let m = self.raft.metrics().borrow().clone();
         let membership = m.membership_config.membership();
         let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        let state = self.shared.state.read().expect("state lock poisoned");
         membership
             .nodes()
             .map(|(id, node)| MemberInfo {
                 id: *id,
                 peer_url: node.addr.clone(),
                 learner: !voters.contains(id),
+                published: state.member_attrs.get(id).cloned(),
             })
             .collect()
     }
@@ -103,6 +115,17 @@ impl Replica {
                 }
                 self.raft
                     .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
+                    .await
+                    .map_err(to_replica_error)?;
+            }
+            MemberChange::Update { id, peer_url } => {
+                find(id).ok_or(MembershipError::NotFound)?;
+                if members.iter().any(|m| m.id != id && m.peer_url == peer_url) {
+                    return Err(MembershipError::PeerUrlExists.into());
+                }
+                let nodes = [(id, BasicNode::new(&peer_url))].into();
+                self.raft
+                    .change_membership(ChangeMembers::SetNodes(nodes), false)
                     .await
                     .map_err(to_replica_error)?;
             }
