@@ -11,6 +11,7 @@ pub mod kv;
 pub mod lease;
 pub mod lock;
 pub mod output;
+pub mod role;
 pub mod session;
 pub mod watch;
 
@@ -319,7 +320,9 @@ pub fn duration_flag(s: &str) -> Result<Duration, String> {
 }
 
 /// Names of the client subcommands (the first argument that selects them).
-pub const COMMANDS: &[&str] = &["put", "get", "del", "watch", "lease", "lock", "elect"];
+pub const COMMANDS: &[&str] = &[
+    "put", "get", "del", "watch", "lease", "lock", "elect", "role",
+];
 
 /// etcdctl's global flags that take a value as the next argument when written without `=`.
 const GLOBAL_FLAGS_WITH_VALUE: &[&str] = &[
@@ -328,6 +331,7 @@ const GLOBAL_FLAGS_WITH_VALUE: &[&str] = &[
     "-w",
     "--dial-timeout",
     "--command-timeout",
+    "--user",
 ];
 
 /// Moves client global flags written before the command word (`leasehold --endpoints=X get k`,

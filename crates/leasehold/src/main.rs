@@ -65,6 +65,10 @@ enum Command {
     /// v3election service).
     #[command(args_override_self = true)]
     Elect(ctl::elect::ElectArgs),
+    /// Role commands: `role grant-permission`, with leasehold's `--lease` (grants that live
+    /// with a lease).
+    #[command(args_override_self = true)]
+    Role(ctl::role::RoleArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -201,6 +205,7 @@ fn run_client(command: Command) -> i32 {
             Command::Lease(a) => ctl::lease::run(a).await,
             Command::Lock(a) => ctl::lock::run(a).await,
             Command::Elect(a) => ctl::elect::run(a).await,
+            Command::Role(a) => ctl::role::run(a).await,
             Command::Bench(_) | Command::Cluster(_) => {
                 unreachable!("bench and cluster are not client commands")
             }

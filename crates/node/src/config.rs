@@ -81,6 +81,16 @@ pub struct NodeConfig {
     /// are refused; 0 is etcd's default (2 GiB), a negative value turns the quota off.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub quota_backend_bytes: i64,
+    /// How auth tokens are made: `simple` (random, held in memory by every member, ended after
+    /// `--auth-token-ttl` unused). etcd's `jwt,...` is not supported yet.
+    #[arg(long, default_value = "simple")]
+    pub auth_token: String,
+    /// Seconds a simple auth token lives unused (0 or less: 300, etcd's default).
+    #[arg(long, default_value_t = 300, allow_negative_numbers = true)]
+    pub auth_token_ttl: i64,
+    /// bcrypt cost of stored passwords (outside 4..=31: 10, etcd's default).
+    #[arg(long, default_value_t = 10)]
+    pub bcrypt_cost: u32,
     /// Raft entries between snapshots of the state machine (etcd's --snapshot-count).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_count: u64,
@@ -294,6 +304,12 @@ impl NodeConfig {
         self.peer_tls()?;
         self.peer_client_tls()?;
         self.auto_compaction()?;
+        if self.auth_token != "simple" {
+            bail!(
+                "--auth-token {:?}: only simple tokens are supported (JWT is not yet)",
+                self.auth_token
+            );
+        }
         if self.initial_cluster_state != "new" && self.initial_cluster_state != "existing" {
             bail!("--initial-cluster-state must be 'new' or 'existing'");
         }
@@ -339,6 +355,23 @@ impl NodeConfig {
         match self.quota_backend_bytes {
             0 => Some(DEFAULT),
             n => u64::try_from(n).ok(),
+        }
+    }
+
+    /// `--auth-token-ttl`, as etcd reads it.
+    pub fn auth_token_ttl(&self) -> Duration {
+        match u64::try_from(self.auth_token_ttl) {
+            Ok(secs) if secs > 0 => Duration::from_secs(secs),
+            _ => Duration::from_secs(300),
+        }
+    }
+
+    /// `--bcrypt-cost`, as etcd reads it.
+    pub fn bcrypt_cost(&self) -> u32 {
+        if (4..=31).contains(&self.bcrypt_cost) {
+            self.bcrypt_cost
+        } else {
+            10
         }
     }
 

@@ -59,7 +59,6 @@ const STORAGE: &str = "storage is one redb file, committed once per log batch";
 const NO_V2: &str = "leasehold serves only the v3 API";
 const NO_PROXY: &str = "leasehold has no v2 proxy mode";
 const NO_DISCOVERY: &str = "discovery is not supported: bootstrap with --initial-cluster";
-const NO_AUTH: &str = "authentication is not implemented yet";
 const NO_TRACING: &str = "OpenTelemetry tracing is not implemented";
 const NO_CORRUPT_CHECK: &str = "corruption checks are not implemented yet";
 const LEGACY: &str = "ignored by etcd too since v3";
@@ -170,9 +169,6 @@ const TABLE: &[Inert] = &[
         Int,
         NO_TRACING,
     ),
-    inert("auth-token", Str, NO_AUTH),
-    inert("bcrypt-cost", Uint, NO_AUTH),
-    inert("auth-token-ttl", Uint, NO_AUTH),
     inert("experimental-initial-corrupt-check", Bool, NO_CORRUPT_CHECK),
     inert(
         "experimental-corrupt-check-time",

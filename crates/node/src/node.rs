@@ -115,6 +115,7 @@ impl Node {
                 election_timeout_ms: config.election_timeout,
                 snapshot_log_entries_max: config.snapshot_count,
                 quota_bytes: config.quota_bytes(),
+                auth_token_ttl: config.auth_token_ttl(),
             },
             network,
             forwarder,
@@ -160,6 +161,7 @@ impl Node {
             limits: config.limits(),
             keepalive: config.keepalive(),
             json_gateway: config.enable_grpc_gateway,
+            bcrypt_cost: config.bcrypt_cost(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut servers = Vec::new();

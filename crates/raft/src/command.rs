@@ -12,6 +12,7 @@
 //! delete and txn requests) names its reply type through [`Propose`], so a caller gets its own
 //! reply and never sees another command's.
 
+use leasehold_auth::{AuthChange, AuthError, Caller};
 use leasehold_lease::{LeaseError, LeaseId};
 use leasehold_mvcc as mvcc;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,32 @@ pub enum Write {
     LeaseRenew(LeaseRenew),
     Alarm(AlarmChange),
     Publish(MemberAttrs),
+    /// A change to the auth store, by the caller the edge resolved.
+    Auth(AuthWrite),
+    /// A token for a user whose password the edge checked (etcd's Authenticate).
+    Authenticate(Authenticate),
+    /// A client write on behalf of a user (auth is on): applied only if the user's permissions,
+    /// as of when the edge looked them up, still allow it when it is applied.
+    As {
+        caller: Caller,
+        write: Box<Write>,
+    },
+}
+
+/// A change to the auth store and who asked for it (`None`: no token).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthWrite {
+    pub caller: Option<Caller>,
+    pub change: AuthChange,
+}
+
+/// Registers a simple token `<prefix>.<log index>` for `user` on every member, if the auth store
+/// is still at `revision` (the one the password was checked against).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Authenticate {
+    pub user: String,
+    pub prefix: String,
+    pub revision: u64,
 }
 
 /// What a member publishes about itself through the log when it starts (etcd's `publish`): its
@@ -98,12 +125,18 @@ pub struct AlarmChange {
 impl Write {
     /// Whether committing it needs the leader's lease time (grants and renewals).
     pub fn is_lease_timed(&self) -> bool {
-        matches!(self, Write::LeaseGrant(_) | Write::LeaseRenew(_))
+        match self {
+            Write::As { write, .. } => write.is_lease_timed(),
+            _ => matches!(self, Write::LeaseGrant(_) | Write::LeaseRenew(_)),
+        }
     }
 
     /// Whether it adds data (etcd's quota cost is not zero): a put, a txn with a put in either
     /// branch (nested ones too), a lease grant. These are refused while NOSPACE is raised.
     pub fn adds_data(&self) -> bool {
+        if let Write::As { write, .. } = self {
+            return write.adds_data();
+        }
         fn txn_puts(t: &mvcc::TxnRequest) -> bool {
             t.success.iter().chain(&t.failure).any(|op| match op {
                 mvcc::RequestOp::Put(_) => true,
@@ -119,17 +152,25 @@ impl Write {
             | Write::LeaseRevoke(_)
             | Write::LeaseRenew(_)
             | Write::Alarm(_)
-            | Write::Publish(_) => false,
+            | Write::Publish(_)
+            | Write::Auth(_)
+            | Write::Authenticate(_)
+            | Write::As { .. } => false,
         }
     }
 
     /// Whether it is refused while CORRUPT is raised: every KV and lease write but renewals
     /// (etcd's corrupt applier; keepalives do not go through it).
     pub fn refused_when_corrupt(&self) -> bool {
-        !matches!(
-            self,
-            Write::LeaseRenew(_) | Write::Alarm(_) | Write::Publish(_)
-        )
+        match self {
+            Write::As { write, .. } => write.refused_when_corrupt(),
+            Write::LeaseRenew(_)
+            | Write::Alarm(_)
+            | Write::Publish(_)
+            | Write::Auth(_)
+            | Write::Authenticate(_) => false,
+            _ => true,
+        }
     }
 
     /// Whether a follower may answer it as soon as the leader has committed it, before applying
@@ -140,7 +181,10 @@ impl Write {
     /// other write is answered after this member applies it, so that a serializable read here
     /// afterwards sees it, as etcd's followers do.
     pub fn answered_at_commit(&self) -> bool {
-        matches!(self, Write::LeaseRenew(_))
+        match self {
+            Write::As { write, .. } => write.answered_at_commit(),
+            _ => matches!(self, Write::LeaseRenew(_)),
+        }
     }
 
     /// The log command, with `now_ms` (the committing leader's lease time) on grants and
@@ -160,6 +204,12 @@ impl Write {
             Write::LeaseRenew(LeaseRenew { id }) => Command::LeaseRenew { id, now_ms },
             Write::Alarm(change) => Command::Alarm(change),
             Write::Publish(attrs) => Command::Publish(attrs),
+            Write::Auth(auth) => Command::Auth(auth),
+            Write::Authenticate(a) => Command::Authenticate(a),
+            Write::As { caller, write } => Command::As {
+                caller,
+                command: Box::new(write.stamp(now_ms)),
+            },
         }
     }
 
@@ -179,6 +229,12 @@ impl Write {
             Command::LeaseRenew { id, .. } => Write::LeaseRenew(LeaseRenew { id }),
             Command::Alarm(change) => Write::Alarm(change),
             Command::Publish(attrs) => Write::Publish(attrs),
+            Command::Auth(auth) => Write::Auth(auth),
+            Command::Authenticate(a) => Write::Authenticate(a),
+            Command::As { caller, command } => Write::As {
+                caller,
+                write: Box::new(Write::forwarded_by_an_older_member(*command)?),
+            },
             Command::LeaseExpire { .. }
             | Command::LeaseTick { .. }
             | Command::LeasePromote { .. } => {
@@ -211,6 +267,8 @@ impl Write {
             Write::Txn(t) => txn(t),
             Write::Compact(_) => 8,
             Write::Alarm(_) => 16,
+            Write::Auth(_) | Write::Authenticate(_) => 64,
+            Write::As { caller, write } => caller.user.len() + 8 + write.approx_bytes(),
             Write::Publish(a) => {
                 a.name.len() + a.client_urls.iter().map(String::len).sum::<usize>() + 16
             }
@@ -262,6 +320,8 @@ propose!(LeaseRevoke, LeaseRevoke, Result<i64, LeaseError>);
 propose!(LeaseRenew, LeaseRenew, Option<i64>);
 propose!(AlarmChange, Alarm, Option<AlarmMember>);
 propose!(MemberAttrs, Publish, ());
+propose!(AuthWrite, Auth, Result<(), AuthError>);
+propose!(Authenticate, Authenticate, Result<String, AuthError>);
 
 /// One command of a log entry: a client write stamped by the leader that committed it, or one
 /// of the leader's own lease commands.
@@ -306,6 +366,13 @@ pub enum Command {
     },
     Alarm(AlarmChange),
     Publish(MemberAttrs),
+    Auth(AuthWrite),
+    Authenticate(Authenticate),
+    /// A client command on behalf of a user (see [`Write::As`]).
+    As {
+        caller: Caller,
+        command: Box<Command>,
+    },
 }
 
 /// What applying one command produced.
@@ -329,6 +396,12 @@ pub enum Applied {
     /// was not raised.
     Alarm(Option<AlarmMember>),
     Publish(()),
+    Auth(Result<(), AuthError>),
+    /// The token registered.
+    Authenticate(Result<String, AuthError>),
+    /// A client command refused by the auth store when applied (no user while auth is on, a
+    /// permission missing or changed since the edge looked): nothing was applied.
+    Denied(AuthError),
 }
 
 #[cfg(test)]

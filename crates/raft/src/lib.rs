@@ -15,12 +15,13 @@ mod replica;
 mod state_machine;
 mod storage;
 mod telemetry;
+mod tokens;
 
 use std::io::Cursor;
 
 pub use command::{
-    Alarm, AlarmChange, AlarmMember, Applied, Command, Compact, LeaseGrant, LeaseRenew,
-    LeaseRevoke, MemberAttrs, Proposal, Propose, Write,
+    Alarm, AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, Compact,
+    LeaseGrant, LeaseRenew, LeaseRevoke, MemberAttrs, Proposal, Propose, Write,
 };
 pub use leasehold_lease::{
     EndedLease, LEASE_TTL_SECS_MAX, LeaseClock, LeaseEnd, LeaseError, LeaseId, LeaseTable,

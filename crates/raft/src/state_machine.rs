@@ -21,11 +21,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tokio::sync::oneshot;
 
 use crate::TypeConfig;
-use crate::command::{AlarmChange, AlarmMember, Applied, Command, MemberAttrs, Proposal};
+use crate::command::{
+    AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, MemberAttrs, Proposal,
+};
 use crate::storage::{
-    ALARMS, COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES,
+    ALARMS, AUTH, COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES,
     MEMBER_ATTRS, MEMBERSHIP, SM_META, SmMeta, StorageError, decode, write_sm,
 };
+use crate::tokens::SimpleTokens;
+use leasehold_auth::{Access, AuthChange, AuthError, AuthState, Caller};
 
 /// openraft's storage error, which ours become (typed, through [`crate::storage::FirstFailure`]).
 type RaftStorageError = openraft::StorageError<u64>;
@@ -42,6 +46,9 @@ pub(crate) struct SmState {
     pub(crate) alarms: BTreeSet<AlarmMember>,
     /// What each member published about itself, by id; only members of the membership.
     pub(crate) member_attrs: BTreeMap<u64, MemberAttrs>,
+    pub(crate) auth: AuthState,
+    /// The simple tokens applied Authenticate entries registered (not persisted).
+    pub(crate) tokens: SimpleTokens,
 }
 
 impl SmState {
@@ -70,6 +77,8 @@ impl SmState {
             membership,
             alarms: BTreeSet::new(),
             member_attrs: BTreeMap::new(),
+            auth: AuthState::default(),
+            tokens: SimpleTokens::default(),
         }
     }
 
@@ -104,7 +113,85 @@ impl SmState {
             lease_clock_ms: self.leases.clock_ms(),
             alarms: self.alarms.iter().copied().collect(),
             member_attrs: self.member_attrs.values().cloned().collect(),
+            auth: self.auth.clone(),
         }
+    }
+}
+
+/// Whether the auth store lets `caller` (`None`: no token) make a client command, as etcd checks
+/// at apply: a put needs write on its key (and on every key of the lease it attaches the key to),
+/// read too with `prev_kv`; a delete write on its range; a txn read on every compare and what each
+/// op of both branches needs (nested ones too); a lease revoke write on every key of the lease.
+/// Anything else (compaction, grants, renewals, the leader's own commands) is not checked.
+fn check_command(state: &SmState, caller: Option<&Caller>, cmd: &Command) -> Result<(), AuthError> {
+    if !state.auth.enabled {
+        return Ok(());
+    }
+    let check = Check { state, caller };
+    match cmd {
+        Command::Put(p) => check.put(p),
+        Command::DeleteRange(d) => check.delete(d),
+        Command::Txn(t) => check.txn(t),
+        Command::LeaseRevoke { id } => check.lease_keys(*id),
+        _ => Ok(()),
+    }
+}
+
+/// One caller's permission checks against the applied state (see [`check_command`]).
+struct Check<'s> {
+    state: &'s SmState,
+    caller: Option<&'s Caller>,
+}
+
+impl Check<'_> {
+    fn key(&self, key: &[u8], range_end: &[u8], access: Access) -> Result<(), AuthError> {
+        self.state
+            .auth
+            .check_key(self.caller, key, range_end, access)
+    }
+
+    fn lease_keys(&self, id: LeaseId) -> Result<(), AuthError> {
+        if let Some(lease) = self.state.leases.view(id) {
+            for k in lease.keys() {
+                self.key(k, b"", Access::Write)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn put(&self, p: &leasehold_mvcc::PutRequest) -> Result<(), AuthError> {
+        self.key(&p.key, b"", Access::Write)?;
+        if let Some(lease) = p.lease {
+            self.lease_keys(lease)?;
+        }
+        if p.prev_kv {
+            self.key(&p.key, b"", Access::Read)?;
+        }
+        Ok(())
+    }
+
+    fn delete(&self, d: &leasehold_mvcc::DeleteRangeRequest) -> Result<(), AuthError> {
+        self.key(&d.key, &d.range_end, Access::Write)?;
+        if d.prev_kv {
+            self.key(&d.key, &d.range_end, Access::Read)?;
+        }
+        Ok(())
+    }
+
+    fn txn(&self, t: &leasehold_mvcc::TxnRequest) -> Result<(), AuthError> {
+        use leasehold_mvcc::RequestOp;
+        for c in &t.compare {
+            self.key(&c.key, &c.range_end, Access::Read)?;
+        }
+        for op in t.success.iter().chain(&t.failure) {
+            match op {
+                RequestOp::Range(r) => self.key(&r.key, &r.range_end, Access::Read)?,
+                RequestOp::Put(p) => self.put(p)?,
+                RequestOp::DeleteRange(d) => self.delete(d)?,
+                RequestOp::Txn(nested) => self.txn(nested)?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -144,6 +231,9 @@ pub(crate) struct SharedState {
     pub(crate) key_deletes: KeyDeletes,
     /// When this member appended its log entries (see [`AppendTimes`]).
     pub(crate) append_times: Arc<AppendTimes>,
+    /// Whether auth is enabled in the applied state, readable without the state lock: while it
+    /// is off (the usual case) a request needs no look at the auth store at all.
+    pub(crate) auth_enabled: AtomicBool,
 }
 
 /// When this member appended which log entries, so that the lease time an entry carries is
@@ -301,7 +391,9 @@ impl Drop for KeyDeleteWaiter {
 impl SharedState {
     fn new(state: SmState) -> SharedState {
         let (revision, _) = tokio::sync::watch::channel(state.store.current_revision());
+        let auth_enabled = AtomicBool::new(state.auth.enabled);
         SharedState {
+            auth_enabled,
             state: RwLock::new(state),
             leases_changed: tokio::sync::Notify::new(),
             revision,
@@ -347,6 +439,7 @@ struct SnapshotPayload {
     leases: Vec<(LeaseId, LeaseRecord)>,
     alarms: Vec<AlarmMember>,
     member_attrs: Vec<MemberAttrs>,
+    auth: AuthState,
 }
 
 /// The state machine openraft drives. The file always holds a valid snapshot (the state at its
@@ -413,6 +506,7 @@ impl StateMachine {
         );
         state.alarms = persisted.alarms.into_iter().collect();
         state.member_attrs = by_id(persisted.member_attrs);
+        state.auth = persisted.auth;
         tracing::info!(
             keys = state.store.key_history_len(),
             leases = state.leases.len(),
@@ -492,6 +586,7 @@ struct FileMeta {
     lease_clock_ms: u64,
     alarms: Vec<AlarmMember>,
     member_attrs: Vec<MemberAttrs>,
+    auth: AuthState,
 }
 
 impl FileMeta {
@@ -513,6 +608,7 @@ impl FileMeta {
             lease_clock_ms: LEASE_CLOCK_MS.get(&meta)?.unwrap_or(0),
             alarms: ALARMS.get(&meta)?.unwrap_or_default(),
             member_attrs: MEMBER_ATTRS.get(&meta)?.unwrap_or_default(),
+            auth: AUTH.get(&meta)?.unwrap_or_default(),
         })
     }
 }
@@ -559,6 +655,7 @@ impl SnapshotPayload {
             leases,
             alarms: meta.alarms,
             member_attrs: meta.member_attrs,
+            auth: meta.auth,
         })
     }
 
@@ -597,6 +694,7 @@ impl SnapshotPayload {
         }
         out = put(out, &meta.alarms);
         out = put(out, &meta.member_attrs);
+        out = put(out, &meta.auth);
         Ok((meta, out))
     }
 }
@@ -620,6 +718,8 @@ impl Effects {
         self.leases_touched.insert(id);
         let (revision, changes) = state.store.delete_keys(keys.iter().map(|k| &**k));
         self.kv(&state.store, &mut state.leases, changes);
+        // Grants bound to the lease go in the same command (leasehold's extension).
+        state.auth.end_lease(id.get());
         revision
     }
 }
@@ -648,15 +748,25 @@ pub fn rebind(store: &Store, leases: &mut LeaseTable, changes: &[Change]) {
     }
 }
 
-/// Applies one command to the state.
+/// Applies one command to the state: a client command only if the auth store allows its caller
+/// (see [`check_command`]).
 fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applied {
+    let (caller, cmd) = match cmd {
+        Command::As { caller, command } => (Some(caller), &**command),
+        other => (None, other),
+    };
+    if let Err(e) = check_command(state, caller, cmd) {
+        return Applied::Denied(e);
+    }
     let SmState {
         store,
         leases,
         alarms,
         member_attrs,
         membership,
-        ..
+        auth,
+        tokens,
+        last_applied,
     } = state;
     let lease_exists = |id: LeaseId| leases.contains(id);
     match cmd {
@@ -730,6 +840,46 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
             Applied::LeasePromote
         }
         Command::Alarm(change) => Applied::Alarm(apply_alarm(alarms, *change)),
+        Command::Auth(AuthWrite { caller, change }) => {
+            let applied = match change {
+                AuthChange::RoleGrantPermission {
+                    perm:
+                        leasehold_auth::Permission {
+                            lease: Some(lease), ..
+                        },
+                    ..
+                } if !LeaseId::from_wire(*lease).is_some_and(|id| leases.contains(id)) => {
+                    Err(AuthError::LeaseNotFound)
+                }
+                _ => auth.apply(caller.as_ref(), change),
+            };
+            if applied.is_ok() {
+                if let Some(user) = change.ends_tokens_of() {
+                    tokens.end_user(user);
+                }
+                if !auth.enabled {
+                    tokens.end_all();
+                }
+            }
+            Applied::Auth(applied)
+        }
+        Command::Authenticate(Authenticate {
+            user,
+            prefix,
+            revision,
+        }) => Applied::Authenticate(if !auth.enabled {
+            Err(AuthError::AuthNotEnabled)
+        } else if *revision != auth.revision || !auth.users.contains_key(user) {
+            // The password was checked against an auth store that has changed since.
+            Err(AuthError::AuthFailed)
+        } else {
+            let index = last_applied.map_or(0, |l| l.index);
+            let token = format!("{prefix}.{index}");
+            tokens.register(token.clone(), user.clone(), std::time::Instant::now());
+            Ok(token)
+        }),
+        // A command on behalf of a user on behalf of a user: never proposed.
+        Command::As { .. } => Applied::Denied(AuthError::PermissionDenied),
         Command::Publish(attrs) => {
             // Only a member of the membership (a removed one may still publish late).
             if state_membership_has(membership, attrs.id) {
@@ -800,6 +950,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
                 state.leases.validate();
             }
+            self.shared
+                .auth_enabled
+                .store(state.auth.enabled, Ordering::SeqCst);
             let lease_rows: Vec<(LeaseId, Option<LeaseRecord>)> = fx
                 .leases_touched
                 .iter()
@@ -878,6 +1031,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         );
         state.alarms = payload.alarms.iter().copied().collect();
         state.member_attrs = by_id(payload.member_attrs.clone());
+        state.auth = payload.auth.clone();
         let row = state.meta();
         // Staged changes predate the snapshot and must never be written over it.
         self.db.discard_staged_sm();
@@ -918,7 +1072,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             })
         })?;
         let revision = state.store.current_revision();
-        *self.shared.state.write().expect("state lock poisoned") = state;
+        {
+            let mut current = self.shared.state.write().expect("state lock poisoned");
+            // Tokens are this member's, not the snapshot's: they stay.
+            let mut state = state;
+            state.tokens = std::mem::take(&mut current.tokens);
+            *current = state;
+            self.shared
+                .auth_enabled
+                .store(current.auth.enabled, Ordering::SeqCst);
+        }
         // The state it replaced is freed; give its memory back to the OS.
         leasehold_alloc::release_soon();
         self.shared.leases_changed.notify_one();

@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 
 use crate::command::{AlarmMember, MemberAttrs};
 use crate::telemetry::Telemetry;
+use leasehold_auth::AuthState;
 
 mod error;
 
@@ -104,6 +105,8 @@ pub(crate) const LEASE_CLOCK_MS: MetaKey<u64> = MetaKey::new("lease_clock_ms");
 pub(crate) const ALARMS: MetaKey<Vec<AlarmMember>> = MetaKey::new("alarms");
 /// What each member published about itself (absent in older files: nothing published).
 pub(crate) const MEMBER_ATTRS: MetaKey<Vec<MemberAttrs>> = MetaKey::new("member_attrs");
+/// The auth store (absent in older files: auth off, no users or roles).
+pub(crate) const AUTH: MetaKey<AuthState> = MetaKey::new("auth");
 
 pub(crate) fn lease_key(id: LeaseId) -> [u8; 8] {
     // Two's complement reinterpretation: negative ids are valid and sort after positive ones.
@@ -155,6 +158,7 @@ pub(crate) struct SmMeta {
     pub(crate) lease_clock_ms: u64,
     pub(crate) alarms: Vec<AlarmMember>,
     pub(crate) member_attrs: Vec<MemberAttrs>,
+    pub(crate) auth: AuthState,
 }
 
 /// Writes state-machine changes and the metadata they lead to, in one transaction.
@@ -204,6 +208,7 @@ pub(crate) fn write_sm(
     LEASE_CLOCK_MS.put(&mut m, &meta.lease_clock_ms)?;
     ALARMS.put(&mut m, &meta.alarms)?;
     MEMBER_ATTRS.put(&mut m, &meta.member_attrs)?;
+    AUTH.put(&mut m, &meta.auth)?;
     Ok(())
 }
 

@@ -90,6 +90,7 @@ async fn replica_restart_recovers_every_write() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = ReplicaConfig {
         quota_bytes: None,
+        auth_token_ttl: std::time::Duration::from_secs(300),
         member_id: 7,
         peer_url: "http://127.0.0.1:1".into(),
         initial_peers: BTreeMap::new(),

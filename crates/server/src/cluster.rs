@@ -116,6 +116,12 @@ impl ClusterService {
         Ok(self.ctx.header().without_revision())
     }
 
+    /// Membership changes need an admin while auth is on.
+    fn admin<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let caller = self.ctx.caller(req)?;
+        Ok(self.ctx.check_admin(caller.as_ref())?)
+    }
+
     async fn change(&self, change: MemberChange) -> Result<(), Status> {
         Ok(self
             .ctx
@@ -132,6 +138,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
+        self.admin(&req)?;
         let req = req.into_inner();
         let peer_url = match req.peer_ur_ls.first() {
             Some(first) if req.peer_ur_ls.iter().all(|u| is_peer_url(u)) => first.clone(),
@@ -163,6 +170,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
+        self.admin(&req)?;
         self.change(MemberChange::Remove {
             id: req.get_ref().id,
         })
@@ -177,6 +185,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        self.admin(&req)?;
         self.change(MemberChange::Promote {
             id: req.get_ref().id,
         })
@@ -191,6 +200,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
+        self.admin(&req)?;
         let req = req.into_inner();
         let peer_url = match req.peer_ur_ls.first() {
             Some(first) if req.peer_ur_ls.iter().all(|u| is_peer_url(u)) => first.clone(),

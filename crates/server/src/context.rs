@@ -32,6 +32,8 @@ pub struct ServerContext {
     pub keepalive: crate::GrpcKeepalive,
     /// `--enable-grpc-gateway`: serve the JSON gateway (`/v3/...`) on the client port.
     pub json_gateway: bool,
+    /// `--bcrypt-cost`: of the passwords this member hashes.
+    pub bcrypt_cost: u32,
 }
 
 impl ServerContext {

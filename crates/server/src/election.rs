@@ -16,6 +16,7 @@ use crate::context::ServerContext;
 use crate::convert;
 use crate::error::{ApiError, Recipe, RecipeError};
 use crate::recipe::{self, ReleaseOnDrop};
+use leasehold_auth::Caller;
 
 /// Observe responses a stream may have queued before the observer waits for the client.
 const OBSERVE_QUEUE_LEN_MAX: usize = 16;
@@ -33,6 +34,7 @@ impl ElectionService {
 
     async fn campaign(
         &self,
+        caller: Option<Caller>,
         req: pb::CampaignRequest,
     ) -> Result<pb::CampaignResponse, RecipeError> {
         let ctx = &self.ctx;
@@ -41,6 +43,7 @@ impl ElectionService {
         let key = recipe::lease_key(&prefix, lease);
         let queued = recipe::txn(
             ctx,
+            caller.as_ref(),
             mvcc::TxnRequest {
                 compare: vec![recipe::create_revision_is(&key, 0)],
                 success: vec![put(&key, req.value.clone(), lease)],
@@ -60,15 +63,26 @@ impl ElectionService {
             };
             if existing.value != req.value {
                 // Already campaigning with another value: proclaim the new one.
-                let proclaimed =
-                    proclaim(ctx, &key, existing.create_revision, lease, req.value).await?;
+                let proclaimed = proclaim(
+                    ctx,
+                    caller.as_ref(),
+                    &key,
+                    existing.create_revision,
+                    lease,
+                    req.value,
+                )
+                .await?;
                 if !proclaimed.succeeded {
                     return Err(RecipeError::NotLeader);
                 }
             }
             existing.create_revision
         };
-        let resign = ReleaseOnDrop::arm(ctx.clone(), recipe::delete_txn(&key, Some(my_rev)));
+        let resign = ReleaseOnDrop::arm(
+            ctx.clone(),
+            caller.clone(),
+            recipe::delete_txn(&key, Some(my_rev)),
+        );
         recipe::wait_for_turn(ctx, Recipe::Election, &prefix, &key, my_rev).await?;
         recipe::confirm_owner(ctx, Recipe::Election, &prefix, &key, my_rev, lease).await?;
         resign.disarm();
@@ -86,12 +100,21 @@ impl ElectionService {
 
     async fn proclaim(
         &self,
+        caller: Option<Caller>,
         req: pb::ProclaimRequest,
     ) -> Result<pb::ProclaimResponse, RecipeError> {
         let leader = leader_key(req.leader)?;
         // As etcd's server: a leader key without a lease proclaims with a fresh session lease.
         let lease = recipe::session_lease(&self.ctx, leader.lease).await?;
-        let proclaimed = proclaim(&self.ctx, &leader.key, leader.rev, lease, req.value).await?;
+        let proclaimed = proclaim(
+            &self.ctx,
+            caller.as_ref(),
+            &leader.key,
+            leader.rev,
+            lease,
+            req.value,
+        )
+        .await?;
         if !proclaimed.succeeded {
             return Err(RecipeError::NotLeader);
         }
@@ -116,11 +139,15 @@ impl ElectionService {
         Ok(leader_response(&self.ctx, revision, kv))
     }
 
-    async fn resign(&self, req: pb::ResignRequest) -> Result<pb::ResignResponse, RecipeError> {
+    async fn resign(
+        &self,
+        caller: Option<Caller>,
+        req: pb::ResignRequest,
+    ) -> Result<pb::ResignResponse, RecipeError> {
         let leader = leader_key(req.leader)?;
         // Not being the leader (any more) is not an error, as in etcd.
-        let resigned =
-            recipe::txn(&self.ctx, recipe::delete_txn(&leader.key, Some(leader.rev))).await?;
+        let release = recipe::delete_txn(&leader.key, Some(leader.rev));
+        let resigned = recipe::txn(&self.ctx, caller.as_ref(), release).await?;
         Ok(pb::ResignResponse {
             header: self.ctx.header().at(resigned.revision),
         })
@@ -139,6 +166,7 @@ fn put(key: &[u8], value: Vec<u8>, lease: LeaseId) -> mvcc::RequestOp {
 /// Puts `value` on the leader key if it is still the one created at `rev`.
 async fn proclaim(
     ctx: &ServerContext,
+    caller: Option<&Caller>,
     key: &[u8],
     rev: i64,
     lease: LeaseId,
@@ -146,6 +174,7 @@ async fn proclaim(
 ) -> Result<mvcc::TxnResponse, ApiError> {
     recipe::txn(
         ctx,
+        caller,
         mvcc::TxnRequest {
             compare: vec![recipe::create_revision_is(key, rev)],
             success: vec![put(key, value, lease)],
@@ -281,10 +310,11 @@ impl Election for ElectionService {
         &self,
         req: Request<pb::CampaignRequest>,
     ) -> Result<Response<pb::CampaignResponse>, Status> {
+        let caller = self.ctx.caller(&req)?;
         let req = req.into_inner();
         // As for a lock: etcd checks the transaction it makes of the request.
         self.ctx.limits.proposal_size(&req)?;
-        ElectionService::campaign(self, req)
+        ElectionService::campaign(self, caller, req)
             .await
             .map(Response::new)
             .map_err(Status::from)
@@ -294,9 +324,10 @@ impl Election for ElectionService {
         &self,
         req: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
+        let caller = self.ctx.caller(&req)?;
         let req = req.into_inner();
         self.ctx.limits.proposal_size(&req)?;
-        ElectionService::proclaim(self, req)
+        ElectionService::proclaim(self, caller, req)
             .await
             .map(Response::new)
             .map_err(Status::from)
@@ -329,7 +360,8 @@ impl Election for ElectionService {
         &self,
         req: Request<pb::ResignRequest>,
     ) -> Result<Response<pb::ResignResponse>, Status> {
-        ElectionService::resign(self, req.into_inner())
+        let caller = self.ctx.caller(&req)?;
+        ElectionService::resign(self, caller, req.into_inner())
             .await
             .map(Response::new)
             .map_err(Status::from)

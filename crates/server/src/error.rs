@@ -2,6 +2,7 @@
 //! (etcd's `api/v3rpc/rpctypes`). Every match is exhaustive: a new error variant does not compile
 //! until it has its status.
 
+use leasehold_auth::AuthError;
 use leasehold_mvcc as mvcc;
 use leasehold_raft::{LeaseError, MembershipError, ReplicaError};
 use tonic::{Code, Status};
@@ -27,6 +28,11 @@ pub enum ApiError {
     BadPeerUrls,
     /// A request leasehold does not serve (yet).
     Unimplemented(Unimplemented),
+    /// Refused by the auth store.
+    Auth(AuthError),
+    /// Refused by the auth store on a maintenance call, which etcd does not map: code Unknown
+    /// with the auth package's own wording (`auth: permission denied`).
+    AuthUnmapped(AuthError),
 }
 
 /// What leasehold answers `Unimplemented`.
@@ -98,6 +104,43 @@ impl From<ReplicaError> for ApiError {
     fn from(e: ReplicaError) -> Self {
         ApiError::Replica(e)
     }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        ApiError::Auth(e)
+    }
+}
+
+/// etcd's status for an auth error (`rpctypes`).
+fn auth_status(e: AuthError) -> Status {
+    use AuthError::*;
+    let code = match e {
+        RootUserNotExist | RootRoleNotExist | UserAlreadyExist | UserNotFound
+        | RoleAlreadyExist | RoleNotFound | RoleNotGranted | PermissionNotGranted
+        | AuthNotEnabled => Code::FailedPrecondition,
+        UserEmpty | RoleEmpty | AuthFailed | InvalidAuthMgmt | AuthOldRevision => {
+            Code::InvalidArgument
+        }
+        PermissionDenied => Code::PermissionDenied,
+        LeaseNotFound => Code::NotFound,
+        InvalidAuthToken => Code::Unauthenticated,
+        NoPasswordUser => Code::Unknown,
+    };
+    Status::new(code, e.to_string())
+}
+
+/// An auth error as etcd's auth package words it before the gRPC layer maps it.
+fn auth_unmapped(e: AuthError) -> Status {
+    use AuthError::*;
+    let message = match e {
+        PermissionDenied => "auth: permission denied".to_owned(),
+        UserEmpty => "auth: user name is empty".to_owned(),
+        UserNotFound => "auth: user not found".to_owned(),
+        InvalidAuthToken => "auth: invalid auth token".to_owned(),
+        other => other.to_string(),
+    };
+    Status::new(Code::Unknown, message)
 }
 
 impl From<LeaseError> for ApiError {
@@ -179,7 +222,10 @@ impl From<ApiError> for Status {
                     Status::new(Code::NotFound, "etcdserver: requested lease not found")
                 }
             },
+            ApiError::Auth(e) => auth_status(e),
+            ApiError::AuthUnmapped(e) => auth_unmapped(e),
             ApiError::Replica(r) => match r {
+                ReplicaError::Auth(e) => auth_status(e),
                 ReplicaError::NoLeader => Status::new(Code::Unavailable, "etcdserver: no leader"),
                 ReplicaError::Stopped => {
                     Status::new(Code::Unavailable, "etcdserver: server stopped")

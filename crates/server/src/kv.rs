@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use leasehold_api::etcdserverpb::{self as pb, kv_server::Kv};
+use leasehold_auth::Caller;
 use leasehold_raft::{Compact, Propose};
 use tonic::{Request, Response, Status};
 
@@ -20,9 +21,13 @@ impl KvService {
         KvService { ctx }
     }
 
-    /// Proposes a write; its reply, or why it was not applied.
-    async fn propose<P: Propose>(&self, request: P) -> Result<P::Reply, ApiError> {
-        Ok(self.ctx.replica.propose(request).await?)
+    /// Proposes a write on behalf of `caller`; its reply, or why it was not applied.
+    async fn propose<P: Propose>(
+        &self,
+        caller: Option<Caller>,
+        request: P,
+    ) -> Result<P::Reply, ApiError> {
+        Ok(self.ctx.replica.propose_as(caller, request).await?)
     }
 }
 
@@ -32,9 +37,12 @@ impl Kv for KvService {
         &self,
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
+        let caller = self.ctx.caller(&req)?;
         let req = req.into_inner();
         self.ctx.limits.message_size(&req)?;
         validate::range(&req).map_err(ApiError::from)?;
+        self.ctx
+            .check_read(caller.as_ref(), &req.key, &req.range_end)?;
         let linearizable = !req.serializable;
         let req = convert::range_request(req);
         let resp = self
@@ -49,11 +57,12 @@ impl Kv for KvService {
     }
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let caller = self.ctx.caller(&req)?;
         let req = req.into_inner();
         self.ctx.limits.proposal_size(&req)?;
         validate::put(&req).map_err(ApiError::from)?;
         let resp = self
-            .propose(convert::put_request(req))
+            .propose(caller, convert::put_request(req))
             .await?
             .map_err(ApiError::from)?;
         let header = self.ctx.header().at(resp.revision);
@@ -64,20 +73,22 @@ impl Kv for KvService {
         &self,
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let caller = self.ctx.caller(&req)?;
         let req = req.into_inner();
         self.ctx.limits.proposal_size(&req)?;
         validate::delete(&req).map_err(ApiError::from)?;
-        let resp = self.propose(convert::delete_request(req)).await?;
+        let resp = self.propose(caller, convert::delete_request(req)).await?;
         let header = self.ctx.header().at(resp.revision);
         Ok(Response::new(convert::delete_response(header, resp)))
     }
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let caller = self.ctx.caller(&req)?;
         let req = req.into_inner();
         self.ctx.limits.proposal_size(&req)?;
         validate::txn(&req, self.ctx.limits.txn_ops_max).map_err(ApiError::from)?;
         let resp = self
-            .propose(convert::txn_request(req))
+            .propose(caller, convert::txn_request(req))
             .await?
             .map_err(ApiError::from)?;
         let header = self.ctx.header().at(resp.revision);
@@ -93,9 +104,12 @@ impl Kv for KvService {
         // Compaction is applied synchronously with the log entry, so `physical` is always
         // satisfied by the time the response is sent.
         let revision = self
-            .propose(Compact {
-                revision: req.revision,
-            })
+            .propose(
+                None,
+                Compact {
+                    revision: req.revision,
+                },
+            )
             .await?
             .map_err(ApiError::from)?;
         Ok(Response::new(pb::CompactionResponse {

@@ -209,6 +209,8 @@ impl Lease for LeaseService {
         &self,
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        // The caller needs write permission on every key of the lease (checked when applied).
+        let caller = self.ctx.caller(&req)?;
         let req = req.into_inner();
         let Some(id) = LeaseId::from_wire(req.id) else {
             return Err(ApiError::from(leasehold_raft::LeaseError::NotFound).into());
@@ -216,7 +218,7 @@ impl Lease for LeaseService {
         let revision = self
             .ctx
             .replica
-            .propose(LeaseRevoke { id })
+            .propose_as(caller, LeaseRevoke { id })
             .await
             .map_err(ApiError::from)?
             .map_err(ApiError::from)?;

@@ -14,6 +14,7 @@
 //!                    ─► fencing check (key still ours, lease has time left) ─► answer
 //! ```
 
+mod auth;
 mod authority;
 mod cluster;
 mod coalesce;
@@ -40,6 +41,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_api::etcdserverpb::auth_server::AuthServer;
 use leasehold_api::etcdserverpb::cluster_server::ClusterServer;
 use leasehold_api::etcdserverpb::kv_server::KvServer;
 use leasehold_api::etcdserverpb::lease_server::LeaseServer;
@@ -144,6 +146,9 @@ where
     )
     .add_service(
         LockServer::new(lock::LockService::new(ctx.clone())).max_decoding_message_size(limit),
+    )
+    .add_service(
+        AuthServer::new(auth::AuthService::new(ctx.clone())).max_decoding_message_size(limit),
     )
     .add_service(
         ElectionServer::new(election::ElectionService::new(ctx.clone()))

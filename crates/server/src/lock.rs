@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 use crate::context::ServerContext;
 use crate::error::{ApiError, Invalid, Recipe, RecipeError};
 use crate::recipe::{self, ReleaseOnDrop};
+use leasehold_auth::Caller;
 
 pub struct LockService {
     ctx: Arc<ServerContext>,
@@ -21,7 +22,11 @@ impl LockService {
         LockService { ctx }
     }
 
-    async fn acquire(&self, req: pb::LockRequest) -> Result<pb::LockResponse, RecipeError> {
+    async fn acquire(
+        &self,
+        caller: Option<Caller>,
+        req: pb::LockRequest,
+    ) -> Result<pb::LockResponse, RecipeError> {
         let ctx = &self.ctx;
         let lease = recipe::session_lease(ctx, req.lease).await?;
         let prefix = recipe::queue_prefix(&req.name);
@@ -31,6 +36,7 @@ impl LockService {
         let first = mvcc::RequestOp::Range(recipe::first_created(&prefix));
         let queued = recipe::txn(
             ctx,
+            caller.as_ref(),
             mvcc::TxnRequest {
                 compare: vec![recipe::create_revision_is(&key, 0)],
                 success: vec![
@@ -53,7 +59,7 @@ impl LockService {
                 _ => return Err(RecipeError::SessionExpired(Recipe::Lock)),
             }
         };
-        let release = ReleaseOnDrop::arm(ctx.clone(), recipe::delete_txn(&key, None));
+        let release = ReleaseOnDrop::arm(ctx.clone(), caller, recipe::delete_txn(&key, None));
         let owned_at_once = match queued.responses.get(1) {
             Some(mvcc::ResponseOp::Range(r)) => {
                 r.kvs.first().is_none_or(|kv| kv.create_revision == my_rev)
@@ -79,12 +85,21 @@ impl LockService {
         })
     }
 
-    async fn release(&self, req: pb::UnlockRequest) -> Result<pb::UnlockResponse, RecipeError> {
+    async fn release(
+        &self,
+        caller: Option<Caller>,
+        req: pb::UnlockRequest,
+    ) -> Result<pb::UnlockResponse, RecipeError> {
         if req.key.is_empty() {
             return Err(ApiError::from(Invalid::EmptyKey).into());
         }
         // Deleting a key that is not there succeeds, as in etcd.
-        let deleted = recipe::txn(&self.ctx, recipe::delete_txn(&req.key, None)).await?;
+        let deleted = recipe::txn(
+            &self.ctx,
+            caller.as_ref(),
+            recipe::delete_txn(&req.key, None),
+        )
+        .await?;
         Ok(pb::UnlockResponse {
             header: self.ctx.header().at(deleted.revision),
         })
@@ -97,11 +112,12 @@ impl Lock for LockService {
         &self,
         req: Request<pb::LockRequest>,
     ) -> Result<Response<pb::LockResponse>, Status> {
+        let caller = self.ctx.caller(&req)?;
         let req = req.into_inner();
         // etcd checks the transaction it makes of the request (a few bytes more: the queue
         // key is the name plus the lease id), as it checks every proposal.
         self.ctx.limits.proposal_size(&req)?;
-        self.acquire(req)
+        self.acquire(caller, req)
             .await
             .map(Response::new)
             .map_err(Status::from)
@@ -111,7 +127,8 @@ impl Lock for LockService {
         &self,
         req: Request<pb::UnlockRequest>,
     ) -> Result<Response<pb::UnlockResponse>, Status> {
-        self.release(req.into_inner())
+        let caller = self.ctx.caller(&req)?;
+        self.release(caller, req.into_inner())
             .await
             .map(Response::new)
             .map_err(Status::from)

@@ -10,6 +10,7 @@
 //! create revision is then a fencing token: a write guarded by
 //! `Compare(CreateRevision(key) == token)` fails once the lock has passed on.
 
+use leasehold_auth::Caller;
 use leasehold_mvcc::{self as mvcc, RangeRequest, SortOrder, SortTarget};
 use leasehold_raft::LeaseId;
 
@@ -54,12 +55,13 @@ pub async fn session_lease(ctx: &ServerContext, lease: i64) -> Result<LeaseId, A
     Ok(id)
 }
 
-/// Proposes a transaction and waits for its result.
+/// Proposes a transaction on behalf of the lock or election caller and waits for its result.
 pub async fn txn(
     ctx: &ServerContext,
+    caller: Option<&Caller>,
     req: mvcc::TxnRequest,
 ) -> Result<mvcc::TxnResponse, ApiError> {
-    Ok(ctx.replica.propose(req).await??)
+    Ok(ctx.replica.propose_as(caller.cloned(), req).await??)
 }
 
 /// A transaction deleting `key` — only while its create revision is `guard`, if given (a
@@ -225,13 +227,19 @@ pub async fn confirm_owner(
 /// the member stops (see `Drop`).
 pub struct ReleaseOnDrop {
     ctx: Option<std::sync::Arc<ServerContext>>,
+    caller: Option<Caller>,
     release: Option<mvcc::TxnRequest>,
 }
 
 impl ReleaseOnDrop {
-    pub fn arm(ctx: std::sync::Arc<ServerContext>, release: mvcc::TxnRequest) -> ReleaseOnDrop {
+    pub fn arm(
+        ctx: std::sync::Arc<ServerContext>,
+        caller: Option<Caller>,
+        release: mvcc::TxnRequest,
+    ) -> ReleaseOnDrop {
         ReleaseOnDrop {
             ctx: Some(ctx),
+            caller,
             release: Some(release),
         }
     }
@@ -246,6 +254,7 @@ impl Drop for ReleaseOnDrop {
         let (Some(ctx), Some(release)) = (self.ctx.take(), self.release.take()) else {
             return;
         };
+        let caller = self.caller.take();
         if ctx.replica.is_stopping() {
             // The caller was told this member stopped and may retry elsewhere with the same
             // lease, so the same key at the same create revision: a late delete from here could
@@ -254,7 +263,7 @@ impl Drop for ReleaseOnDrop {
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                if let Err(e) = txn(&ctx, release).await {
+                if let Err(e) = txn(&ctx, caller.as_ref(), release).await {
                     tracing::warn!("releasing an abandoned queue key: {e:?}");
                 }
             });
@@ -283,6 +292,7 @@ mod tests {
     async fn single_member(dir: &std::path::Path) -> std::sync::Arc<ServerContext> {
         let replica = leasehold_raft::Replica::start(leasehold_raft::ReplicaConfig {
             quota_bytes: None,
+            auth_token_ttl: std::time::Duration::from_secs(300),
             member_id: 1,
             peer_url: "http://127.0.0.1:1".into(),
             initial_peers: Default::default(),
@@ -310,6 +320,7 @@ mod tests {
             limits: crate::Limits::default(),
             keepalive: crate::GrpcKeepalive::default(),
             json_gateway: true,
+            bcrypt_cost: 4,
         })
     }
 
@@ -327,7 +338,9 @@ mod tests {
     }
 
     async fn delete(ctx: &ServerContext, key: &str) {
-        txn(ctx, delete_txn(key.as_bytes(), None)).await.unwrap();
+        txn(ctx, None, delete_txn(key.as_bytes(), None))
+            .await
+            .unwrap();
     }
 
     /// Waits (bounded) until a waiter has read the store `n` times.

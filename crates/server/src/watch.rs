@@ -91,7 +91,12 @@ impl WatchService {
     /// Opens one watch stream over `inbound` (the gRPC request stream, or the JSON gateway's
     /// decoded body) and returns its responses. `required`: the stream wants a leader
     /// ([`ServerContext::require_leader`]).
-    pub(crate) fn open<S>(&self, required: bool, inbound: S) -> BoxStream<pb::WatchResponse>
+    pub(crate) fn open<S>(
+        &self,
+        required: bool,
+        token: Option<String>,
+        inbound: S,
+    ) -> BoxStream<pb::WatchResponse>
     where
         S: Stream<Item = Result<pb::WatchRequest, Status>> + Unpin + Send + 'static,
     {
@@ -105,6 +110,7 @@ impl WatchService {
             dirty: false,
             pumped_through: 0,
             progress_requested: 0,
+            token,
         };
         let task = stream.run(inbound);
         tokio::spawn(async move {
@@ -122,7 +128,8 @@ impl Watch for WatchService {
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<BoxStream<pb::WatchResponse>>, Status> {
         let required = self.ctx.require_leader(&req)?;
-        Ok(Response::new(self.open(required, req.into_inner())))
+        let token = crate::auth::token(&req);
+        Ok(Response::new(self.open(required, token, req.into_inner())))
     }
 }
 
@@ -141,6 +148,9 @@ struct WatchStream {
     /// has been sent every event up to the revision it names (etcd#15220), so a client is
     /// never told "you have everything up to R" before it has.
     progress_requested: usize,
+    /// The auth token the stream was opened with: each watcher it creates is checked for the
+    /// caller it names then.
+    token: Option<String>,
 }
 
 impl WatchStream {
@@ -261,6 +271,26 @@ impl WatchStream {
         } else {
             create.key
         };
+        // The caller must be allowed to read the whole range (etcd refuses the watcher, not the
+        // stream, with the status as text).
+        let allowed = self
+            .ctx
+            .replica
+            .auth_caller(self.token.as_deref())
+            .map_err(ApiError::from)
+            .and_then(|caller| {
+                self.ctx
+                    .check_read(caller.as_ref(), &key, &create.range_end)
+            });
+        if let Err(e) = allowed {
+            let status = Status::from(e);
+            let reason = format!(
+                "rpc error: code = {:?} desc = {}",
+                status.code(),
+                status.message()
+            );
+            return self.send(refuse(&reason)).await;
+        }
         // `[0]` means every key from `key` on; any other end must lie above the key.
         if !create.range_end.is_empty() && create.range_end != [0] && key >= create.range_end {
             return self.send(refuse("mvcc: watcher range is empty")).await;

@@ -22,4 +22,6 @@ pub struct ReplicaConfig {
     /// etcd's `--quota-backend-bytes`, resolved: past this file size, writes that add data
     /// raise NOSPACE and are refused. `None`: no quota.
     pub quota_bytes: Option<u64>,
+    /// How long a simple auth token lives unused (etcd's `--auth-token-ttl`).
+    pub auth_token_ttl: std::time::Duration,
 }

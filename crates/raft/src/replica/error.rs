@@ -35,6 +35,9 @@ pub enum ReplicaError {
     /// A membership change refused by etcd's rules, before openraft saw it.
     #[error(transparent)]
     Membership(#[from] MembershipError),
+    /// The auth store refused the request (when applied, or at the edge).
+    #[error(transparent)]
+    Auth(#[from] leasehold_auth::AuthError),
     /// NOSPACE is raised, or this write would take the file past its quota.
     #[error("database space exceeded")]
     NoSpace,
@@ -123,6 +126,7 @@ enum WireError {
     Defragment(String),
     NoSpace,
     Corrupt,
+    Auth(leasehold_auth::AuthError),
 }
 
 impl From<ReplicaError> for WireError {
@@ -137,6 +141,7 @@ impl From<ReplicaError> for WireError {
             ReplicaError::Defragment(e) => WireError::Defragment(e),
             ReplicaError::NoSpace => WireError::NoSpace,
             ReplicaError::Corrupt => WireError::Corrupt,
+            ReplicaError::Auth(e) => WireError::Auth(e),
         }
     }
 }
@@ -153,6 +158,7 @@ impl From<WireError> for ReplicaError {
             WireError::Defragment(e) => ReplicaError::Defragment(e),
             WireError::NoSpace => ReplicaError::NoSpace,
             WireError::Corrupt => ReplicaError::Corrupt,
+            WireError::Auth(e) => ReplicaError::Auth(e),
         }
     }
 }

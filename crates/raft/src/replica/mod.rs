@@ -43,6 +43,7 @@ use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
 use crate::storage::{Defragmented, FirstFailure};
 use crate::telemetry::{Telemetry, TelemetryReading};
 use crate::{TypeConfig, storage};
+use leasehold_auth::{AuthError, AuthState, Caller};
 
 /// A snapshot of Raft's progress, for headers and Status.
 #[derive(Clone, Copy, Debug, Default)]
@@ -144,6 +145,12 @@ impl Replica {
         let db = storage::open(&cfg.data_dir)?;
         let sm = StateMachine::open(db.clone())?;
         let shared = sm.shared();
+        shared
+            .state
+            .write()
+            .expect("state lock poisoned")
+            .tokens
+            .set_ttl(cfg.auth_token_ttl);
         let db_closed = db.closed();
         let db_weak = Arc::downgrade(&db);
         let failure = db.failure().clone();
@@ -405,13 +412,67 @@ impl Replica {
     /// Proposes a client write and waits until it is applied; answers with the write's own
     /// reply. Concurrent writes are batched into one log entry (see [`propose_batches`]).
     pub async fn propose<P: Propose>(&self, request: P) -> Result<P::Reply, ReplicaError> {
+        self.propose_as(None, request).await
+    }
+
+    /// [`Replica::propose`] on behalf of `caller` (resolved from the request's token with
+    /// [`Replica::auth_caller`]): applied only if the auth store, when it is applied, still lets
+    /// the caller make it (`None`: no caller, refused while auth is on if it touches keys).
+    pub async fn propose_as<P: Propose>(
+        &self,
+        caller: Option<Caller>,
+        request: P,
+    ) -> Result<P::Reply, ReplicaError> {
         let write = request.into();
         self.admit(&write).await?;
+        let write = match caller {
+            Some(caller) => Write::As {
+                caller,
+                write: Box::new(write),
+            },
+            None => write,
+        };
         let applied = self.write(write).await?;
+        if let Applied::Denied(e) = applied {
+            return Err(ReplicaError::Auth(e));
+        }
         P::reply(applied).map_err(|other| {
             tracing::error!("the state machine answered with another command's reply: {other:?}");
             ReplicaError::WrongReply(format!("{other:?}"))
         })
+    }
+
+    /// Who a request's token (gRPC metadata `token`) names, as of the current auth revision.
+    /// `None` while auth is off (a token is then ignored, as etcd 3.5 ignores it) or without a
+    /// token; an unknown or expired token is `InvalidAuthToken`.
+    pub fn auth_caller(&self, token: Option<&str>) -> Result<Option<Caller>, AuthError> {
+        if !self.auth_enabled() {
+            return Ok(None);
+        }
+        let state = self.shared.state.read().expect("state lock poisoned");
+        if !state.auth.enabled {
+            return Ok(None);
+        }
+        let Some(token) = token else {
+            return Ok(None);
+        };
+        match state.tokens.user(token, std::time::Instant::now()) {
+            Some(user) => Ok(Some(state.auth.caller(&user))),
+            None => Err(AuthError::InvalidAuthToken),
+        }
+    }
+
+    /// Whether auth is enabled in the applied state (no lock taken).
+    pub fn auth_enabled(&self) -> bool {
+        self.shared
+            .auth_enabled
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Reads the applied auth store.
+    pub fn read_auth<T>(&self, f: impl FnOnce(&AuthState) -> T) -> T {
+        let state = self.shared.state.read().expect("state lock poisoned");
+        f(&state.auth)
     }
 
     /// The alarms raised, for every member.

@@ -181,3 +181,179 @@ fn renewal_never_shortens_a_deadline() {
         &[],
     );
 }
+
+/// With auth on, a write is applied only for a caller whose grants, as of the auth revision the
+/// edge looked them up at, still allow it: a revoke applied between the check and the write
+/// stops it (etcd's "revision of auth store is old"); a write without a caller is refused; a
+/// lease revoke needs write permission on the lease's keys.
+#[test]
+fn auth_is_checked_when_a_write_is_applied() {
+    use crate::AuthWrite;
+    use leasehold_auth::{AuthChange, AuthError, PermKind, Permission};
+
+    let mut state = SmState::default();
+    let mut fx = Effects::default();
+    let mut apply = |state: &mut SmState, cmd: Command| apply_command(state, &cmd, &mut fx);
+    let auth = |change| {
+        Command::Auth(AuthWrite {
+            caller: None,
+            change,
+        })
+    };
+    let grant_app = || AuthChange::RoleGrantPermission {
+        role: "r".into(),
+        perm: Permission {
+            kind: PermKind::ReadWrite,
+            key: b"app/".to_vec(),
+            range_end: b"app0".to_vec(),
+            lease: None,
+        },
+    };
+    for change in [
+        AuthChange::UserAdd {
+            name: "root".into(),
+            password_hash: None,
+        },
+        AuthChange::UserGrantRole {
+            user: "root".into(),
+            role: "root".into(),
+        },
+        AuthChange::UserAdd {
+            name: "alice".into(),
+            password_hash: None,
+        },
+        AuthChange::RoleAdd { name: "r".into() },
+        grant_app(),
+        AuthChange::UserGrantRole {
+            user: "alice".into(),
+            role: "r".into(),
+        },
+        AuthChange::Enable,
+    ] {
+        assert_eq!(apply(&mut state, auth(change)), Applied::Auth(Ok(())));
+    }
+    let put = |key: &str| PutRequest {
+        key: key.into(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    };
+    let alice = state.auth.caller("alice");
+    let root = state.auth.caller("root");
+    let as_ = |caller: &leasehold_auth::Caller, cmd: Command| Command::As {
+        caller: caller.clone(),
+        command: Box::new(cmd),
+    };
+    assert_eq!(
+        apply(&mut state, as_(&alice, Command::Put(put("app/a")))),
+        put_ok(2)
+    );
+    assert_eq!(
+        apply(&mut state, as_(&alice, Command::Put(put("other")))),
+        Applied::Denied(AuthError::PermissionDenied)
+    );
+    assert_eq!(
+        apply(&mut state, Command::Put(put("app/b"))),
+        Applied::Denied(AuthError::UserEmpty)
+    );
+    // The grant goes (applied by root) after alice's permissions were looked up.
+    let revoke = AuthChange::RoleRevokePermission {
+        role: "r".into(),
+        key: b"app/".to_vec(),
+        range_end: b"app0".to_vec(),
+    };
+    let revoked = Command::Auth(AuthWrite {
+        caller: Some(root.clone()),
+        change: revoke,
+    });
+    assert_eq!(apply(&mut state, revoked), Applied::Auth(Ok(())));
+    assert_eq!(
+        apply(&mut state, as_(&alice, Command::Put(put("app/c")))),
+        Applied::Denied(AuthError::AuthOldRevision)
+    );
+    let alice = state.auth.caller("alice");
+    assert_eq!(
+        apply(&mut state, as_(&alice, Command::Put(put("app/c")))),
+        Applied::Denied(AuthError::PermissionDenied)
+    );
+    // A lease with a key alice may not write: she may not revoke it; root may.
+    assert!(matches!(
+        apply(&mut state, grant(0)),
+        Applied::LeaseGrant(Ok(()))
+    ));
+    let root = state.auth.caller("root");
+    assert_eq!(apply(&mut state, as_(&root, put_leased("k"))), put_ok(3));
+    let revoke_lease = || Command::LeaseRevoke { id: id(LEASE) };
+    assert_eq!(
+        apply(&mut state, as_(&alice, revoke_lease())),
+        Applied::Denied(AuthError::PermissionDenied)
+    );
+    assert!(matches!(
+        apply(&mut state, as_(&root, revoke_lease())),
+        Applied::LeaseRevoke(Ok(_))
+    ));
+    let k = RangeRequest {
+        key: b"k".to_vec(),
+        ..Default::default()
+    };
+    assert!(
+        state.store.range(&k).unwrap().kvs.is_empty(),
+        "root's revoke deleted k"
+    );
+}
+
+/// leasehold's extension: a grant bound to a lease lives while the lease does. Renewing keeps
+/// it; the expiry that deletes the lease's keys removes it in the same command (lease time is
+/// given, not read from a clock). A grant bound to a lease that does not exist is refused.
+#[test]
+fn a_grant_bound_to_a_lease_ends_with_it() {
+    use crate::AuthWrite;
+    use leasehold_auth::{AuthChange, AuthError, PermKind, Permission};
+
+    let mut state = SmState::default();
+    let mut fx = Effects::default();
+    let mut apply = |state: &mut SmState, cmd: Command| apply_command(state, &cmd, &mut fx);
+    let auth = |change| {
+        Command::Auth(AuthWrite {
+            caller: None,
+            change,
+        })
+    };
+    let bound = |lease| AuthChange::RoleGrantPermission {
+        role: "r".into(),
+        perm: Permission {
+            kind: PermKind::ReadWrite,
+            key: b"svc/".to_vec(),
+            range_end: b"svc0".to_vec(),
+            lease: Some(lease),
+        },
+    };
+    apply(&mut state, auth(AuthChange::RoleAdd { name: "r".into() }));
+    assert_eq!(
+        apply(&mut state, auth(bound(LEASE))),
+        Applied::Auth(Err(AuthError::LeaseNotFound))
+    );
+    assert!(matches!(
+        apply(&mut state, grant(0)),
+        Applied::LeaseGrant(Ok(()))
+    ));
+    assert_eq!(apply(&mut state, auth(bound(LEASE))), Applied::Auth(Ok(())));
+    assert_eq!(apply(&mut state, put_leased("svc/me")), put_ok(2));
+    // Renewed at 9 s: the deadline moves to 19 s; an expiry pass at 15 s finds nothing due.
+    assert_eq!(
+        apply(&mut state, renew(9_000)),
+        Applied::LeaseRenew(Some(TTL_SECS))
+    );
+    assert_eq!(apply(&mut state, expire(15_000)), Applied::LeaseExpire(0));
+    assert_eq!(
+        state.auth.roles["r"].perms.len(),
+        1,
+        "renewing keeps the grant"
+    );
+    let revision = state.auth.revision;
+    assert_eq!(apply(&mut state, expire(19_000)), Applied::LeaseExpire(1));
+    assert!(
+        state.auth.roles["r"].perms.is_empty(),
+        "the grant went with the lease"
+    );
+    assert_eq!(state.auth.revision, revision + 1);
+}
