@@ -22,7 +22,8 @@ use tokio::sync::oneshot;
 
 use crate::TypeConfig;
 use crate::command::{
-    AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, MemberAttrs, Proposal,
+    Alarm, AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, MemberAttrs,
+    Proposal,
 };
 use crate::storage::{
     ALARMS, AUTH, COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES,
@@ -234,6 +235,34 @@ pub(crate) struct SharedState {
     /// Whether auth is enabled in the applied state, readable without the state lock: while it
     /// is off (the usual case) a request needs no look at the auth store at all.
     pub(crate) auth_enabled: AtomicBool,
+    /// Which alarm types are raised for some member ([`RAISED_NO_SPACE`], [`RAISED_CORRUPT`]),
+    /// readable without the state lock, so that admitting a write takes no lock.
+    pub(crate) alarms_raised: std::sync::atomic::AtomicU8,
+}
+
+pub(crate) const RAISED_NO_SPACE: u8 = 1;
+pub(crate) const RAISED_CORRUPT: u8 = 2;
+
+impl SmState {
+    /// The [`SharedState::alarms_raised`] bits of this state.
+    fn alarms_raised(&self) -> u8 {
+        self.alarms.iter().fold(0, |bits, a| {
+            bits | match a.alarm {
+                Alarm::NoSpace => RAISED_NO_SPACE,
+                Alarm::Corrupt => RAISED_CORRUPT,
+            }
+        })
+    }
+
+    /// Publishes what requests read without the state lock.
+    fn publish_flags(&self, shared: &SharedState) {
+        shared
+            .auth_enabled
+            .store(self.auth.enabled, Ordering::SeqCst);
+        shared
+            .alarms_raised
+            .store(self.alarms_raised(), Ordering::SeqCst);
+    }
 }
 
 /// When this member appended which log entries, so that the lease time an entry carries is
@@ -392,8 +421,10 @@ impl SharedState {
     fn new(state: SmState) -> SharedState {
         let (revision, _) = tokio::sync::watch::channel(state.store.current_revision());
         let auth_enabled = AtomicBool::new(state.auth.enabled);
+        let alarms_raised = std::sync::atomic::AtomicU8::new(state.alarms_raised());
         SharedState {
             auth_enabled,
+            alarms_raised,
             state: RwLock::new(state),
             leases_changed: tokio::sync::Notify::new(),
             revision,
@@ -950,9 +981,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
                 state.leases.validate();
             }
-            self.shared
-                .auth_enabled
-                .store(state.auth.enabled, Ordering::SeqCst);
+            state.publish_flags(&self.shared);
             let lease_rows: Vec<(LeaseId, Option<LeaseRecord>)> = fx
                 .leases_touched
                 .iter()
@@ -1078,9 +1107,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let mut state = state;
             state.tokens = std::mem::take(&mut current.tokens);
             *current = state;
-            self.shared
-                .auth_enabled
-                .store(current.auth.enabled, Ordering::SeqCst);
+            current.publish_flags(&self.shared);
         }
         // The state it replaced is freed; give its memory back to the OS.
         leasehold_alloc::release_soon();

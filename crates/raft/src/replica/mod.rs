@@ -485,11 +485,12 @@ impl Replica {
     /// NOSPACE for this member then, as etcd does). Checked here, on the member the client
     /// asked, against its applied alarms, as etcd checks its quota before proposing.
     async fn admit(&self, write: &Write) -> Result<(), ReplicaError> {
-        let (corrupt, no_space) = {
-            let state = self.shared.state.read().expect("state lock poisoned");
-            let raised = |alarm| state.alarms.iter().any(|a| a.alarm == alarm);
-            (raised(Alarm::Corrupt), raised(Alarm::NoSpace))
-        };
+        let raised = self
+            .shared
+            .alarms_raised
+            .load(std::sync::atomic::Ordering::SeqCst);
+        let corrupt = raised & state_machine::RAISED_CORRUPT != 0;
+        let no_space = raised & state_machine::RAISED_NO_SPACE != 0;
         if corrupt && write.refused_when_corrupt() {
             return Err(ReplicaError::Corrupt);
         }
