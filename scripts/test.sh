@@ -5,6 +5,8 @@
 #   (Debian's libprotobuf-dev, /usr/include/google/protobuf/descriptor.proto): the etcd-client
 #   crate used by the tests needs both to build;
 #   curl: the HTTP endpoint tests read /health, /livez, /readyz and /version with it.
+#   python3-etcd3 (Debian's, for /usr/bin/python3): tests/python_client.rs drives the Python etcd
+#   client library against etcd and leasehold;
 #   chromium (Debian's, no recommends): tests/dashboard.rs opens /dashboard in headless Chromium,
 #   driven over the DevTools protocol (no chromium-driver needed). As root it needs --no-sandbox,
 #   which the test kit passes.
@@ -18,6 +20,8 @@ command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+python_etcd3() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import etcd3' >/dev/null 2>&1; }
+python_etcd3 || missing+=(python3-etcd3)
 # Check the header file itself, not only the binary: protobuf-compiler without recommends does not
 # bring it, and etcd-client's build fails with 'google/protobuf/descriptor.proto: File not found'.
 [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
@@ -33,6 +37,7 @@ for need in etcd etcdctl protoc curl chromium; do
 done
 [ -f /usr/include/google/protobuf/descriptor.proto ] ||
   { echo "test.sh: google/protobuf/descriptor.proto is still missing after install" >&2; exit 1; }
+python_etcd3 || { echo "test.sh: /usr/bin/python3 cannot import etcd3 after install" >&2; exit 1; }
 # Chromium must also start headless here (as root it needs --no-sandbox); check once, quickly.
 chromium_profile=$(mktemp -d)
 if ! timeout 60 chromium --headless=new --no-sandbox --disable-gpu --user-data-dir="$chromium_profile" \
