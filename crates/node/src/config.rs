@@ -82,7 +82,8 @@ pub struct NodeConfig {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub quota_backend_bytes: i64,
     /// How auth tokens are made: `simple` (random, held in memory by every member, ended after
-    /// `--auth-token-ttl` unused). etcd's `jwt,...` is not supported yet.
+    /// `--auth-token-ttl` unused) or `jwt,pub-key=<file>,priv-key=<file>,sign-method=<alg>,ttl=<d>`
+    /// (signed; any member verifies them).
     #[arg(long, default_value = "simple")]
     pub auth_token: String,
     /// Seconds a simple auth token lives unused (0 or less: 300, etcd's default).
@@ -304,12 +305,7 @@ impl NodeConfig {
         self.peer_tls()?;
         self.peer_client_tls()?;
         self.auto_compaction()?;
-        if self.auth_token != "simple" {
-            bail!(
-                "--auth-token {:?}: only simple tokens are supported (JWT is not yet)",
-                self.auth_token
-            );
-        }
+        self.token_mode()?;
         if self.initial_cluster_state != "new" && self.initial_cluster_state != "existing" {
             bail!("--initial-cluster-state must be 'new' or 'existing'");
         }
@@ -356,6 +352,13 @@ impl NodeConfig {
             0 => Some(DEFAULT),
             n => u64::try_from(n).ok(),
         }
+    }
+
+    /// `--auth-token`: `simple`, or `jwt,pub-key=<file>,priv-key=<file>,sign-method=<alg>[,ttl=<d>]`
+    /// (etcd's options; the key files are read here).
+    pub fn token_mode(&self) -> anyhow::Result<leasehold_server::jwt::TokenMode> {
+        leasehold_server::jwt::TokenMode::parse(&self.auth_token, parse_duration)
+            .map_err(|e| anyhow::anyhow!("--auth-token: {e}"))
     }
 
     /// `--auth-token-ttl`, as etcd reads it.

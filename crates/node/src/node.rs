@@ -162,6 +162,7 @@ impl Node {
             keepalive: config.keepalive(),
             json_gateway: config.enable_grpc_gateway,
             bcrypt_cost: config.bcrypt_cost(),
+            tokens: config.token_mode()?,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut servers = Vec::new();

@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::context::ServerContext;
 use crate::error::ApiError;
+use crate::jwt::TokenMode;
 
 /// The gRPC metadata that carries a token (etcd's `token`; its gateway passes `authorization`).
 const TOKEN_KEYS: [&str; 2] = ["token", "authorization"];
@@ -34,7 +35,19 @@ impl ServerContext {
     /// Who the request's token names (`None`: auth is off, or no token). An unknown or expired
     /// token is refused with etcd's `invalid auth token`.
     pub fn caller<T>(&self, req: &Request<T>) -> Result<Option<Caller>, ApiError> {
-        Ok(self.replica.auth_caller(token(req).as_deref())?)
+        self.caller_of(token(req).as_deref())
+    }
+
+    /// Who `token` names (see [`ServerContext::caller`]): a JWT carries its user and the auth
+    /// revision it was issued at; a simple token is looked up, at the current revision.
+    pub fn caller_of(&self, token: Option<&str>) -> Result<Option<Caller>, ApiError> {
+        match (&self.tokens, token) {
+            (TokenMode::Jwt(jwt), Some(token)) if self.replica.auth_enabled() => jwt
+                .verify(token)
+                .map(Some)
+                .ok_or(ApiError::Auth(AuthError::InvalidAuthToken)),
+            _ => Ok(self.replica.auth_caller(token)?),
+        }
     }
 
     /// Whether `caller` may read the key (`range_end` empty) or range.
@@ -196,6 +209,14 @@ impl Auth for AuthService {
                 .unwrap_or(false);
             if !matches {
                 return Err(ApiError::from(AuthError::AuthFailed).into());
+            }
+            if let TokenMode::Jwt(jwt) = &self.ctx.tokens {
+                // Nothing to register: any member verifies the signature.
+                let token = jwt
+                    .sign(&name, revision)
+                    .ok_or_else(|| Status::unknown("auth: this member has no JWT private key"))?;
+                let header = self.header(false).await?;
+                return Ok(Response::new(pb::AuthenticateResponse { header, token }));
             }
             let token = self
                 .ctx

@@ -34,6 +34,8 @@ pub struct ServerContext {
     pub json_gateway: bool,
     /// `--bcrypt-cost`: of the passwords this member hashes.
     pub bcrypt_cost: u32,
+    /// `--auth-token`: simple tokens, or JWTs signed and verified with these keys.
+    pub tokens: crate::jwt::TokenMode,
 }
 
 impl ServerContext {

@@ -28,6 +28,7 @@ mod expiry;
 mod gateway;
 mod health;
 pub mod identity;
+pub mod jwt;
 mod kv;
 mod lease;
 mod lock;

@@ -32,11 +32,11 @@ impl MaintenanceService {
     /// the auth package's own words, as code Unknown.
     fn admin<T>(&self, req: &Request<T>) -> Result<(), Status> {
         let refused = |e| Status::from(ApiError::AuthUnmapped(e));
-        let caller = self
-            .ctx
-            .replica
-            .auth_caller(crate::auth::token(req).as_deref());
-        let caller = caller.map_err(refused)?;
+        let caller = match self.ctx.caller(req) {
+            Ok(caller) => caller,
+            Err(ApiError::Auth(e)) => return Err(refused(e)),
+            Err(e) => return Err(e.into()),
+        };
         self.ctx
             .replica
             .read_auth(|a| a.check_admin(caller.as_ref()))

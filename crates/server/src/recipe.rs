@@ -321,6 +321,7 @@ mod tests {
             keepalive: crate::GrpcKeepalive::default(),
             json_gateway: true,
             bcrypt_cost: 4,
+            tokens: crate::jwt::TokenMode::Simple,
         })
     }
 

@@ -275,9 +275,7 @@ impl WatchStream {
         // stream, with the status as text).
         let allowed = self
             .ctx
-            .replica
-            .auth_caller(self.token.as_deref())
-            .map_err(ApiError::from)
+            .caller_of(self.token.as_deref())
             .and_then(|caller| {
                 self.ctx
                     .check_read(caller.as_ref(), &key, &create.range_end)
