@@ -21,7 +21,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
 
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,24 +47,44 @@ pub(crate) fn incoming(
 /// A connection a listener accepted.
 pub(crate) enum Conn {
     Plain(TcpStream),
-    /// Boxed: a TLS session's state is far larger than a socket.
-    Tls(Box<TlsStream<TcpStream>>),
+    /// Boxed: a TLS session's state is far larger than a socket. With the common name of the
+    /// client certificate the handshake verified, if any.
+    Tls(Box<TlsStream<TcpStream>>, Option<String>),
 }
 
 impl Conn {
     fn tls(stream: TlsStream<TcpStream>) -> Conn {
-        Conn::Tls(Box::new(stream))
+        let common_name = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(|leaf| common_name(leaf.as_ref()));
+        Conn::Tls(Box::new(stream), common_name)
     }
 }
 
-impl Connected for Conn {
-    type ConnectInfo = TcpConnectInfo;
+/// The subject common name of a DER certificate.
+fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
+}
 
-    /// The TCP peer, for TLS connections too.
-    fn connect_info(&self) -> TcpConnectInfo {
+impl Connected for Conn {
+    type ConnectInfo = leasehold_server::ConnInfo;
+
+    /// The TCP peer, for TLS connections too, and a client certificate's common name.
+    fn connect_info(&self) -> leasehold_server::ConnInfo {
         match self {
-            Conn::Plain(tcp) => tcp.connect_info(),
-            Conn::Tls(tls) => tls.get_ref().0.connect_info(),
+            Conn::Plain(tcp) => leasehold_server::ConnInfo {
+                tcp: tcp.connect_info(),
+                common_name: None,
+            },
+            Conn::Tls(tls, common_name) => leasehold_server::ConnInfo {
+                tcp: tls.get_ref().0.connect_info(),
+                common_name: common_name.clone(),
+            },
         }
     }
 }
@@ -77,7 +97,7 @@ impl AsyncRead for Conn {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -90,7 +110,7 @@ impl AsyncWrite for Conn {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Conn::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
-            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -101,28 +121,28 @@ impl AsyncWrite for Conn {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Conn::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
-            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
+            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
             Conn::Plain(tcp) => tcp.is_write_vectored(),
-            Conn::Tls(tls) => tls.is_write_vectored(),
+            Conn::Tls(tls, _) => tls.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
-            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
-            Conn::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_shutdown(cx),
         }
     }
 }

@@ -31,21 +31,39 @@ pub fn token<T>(req: &Request<T>) -> Option<String> {
     token.map(|t| t.strip_prefix("Bearer ").unwrap_or(t).to_owned())
 }
 
+/// The common name of the client certificate the connection's TLS handshake verified, if any.
+pub fn common_name<T>(req: &Request<T>) -> Option<String> {
+    req.extensions()
+        .get::<crate::ConnInfo>()
+        .and_then(|c| c.common_name.clone())
+}
+
 impl ServerContext {
     /// Who the request's token names (`None`: auth is off, or no token). An unknown or expired
     /// token is refused with etcd's `invalid auth token`.
     pub fn caller<T>(&self, req: &Request<T>) -> Result<Option<Caller>, ApiError> {
-        self.caller_of(token(req).as_deref())
+        self.caller_of(token(req).as_deref(), common_name(req).as_deref())
     }
 
-    /// Who `token` names (see [`ServerContext::caller`]): a JWT carries its user and the auth
-    /// revision it was issued at; a simple token is looked up, at the current revision.
-    pub fn caller_of(&self, token: Option<&str>) -> Result<Option<Caller>, ApiError> {
-        match (&self.tokens, token) {
-            (TokenMode::Jwt(jwt), Some(token)) if self.replica.auth_enabled() => jwt
+    /// Who a request names (see [`ServerContext::caller`]): a JWT carries its user and the auth
+    /// revision it was issued at; a simple token is looked up, at the current revision; without a
+    /// token, the verified client certificate's common name is the user, as in etcd.
+    pub fn caller_of(
+        &self,
+        token: Option<&str>,
+        common_name: Option<&str>,
+    ) -> Result<Option<Caller>, ApiError> {
+        if !self.replica.auth_enabled() {
+            return Ok(None);
+        }
+        match (&self.tokens, token, common_name) {
+            (TokenMode::Jwt(jwt), Some(token), _) => jwt
                 .verify(token)
                 .map(Some)
                 .ok_or(ApiError::Auth(AuthError::InvalidAuthToken)),
+            (_, None, Some(cn)) if !cn.is_empty() => {
+                Ok(Some(self.replica.read_auth(|a| a.caller(cn))))
+            }
             _ => Ok(self.replica.auth_caller(token)?),
         }
     }

@@ -99,7 +99,7 @@ pub(crate) fn router(ctx: Arc<ServerContext>) -> Router {
     let watch_route = {
         let watch = watch.clone();
         gw.clone()
-            .client_stream(move |required, inbound| watch.open(required, None, inbound))
+            .client_stream(move |required, inbound| watch.open(required, (None, None), inbound))
     };
     let keepalive_route = {
         let lease = lease.clone();

@@ -56,6 +56,14 @@ use tonic::transport::server::Connected;
 
 pub use cluster::publish_member;
 pub use compactor::{AutoCompaction, drive_auto_compaction};
+
+/// What the server knows of a client connection: its TCP peer, and the common name of the client
+/// certificate a TLS handshake verified (etcd takes a request without a token as that user).
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    pub tcp: tonic::transport::server::TcpConnectInfo,
+    pub common_name: Option<String>,
+}
 pub use context::ServerContext;
 pub use expiry::{ExpiryConfig, drive_lease_expiry};
 pub use lease::LeaseIdGenerator;

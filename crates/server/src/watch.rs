@@ -94,7 +94,7 @@ impl WatchService {
     pub(crate) fn open<S>(
         &self,
         required: bool,
-        token: Option<String>,
+        identity: (Option<String>, Option<String>),
         inbound: S,
     ) -> BoxStream<pb::WatchResponse>
     where
@@ -110,7 +110,7 @@ impl WatchService {
             dirty: false,
             pumped_through: 0,
             progress_requested: 0,
-            token,
+            identity,
         };
         let task = stream.run(inbound);
         tokio::spawn(async move {
@@ -128,8 +128,12 @@ impl Watch for WatchService {
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<BoxStream<pb::WatchResponse>>, Status> {
         let required = self.ctx.require_leader(&req)?;
-        let token = crate::auth::token(&req);
-        Ok(Response::new(self.open(required, token, req.into_inner())))
+        let identity = (crate::auth::token(&req), crate::auth::common_name(&req));
+        Ok(Response::new(self.open(
+            required,
+            identity,
+            req.into_inner(),
+        )))
     }
 }
 
@@ -148,9 +152,9 @@ struct WatchStream {
     /// has been sent every event up to the revision it names (etcd#15220), so a client is
     /// never told "you have everything up to R" before it has.
     progress_requested: usize,
-    /// The auth token the stream was opened with: each watcher it creates is checked for the
-    /// caller it names then.
-    token: Option<String>,
+    /// The auth token and client certificate name the stream was opened with: each watcher it
+    /// creates is checked for the caller they name then.
+    identity: (Option<String>, Option<String>),
 }
 
 impl WatchStream {
@@ -275,7 +279,7 @@ impl WatchStream {
         // stream, with the status as text).
         let allowed = self
             .ctx
-            .caller_of(self.token.as_deref())
+            .caller_of(self.identity.0.as_deref(), self.identity.1.as_deref())
             .and_then(|caller| {
                 self.ctx
                     .check_read(caller.as_ref(), &key, &create.range_end)
