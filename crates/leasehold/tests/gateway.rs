@@ -318,28 +318,65 @@ async fn unary_calls_answer_as_etcds_gateway() {
     );
 }
 
-/// The auth calls: leasehold serves no Auth service yet, so the gateway answers as gRPC does
-/// (Unimplemented, 501); etcd would answer them. The guide's first auth call shows the shape.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auth_calls_answer_unimplemented_as_grpc_does() {
-    let leasehold = Leasehold::start().await;
-    if leasehold.kind() == common::Kind::Etcd {
-        return; // LEASEHOLD_DIFF_AGAINST_ETCD: etcd implements auth.
-    }
-    let (status, body) = curl(
-        "POST",
-        &leasehold.endpoint(),
+/// The auth calls of etcd's gateway guide: add root, enable auth, authenticate; then a put
+/// without a token is refused and one with the token (`Authorization`) is taken.
+fn auth_scenario(server: &Server) -> Vec<Answer> {
+    let e = server.endpoint();
+    let mut answers = Vec::new();
+    let mut call = |path: &str, body: &str, token: Option<&str>| {
+        let header = token.map(|t| format!("Authorization: {t}"));
+        let headers: Vec<&str> = header.iter().map(String::as_str).collect();
+        let (status, text) = common::curl_with("POST", &e, path, Some(body), &headers);
+        answers.push(Answer {
+            call: format!("POST {path} {body} (token: {})", token.is_some()),
+            status,
+            body: parse(&text, &["token"]),
+        });
+        serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)
+    };
+    call(
         "/v3/auth/user/add",
-        Some(r#"{"name": "root", "password": "pass"}"#),
+        r#"{"name": "root", "password": "pass"}"#,
+        None,
     );
-    assert_eq!((status, body.as_str()), (501, r#"{"code":12}"#));
-    let (status, body) = curl(
-        "POST",
-        &leasehold.endpoint(),
-        "/v3/auth/enable",
-        Some("{bad"),
+    call("/v3/auth/role/add", r#"{"name": "root"}"#, None);
+    call(
+        "/v3/auth/user/grant",
+        r#"{"user": "root", "role": "root"}"#,
+        None,
     );
-    assert_eq!(status, 400, "{body}");
+    call("/v3/auth/enable", "{}", None);
+    call(
+        "/v3/auth/authenticate",
+        r#"{"name": "root", "password": "nope"}"#,
+        None,
+    );
+    let login = call(
+        "/v3/auth/authenticate",
+        r#"{"name": "root", "password": "pass"}"#,
+        None,
+    );
+    let token = login["token"].as_str().expect("a token").to_owned();
+    let put = r#"{"key": "Zm9v", "value": "YmFy"}"#;
+    call("/v3/kv/put", put, None);
+    call("/v3/kv/put", put, Some(&token));
+    call("/v3/kv/range", r#"{"key": "Zm9v"}"#, Some(&token));
+    call("/v3/auth/user/list", "{}", Some(&token));
+    call("/v3/auth/disable", "{}", Some(&token));
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_calls_answer_as_etcds_gateway() {
+    let etcd = Etcd::start().await;
+    let etcd_answers = auth_scenario(&etcd);
+    drop(etcd);
+    let leasehold = Leasehold::start().await;
+    let leasehold_answers = auth_scenario(&leasehold);
+    assert_same(&etcd_answers, &leasehold_answers);
+    let (refused, taken) = (&leasehold_answers[6], &leasehold_answers[7]);
+    assert_ne!(refused.status, 200, "a put without a token: {refused:?}");
+    assert_eq!(taken.status, 200, "{taken:?}");
 }
 
 /// A response stream read with `curl -N`, one line at a time, killed on drop.

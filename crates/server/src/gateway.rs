@@ -30,7 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, any, post};
 use futures::stream::BoxStream as FuturesBoxStream;
 use leasehold_api::etcdserverpb::{
-    self as pb, cluster_server::Cluster, kv_server::Kv, lease_server::Lease,
+    auth_server::Auth, cluster_server::Cluster, kv_server::Kv, lease_server::Lease,
     maintenance_server::Maintenance,
 };
 use leasehold_api::v3electionpb::election_server::Election;
@@ -45,7 +45,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
 use crate::context::ServerContext;
-use crate::error::{ApiError, Unimplemented};
+use crate::error::ApiError;
 use body::{BodyError, JsonMessages, go_json, unary_request};
 
 /// Requests of a client stream (watch, keepalive) decoded ahead of the service.
@@ -74,6 +74,7 @@ pub(crate) fn router(ctx: Arc<ServerContext>) -> Router {
     let maintenance = Arc::new(crate::maintenance::MaintenanceService::new(ctx.clone()));
     let lock = Arc::new(crate::lock::LockService::new(ctx.clone()));
     let election = Arc::new(crate::election::ElectionService::new(ctx.clone()));
+    let auth = Arc::new(crate::auth::AuthService::new(ctx.clone()));
 
     // One unary call: decode the body, call the service's trait method, answer.
     macro_rules! unary {
@@ -183,53 +184,31 @@ pub(crate) fn router(ctx: Arc<ServerContext>) -> Router {
             server_stream!(Election, election, observe),
         ),
         ("/election/resign", unary!(Election, election, resign)),
-        // leasehold serves no Auth service over gRPC yet: the same answer here.
-        ("/auth/enable", gw.no_service::<pb::AuthEnableRequest>()),
-        ("/auth/disable", gw.no_service::<pb::AuthDisableRequest>()),
-        ("/auth/status", gw.no_service::<pb::AuthStatusRequest>()),
-        (
-            "/auth/authenticate",
-            gw.no_service::<pb::AuthenticateRequest>(),
-        ),
-        ("/auth/user/add", gw.no_service::<pb::AuthUserAddRequest>()),
-        ("/auth/user/get", gw.no_service::<pb::AuthUserGetRequest>()),
-        (
-            "/auth/user/list",
-            gw.no_service::<pb::AuthUserListRequest>(),
-        ),
-        (
-            "/auth/user/delete",
-            gw.no_service::<pb::AuthUserDeleteRequest>(),
-        ),
+        ("/auth/enable", unary!(Auth, auth, auth_enable)),
+        ("/auth/disable", unary!(Auth, auth, auth_disable)),
+        ("/auth/status", unary!(Auth, auth, auth_status)),
+        ("/auth/authenticate", unary!(Auth, auth, authenticate)),
+        ("/auth/user/add", unary!(Auth, auth, user_add)),
+        ("/auth/user/get", unary!(Auth, auth, user_get)),
+        ("/auth/user/list", unary!(Auth, auth, user_list)),
+        ("/auth/user/delete", unary!(Auth, auth, user_delete)),
         (
             "/auth/user/changepw",
-            gw.no_service::<pb::AuthUserChangePasswordRequest>(),
+            unary!(Auth, auth, user_change_password),
         ),
-        (
-            "/auth/user/grant",
-            gw.no_service::<pb::AuthUserGrantRoleRequest>(),
-        ),
-        (
-            "/auth/user/revoke",
-            gw.no_service::<pb::AuthUserRevokeRoleRequest>(),
-        ),
-        ("/auth/role/add", gw.no_service::<pb::AuthRoleAddRequest>()),
-        ("/auth/role/get", gw.no_service::<pb::AuthRoleGetRequest>()),
-        (
-            "/auth/role/list",
-            gw.no_service::<pb::AuthRoleListRequest>(),
-        ),
-        (
-            "/auth/role/delete",
-            gw.no_service::<pb::AuthRoleDeleteRequest>(),
-        ),
+        ("/auth/user/grant", unary!(Auth, auth, user_grant_role)),
+        ("/auth/user/revoke", unary!(Auth, auth, user_revoke_role)),
+        ("/auth/role/add", unary!(Auth, auth, role_add)),
+        ("/auth/role/get", unary!(Auth, auth, role_get)),
+        ("/auth/role/list", unary!(Auth, auth, role_list)),
+        ("/auth/role/delete", unary!(Auth, auth, role_delete)),
         (
             "/auth/role/grant",
-            gw.no_service::<pb::AuthRoleGrantPermissionRequest>(),
+            unary!(Auth, auth, role_grant_permission),
         ),
         (
             "/auth/role/revoke",
-            gw.no_service::<pb::AuthRoleRevokePermissionRequest>(),
+            unary!(Auth, auth, role_revoke_permission),
         ),
     ];
 
@@ -356,21 +335,6 @@ impl Gateway {
                 drop(tx);
             }
             stream_response(open(required, ReceiverStream::new(rx))).await
-        })
-    }
-
-    /// A call of a service leasehold does not serve over gRPC (Auth): the body is decoded as
-    /// etcd's gateway would, then the answer is what gRPC gives for an unknown method.
-    fn no_service<Req>(&self) -> MethodRouter
-    where
-        Req: DeserializeOwned + Default + Send + 'static,
-    {
-        let gw = self.clone();
-        post(move |body: Body| async move {
-            if let Err(e) = unary_request::<Req>(body, gw.message_bytes_max).await {
-                return error_response(&request_status(e, Code::InvalidArgument));
-            }
-            error_response(&Status::from(ApiError::from(Unimplemented::UnknownMethod)))
         })
     }
 }

@@ -8,7 +8,21 @@ const CURL_TIME_MAX_SECS: &str = "10";
 /// `curl -X <method> <endpoint><path> [-d <body>]` over HTTP/1.1: the status code and the body.
 /// A body starting with `@` is read from that file, as curl reads it.
 pub fn curl(method: &str, endpoint: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    curl_with(method, endpoint, path, body, &[])
+}
+
+/// [`curl`] with more headers (`-H "Name: value"`), such as `Authorization: <token>`.
+pub fn curl_with(
+    method: &str,
+    endpoint: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[&str],
+) -> (u16, String) {
     let mut command = Command::new("curl");
+    for header in headers {
+        command.args(["-H", header]);
+    }
     command
         .args(["-sS", "--http1.1", "-w", "\n%{http_code}"])
         .args(["--max-time", CURL_TIME_MAX_SECS])

@@ -38,7 +38,7 @@ pub mod shortcuts;
 
 pub use differential::*;
 pub use etcdctl::*;
-pub use http::curl;
+pub use http::{curl, curl_with};
 pub use inprocess::InProcessCluster;
 pub use ports::*;
 pub use process::*;
