@@ -28,6 +28,16 @@ impl MaintenanceService {
         MaintenanceService { ctx }
     }
 
+    /// This member's current store revision, for a response header.
+    async fn revision(&self) -> Result<i64, Status> {
+        Ok(self
+            .ctx
+            .replica
+            .read(false, |s| s.current_revision())
+            .await
+            .map_err(ApiError::from)?)
+    }
+
     /// Defragment, Hash and HashKV need an admin while auth is on; etcd answers a refusal with
     /// the auth package's own words, as code Unknown.
     fn admin<T>(&self, req: &Request<T>) -> Result<(), Status> {
@@ -51,12 +61,7 @@ impl Maintenance for MaintenanceService {
         _req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let raft = self.ctx.replica.status();
-        let revision = self
-            .ctx
-            .replica
-            .read(false, |s| s.current_revision())
-            .await
-            .map_err(ApiError::from)?;
+        let revision = self.revision().await?;
         let db_size = i64::try_from(self.ctx.replica.db_size_bytes()).unwrap_or(i64::MAX);
         let in_use = self.ctx.replica.db_size_in_use_bytes().await;
         let db_size_in_use = i64::try_from(in_use).unwrap_or(i64::MAX);
@@ -102,14 +107,8 @@ impl Maintenance for MaintenanceService {
                 ));
             }
         }
-        let revision = self
-            .ctx
-            .replica
-            .read(false, |s| s.current_revision())
-            .await
-            .map_err(ApiError::from)?;
         Ok(Response::new(pb::DefragmentResponse {
-            header: self.ctx.header().at(revision),
+            header: self.ctx.header().at(self.revision().await?),
         }))
     }
 
@@ -207,14 +206,8 @@ impl Maintenance for MaintenanceService {
             },
             Err(_) => Vec::new(),
         };
-        let revision = self
-            .ctx
-            .replica
-            .read(false, |s| s.current_revision())
-            .await
-            .map_err(ApiError::from)?;
         Ok(Response::new(pb::AlarmResponse {
-            header: self.ctx.header().at(revision),
+            header: self.ctx.header().at(self.revision().await?),
             alarms: alarms.iter().map(alarm_member).collect(),
         }))
     }
