@@ -362,7 +362,29 @@ fn auth_scenario(server: &Server) -> Vec<Answer> {
     call("/v3/kv/put", put, Some(&token));
     call("/v3/kv/range", r#"{"key": "Zm9v"}"#, Some(&token));
     call("/v3/auth/user/list", "{}", Some(&token));
+    // A watch stream's first answer: created for the token's user, refused without a token.
+    let mut watches = Vec::new();
+    for token in [None, Some(token.as_str())] {
+        let mut curl = std::process::Command::new("curl");
+        curl.args(["-sS", "-N", "--http1.1", "--max-time", "2", "-X", "POST"])
+            .args(["-d", r#"{"create_request": {"key": "Zm9v"}}"#]);
+        if let Some(token) = token {
+            curl.args(["-H", &format!("Authorization: {token}")]);
+        }
+        let out = curl
+            .arg(format!("{e}/v3/watch"))
+            .output()
+            .expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let first = text.lines().next().unwrap_or_default().to_owned();
+        watches.push(Answer {
+            call: format!("POST /v3/watch (token: {})", token.is_some()),
+            status: 0,
+            body: parse(&first, &["watch_id"]),
+        });
+    }
     call("/v3/auth/disable", "{}", Some(&token));
+    answers.extend(watches);
     answers
 }
 
@@ -377,6 +399,14 @@ async fn auth_calls_answer_as_etcds_gateway() {
     let (refused, taken) = (&leasehold_answers[6], &leasehold_answers[7]);
     assert_ne!(refused.status, 200, "a put without a token: {refused:?}");
     assert_eq!(taken.status, 200, "{taken:?}");
+    let watches = &leasehold_answers[leasehold_answers.len() - 2..];
+    assert_eq!(watches[0].body["result"]["canceled"], true, "{watches:?}");
+    assert_eq!(watches[1].body["result"]["created"], true, "{watches:?}");
+    assert_eq!(
+        watches[1].body["result"].get("canceled"),
+        None,
+        "{watches:?}"
+    );
 }
 
 /// A response stream read with `curl -N`, one line at a time, killed on drop.

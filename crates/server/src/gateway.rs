@@ -99,13 +99,15 @@ pub(crate) fn router(ctx: Arc<ServerContext>) -> Router {
 
     let watch_route = {
         let watch = watch.clone();
-        gw.clone()
-            .client_stream(move |required, inbound| watch.open(required, (None, None), inbound))
+        gw.clone().client_stream(move |required, token, inbound| {
+            watch.open(required, (token, None), inbound)
+        })
     };
     let keepalive_route = {
         let lease = lease.clone();
-        gw.clone()
-            .client_stream(move |required, inbound| lease.open_keep_alive(required, inbound))
+        gw.clone().client_stream(move |required, _token, inbound| {
+            lease.open_keep_alive(required, inbound)
+        })
     };
     let calls: Vec<(&str, MethodRouter)> = vec![
         ("/kv/range", unary!(Kv, kv, range)),
@@ -288,7 +290,7 @@ impl Gateway {
     where
         Req: DeserializeOwned + Send + 'static,
         Resp: Serialize + Send + 'static,
-        F: Fn(bool, ReceiverStream<Result<Req, Status>>) -> BoxStream<Resp>
+        F: Fn(bool, Option<String>, ReceiverStream<Result<Req, Status>>) -> BoxStream<Resp>
             + Clone
             + Send
             + Sync
@@ -303,6 +305,8 @@ impl Gateway {
                 Ok(first) => first,
                 Err(e) => return error_response(&request_status(e, Code::Unknown)),
             };
+            // The token (`Authorization`), for the calls the stream's requests make.
+            let token = crate::auth::token(&request(&headers, ()));
             let required = match self.ctx.require_leader(&request(&headers, ())) {
                 Ok(required) => required,
                 Err(status) => {
@@ -334,7 +338,7 @@ impl Gateway {
             } else {
                 drop(tx);
             }
-            stream_response(open(required, ReceiverStream::new(rx))).await
+            stream_response(open(required, token, ReceiverStream::new(rx))).await
         })
     }
 }
