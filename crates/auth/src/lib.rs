@@ -114,12 +114,6 @@ pub enum AuthChange {
 }
 
 impl AuthChange {
-    /// Whether only an admin (a user with the root role) may make it while auth is enabled: all
-    /// of them (etcd's list).
-    pub fn needs_admin(&self) -> bool {
-        true
-    }
-
     /// The user whose tokens this change ends (a deleted user, a changed password).
     pub fn ends_tokens_of(&self) -> Option<&str> {
         match self {
@@ -205,11 +199,10 @@ impl Default for AuthState {
 
 impl AuthState {
     /// Applies a change made by `caller` (`None`: no token). Checks, in etcd's order, that the
-    /// caller may make it, then the change's own preconditions.
+    /// caller may make it (every change is an admin's, while auth is on), then the change's own
+    /// preconditions.
     pub fn apply(&mut self, caller: Option<&Caller>, change: &AuthChange) -> Result<(), AuthError> {
-        if change.needs_admin() {
-            self.check_admin(caller)?;
-        }
+        self.check_admin(caller)?;
         let bump = match change {
             AuthChange::Enable => {
                 if !self.enabled {

@@ -1,7 +1,9 @@
 //! The replicated state machine: applies committed commands to the MVCC store and the lease
 //! table, and stages what they changed for persistence. This is the one place that composes the
 //! two: a revoke deletes the lease's keys, and every KV change re-binds keys to leases. Applying
-//! is deterministic; the only inputs are the state and the entry (lease time travels in it).
+//! is deterministic; the only inputs are the state and the entry (lease time travels in it). The
+//! exception is member-local: an applied Authenticate dates the simple token it registers with
+//! this member's clock (`tokens.rs`), which no other member, file or snapshot sees.
 //!
 //! The state lock (`shared.state`) is never held across an `.await`.
 

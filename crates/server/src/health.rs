@@ -147,7 +147,7 @@ async fn health(State(ctx): State<Arc<ServerContext>>, RawQuery(query): RawQuery
     // A raised alarm fails the check first, unless `exclude` names its type.
     let excluded = |name: &str| pairs.iter().any(|(k, v)| *k == "exclude" && *v == name);
     for alarm in ctx.replica.alarms() {
-        let name = alarm_name(alarm.alarm);
+        let name = crate::maintenance::alarm_name(alarm.alarm);
         if !excluded(name) {
             return unhealthy(format!("ALARM {name}"));
         }
@@ -162,13 +162,6 @@ async fn health(State(ctx): State<Arc<ServerContext>>, RawQuery(query): RawQuery
         StatusCode::OK,
         serde_json::json!({ "health": "true", "reason": "" }).to_string(),
     )
-}
-
-fn alarm_name(alarm: Alarm) -> &'static str {
-    match alarm {
-        Alarm::NoSpace => "NOSPACE",
-        Alarm::Corrupt => "CORRUPT",
-    }
 }
 
 /// One of the checks `/livez` and `/readyz` run.

@@ -213,6 +213,11 @@ impl Maintenance for MaintenanceService {
     }
 }
 
+/// An alarm type's name on the wire and in `/health` (`NOSPACE`, `CORRUPT`).
+pub(crate) fn alarm_name(alarm: Alarm) -> &'static str {
+    alarm_type(alarm).as_str_name()
+}
+
 fn alarm_type(alarm: Alarm) -> pb::AlarmType {
     match alarm {
         Alarm::NoSpace => pb::AlarmType::Nospace,
@@ -229,9 +234,5 @@ fn alarm_member(a: &AlarmMember) -> pb::AlarmMember {
 
 /// An alarm as etcd's Status lists it in `errors` (its protobuf text form).
 fn alarm_text(a: &AlarmMember) -> String {
-    format!(
-        "memberID:{} alarm:{} ",
-        a.member,
-        alarm_type(a.alarm).as_str_name()
-    )
+    format!("memberID:{} alarm:{} ", a.member, alarm_name(a.alarm))
 }
