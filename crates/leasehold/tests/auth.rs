@@ -161,24 +161,8 @@ async fn enabled_auth_matches_etcd() {
 /// user's grants is refused with etcd's reason, one inside delivers.
 async fn client_scenario(server: &Server) -> Vec<String> {
     let e = server.endpoint();
-    let mut admin = Client::connect([e.as_str()], None).await.expect("connect");
-    admin.user_add("root", "rootpw", None).await.expect("root");
-    admin
-        .user_grant_role("root", "root")
-        .await
-        .expect("root role");
-    admin
-        .user_add("alice", "alicepw", None)
-        .await
-        .expect("alice");
-    admin.role_add("r").await.expect("role");
     let perm = etcd_client::Permission::read_write("app/").with_prefix();
-    admin.role_grant_permission("r", perm).await.expect("grant");
-    admin
-        .user_grant_role("alice", "r")
-        .await
-        .expect("grant role");
-    admin.auth_enable().await.expect("auth enable");
+    common::enable_auth_with_alice(&e, "r", Some(perm)).await;
     let options = ConnectOptions::new().with_user("alice", "alicepw");
     let mut alice = Client::connect([e.as_str()], Some(options))
         .await

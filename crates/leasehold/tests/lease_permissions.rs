@@ -17,22 +17,7 @@ const LEASE: i64 = 0x5eed;
 async fn a_grant_bound_to_a_lease_ends_with_it() {
     let server = Leasehold::start().await;
     let e = server.endpoint();
-    let mut admin = Client::connect([e.as_str()], None).await.expect("connect");
-    admin.user_add("root", "rootpw", None).await.expect("root");
-    admin
-        .user_grant_role("root", "root")
-        .await
-        .expect("root role");
-    admin
-        .user_add("alice", "alicepw", None)
-        .await
-        .expect("alice");
-    admin.role_add("svc").await.expect("role");
-    admin
-        .user_grant_role("alice", "svc")
-        .await
-        .expect("grant role");
-    admin.auth_enable().await.expect("auth enable");
+    common::enable_auth_with_alice(&e, "svc", None).await;
     let root = ConnectOptions::new().with_user("root", "rootpw");
     let mut root = Client::connect([e.as_str()], Some(root))
         .await

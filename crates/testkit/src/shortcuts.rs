@@ -1,5 +1,5 @@
 //! Small helpers that several test files need: the store's revision, etcdctl output as text,
-//! the `remaining(<n>s)` of `lease timetolive`, and common request options.
+//! the `remaining(<n>s)` of `lease timetolive`, common request options, and an auth set-up.
 
 use std::process::Output;
 
@@ -61,6 +61,37 @@ pub fn all_keys() -> Option<GetOptions> {
 /// A lock held by `lease`.
 pub fn lock_with(lease: i64) -> Option<LockOptions> {
     Some(LockOptions::new().with_lease(lease))
+}
+
+/// Turns auth on at `endpoint` with two users: `root` (password `rootpw`, with the root role)
+/// and `alice` (`alicepw`), who holds `role`; the role first gets `grant`, if given.
+pub async fn enable_auth_with_alice(
+    endpoint: &str,
+    role: &str,
+    grant: Option<etcd_client::Permission>,
+) {
+    let mut admin = Client::connect([endpoint], None).await.expect("connect");
+    admin.user_add("root", "rootpw", None).await.expect("root");
+    admin
+        .user_grant_role("root", "root")
+        .await
+        .expect("root role");
+    admin
+        .user_add("alice", "alicepw", None)
+        .await
+        .expect("alice");
+    admin.role_add(role).await.expect("role");
+    if let Some(grant) = grant {
+        admin
+            .role_grant_permission(role, grant)
+            .await
+            .expect("grant");
+    }
+    admin
+        .user_grant_role("alice", role)
+        .await
+        .expect("grant role");
+    admin.auth_enable().await.expect("auth enable");
 }
 
 #[cfg(test)]

@@ -182,6 +182,27 @@ fn renewal_never_shortens_a_deadline() {
     );
 }
 
+/// An auth change as the log carries it, made while auth is off (no caller needed).
+fn auth_change(change: leasehold_auth::AuthChange) -> Command {
+    Command::Auth(crate::AuthWrite {
+        caller: None,
+        change,
+    })
+}
+
+/// Role `r` gets read-write over `[key, range_end)`, bound to `lease` if given.
+fn grant_to_r(key: &str, range_end: &str, lease: Option<i64>) -> leasehold_auth::AuthChange {
+    leasehold_auth::AuthChange::RoleGrantPermission {
+        role: "r".into(),
+        perm: leasehold_auth::Permission {
+            kind: leasehold_auth::PermKind::ReadWrite,
+            key: key.as_bytes().to_vec(),
+            range_end: range_end.as_bytes().to_vec(),
+            lease,
+        },
+    }
+}
+
 /// With auth on, a write is applied only for a caller whose grants, as of the auth revision the
 /// edge looked them up at, still allow it: a revoke applied between the check and the write
 /// stops it (etcd's "revision of auth store is old"); a write without a caller is refused; a
@@ -189,26 +210,11 @@ fn renewal_never_shortens_a_deadline() {
 #[test]
 fn auth_is_checked_when_a_write_is_applied() {
     use crate::AuthWrite;
-    use leasehold_auth::{AuthChange, AuthError, PermKind, Permission};
+    use leasehold_auth::{AuthChange, AuthError};
 
     let mut state = SmState::default();
     let mut fx = Effects::default();
     let mut apply = |state: &mut SmState, cmd: Command| apply_command(state, &cmd, &mut fx);
-    let auth = |change| {
-        Command::Auth(AuthWrite {
-            caller: None,
-            change,
-        })
-    };
-    let grant_app = || AuthChange::RoleGrantPermission {
-        role: "r".into(),
-        perm: Permission {
-            kind: PermKind::ReadWrite,
-            key: b"app/".to_vec(),
-            range_end: b"app0".to_vec(),
-            lease: None,
-        },
-    };
     for change in [
         AuthChange::UserAdd {
             name: "root".into(),
@@ -223,14 +229,17 @@ fn auth_is_checked_when_a_write_is_applied() {
             password_hash: None,
         },
         AuthChange::RoleAdd { name: "r".into() },
-        grant_app(),
+        grant_to_r("app/", "app0", None),
         AuthChange::UserGrantRole {
             user: "alice".into(),
             role: "r".into(),
         },
         AuthChange::Enable,
     ] {
-        assert_eq!(apply(&mut state, auth(change)), Applied::Auth(Ok(())));
+        assert_eq!(
+            apply(&mut state, auth_change(change)),
+            Applied::Auth(Ok(()))
+        );
     }
     let put = |key: &str| PutRequest {
         key: key.into(),
@@ -306,27 +315,13 @@ fn auth_is_checked_when_a_write_is_applied() {
 /// given, not read from a clock). A grant bound to a lease that does not exist is refused.
 #[test]
 fn a_grant_bound_to_a_lease_ends_with_it() {
-    use crate::AuthWrite;
-    use leasehold_auth::{AuthChange, AuthError, PermKind, Permission};
+    use leasehold_auth::{AuthChange, AuthError};
 
     let mut state = SmState::default();
     let mut fx = Effects::default();
     let mut apply = |state: &mut SmState, cmd: Command| apply_command(state, &cmd, &mut fx);
-    let auth = |change| {
-        Command::Auth(AuthWrite {
-            caller: None,
-            change,
-        })
-    };
-    let bound = |lease| AuthChange::RoleGrantPermission {
-        role: "r".into(),
-        perm: Permission {
-            kind: PermKind::ReadWrite,
-            key: b"svc/".to_vec(),
-            range_end: b"svc0".to_vec(),
-            lease: Some(lease),
-        },
-    };
+    let auth = auth_change;
+    let bound = |lease| grant_to_r("svc/", "svc0", Some(lease));
     apply(&mut state, auth(AuthChange::RoleAdd { name: "r".into() }));
     assert_eq!(
         apply(&mut state, auth(bound(LEASE))),
