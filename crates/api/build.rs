@@ -4,8 +4,9 @@
 
 use prost::Message as _;
 
-const PROTOS: [&str; 6] = [
+const PROTOS: [&str; 7] = [
     "proto/mvccpb/kv.proto",
+    "proto/leasepb/lease.proto",
     "proto/authpb/auth.proto",
     "proto/etcdserverpb/rpc.proto",
     "proto/v3lockpb/v3lock.proto",

@@ -2,7 +2,8 @@
 //!
 //! This crate owns leasehold's own `.proto` description of the etcd v3 gRPC
 //! API (packages `etcdserverpb`, `mvccpb`, `authpb`, `v3lockpb` and
-//! `v3electionpb`, wire-compatible with etcd 3.5), leasehold's own peer
+//! `v3electionpb`, wire-compatible with etcd 3.5, and `leasepb`, the lease record of etcd's
+//! snapshot files), leasehold's own peer
 //! transport (`leaseholdpeerpb`), and the prost/tonic code generated from them, plus the JSON
 //! mapping of etcd's packages (serde `Serialize`/`Deserialize` from pbjson-build: proto field
 //! names, int64 as strings, bytes as base64, zero values omitted, as etcd's gateway prints them).
@@ -44,6 +45,7 @@ mod generated {
     package!(v3lockpb, json);
     package!(v3electionpb, json);
     package!(leaseholdpeerpb);
+    package!(leasepb);
 }
 
 pub use generated::*;

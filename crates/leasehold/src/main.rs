@@ -1,13 +1,15 @@
 //! The `leasehold` binary: with no subcommand it serves (etcd's flags, etcd's meaning); `bench`
 //! drives any etcd-compatible endpoint; `cluster` starts a local multi-member cluster; `put`,
 //! `get`, `del`, `watch`, `lease`, `lock` and
-//! `elect` are an etcd v3 client that behaves like etcdctl 3.4 (see `ctl` and docs/cli.md).
+//! `elect` are an etcd v3 client that behaves like etcdctl 3.4 (see `ctl` and docs/cli.md);
+//! `snapshot restore` makes a data dir from a snapshot file.
 //! Wiring only: the member is `leasehold-node`, the client commands `leasehold-ctl`, the
-//! workloads `leasehold-bench`; `cluster` (a few processes of this binary) is the one command
-//! that lives here.
+//! workloads `leasehold-bench`, snapshots `leasehold-snapshot`; `cluster` (a few processes of
+//! this binary) and the flags of `snapshot restore` live here.
 
 mod cluster;
 mod logging;
+mod snapshot;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 use leasehold_bench as bench;
@@ -69,6 +71,9 @@ enum Command {
     /// with a lease).
     #[command(args_override_self = true)]
     Role(ctl::role::RoleArgs),
+    /// Snapshot commands: `snapshot restore` makes a member's data dir from a snapshot file,
+    /// leasehold's or etcd's (like `etcdctl snapshot restore`).
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -89,6 +94,7 @@ fn main() -> anyhow::Result<()> {
         None => None,
         Some(Command::Bench(args)) => Some(Command::Bench(args)),
         Some(Command::Cluster(args)) => Some(Command::Cluster(args)),
+        Some(Command::Snapshot(args)) => std::process::exit(snapshot::run(args)),
         Some(client) => std::process::exit(run_client(client)),
     };
     let config = match server_side {
@@ -206,8 +212,8 @@ fn run_client(command: Command) -> i32 {
             Command::Lock(a) => ctl::lock::run(a).await,
             Command::Elect(a) => ctl::elect::run(a).await,
             Command::Role(a) => ctl::role::run(a).await,
-            Command::Bench(_) | Command::Cluster(_) => {
-                unreachable!("bench and cluster are not client commands")
+            Command::Bench(_) | Command::Cluster(_) | Command::Snapshot(_) => {
+                unreachable!("bench, cluster and snapshot are not client commands")
             }
         }
     });

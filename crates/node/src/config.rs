@@ -188,41 +188,55 @@ pub(crate) fn split_urls(s: &str) -> Vec<String> {
 
 impl NodeConfig {
     pub fn identity(&self) -> anyhow::Result<Identity> {
-        let advertised = split_urls(&self.initial_advertise_peer_urls);
-        let initial = self.initial_cluster.clone().unwrap_or_else(|| {
-            format!(
-                "{}={}",
-                self.name,
-                advertised.join(&format!(",{}=", self.name))
-            )
-        });
+        Identity::derive(
+            &self.name,
+            self.initial_cluster.as_deref(),
+            &self.initial_advertise_peer_urls,
+            &self.initial_cluster_token,
+        )
+    }
+}
+
+impl Identity {
+    /// A member's identity from etcd's bootstrap flags: `--name`, `--initial-cluster` (when not
+    /// given: this member alone, at `--initial-advertise-peer-urls`) and
+    /// `--initial-cluster-token`. Serving and `snapshot restore` both derive it here.
+    pub fn derive(
+        name: &str,
+        initial_cluster: Option<&str>,
+        initial_advertise_peer_urls: &str,
+        token: &str,
+    ) -> anyhow::Result<Identity> {
+        let advertised = split_urls(initial_advertise_peer_urls);
+        let initial = initial_cluster
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{name}={}", advertised.join(&format!(",{name}="))));
         let mut members: Vec<(String, String)> = Vec::new();
         for entry in split_urls(&initial) {
-            let Some((name, url)) = entry.split_once('=') else {
+            let Some((member, url)) = entry.split_once('=') else {
                 bail!("--initial-cluster: expected name=url, got {entry:?}");
             };
-            members.push((name.to_owned(), url.to_owned()));
+            members.push((member.to_owned(), url.to_owned()));
         }
         let mut by_name: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
-        for (name, url) in &members {
-            by_name.entry(name.as_str()).or_default().push(url.clone());
+        for (member, url) in &members {
+            by_name
+                .entry(member.as_str())
+                .or_default()
+                .push(url.clone());
         }
-        let Some(mine) = by_name.get(self.name.as_str()).cloned() else {
-            bail!(
-                "couldn't find local name {:?} in the initial cluster configuration",
-                self.name
-            );
+        let Some(mine) = by_name.get(name).cloned() else {
+            bail!("couldn't find local name {name:?} in the initial cluster configuration");
         };
-        let token = &self.initial_cluster_token;
         let mut mine = mine;
         mine.sort();
         let member_id = identity::member_id(&mine, token);
         let mut peers = std::collections::BTreeMap::new();
         let mut names = std::collections::BTreeMap::new();
-        for (name, urls) in &by_name {
+        for (other, urls) in &by_name {
             let id = identity::member_id(urls, token);
-            names.insert(id, (*name).to_owned());
-            if *name != self.name {
+            names.insert(id, (*other).to_owned());
+            if *other != name {
                 let mut urls = urls.clone();
                 urls.sort();
                 peers.insert(id, urls[0].clone());
@@ -239,7 +253,9 @@ impl NodeConfig {
             names,
         })
     }
+}
 
+impl NodeConfig {
     /// `--log-outputs` as targets, refused as etcd refuses them: `default` only alone, and
     /// `systemd/journal` only alone. The journal is written through stderr (systemd passes a
     /// unit's stderr to the journal).

@@ -9,6 +9,7 @@
 //! ```
 
 mod command;
+mod export;
 mod log_store;
 mod network;
 mod replica;
@@ -22,6 +23,10 @@ use std::io::Cursor;
 pub use command::{
     Alarm, AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, Compact,
     LeaseGrant, LeaseRenew, LeaseRevoke, MemberAttrs, Proposal, Propose, Write,
+};
+pub use export::{
+    ImportedLease, ImportedState, RecordSink, RestoreError, Restored, StateView, ViewMember,
+    restore_data_dir,
 };
 pub use leasehold_lease::{
     EndedLease, LEASE_TTL_SECS_MAX, LeaseClock, LeaseEnd, LeaseError, LeaseId, LeaseTable,

@@ -611,20 +611,20 @@ impl StateMachine {
 }
 
 /// The state-machine metadata rows, as the file holds them.
-struct FileMeta {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
-    current_revision: i64,
-    compact_revision: i64,
-    lease_clock_ms: u64,
-    alarms: Vec<AlarmMember>,
-    member_attrs: Vec<MemberAttrs>,
-    auth: AuthState,
+pub(crate) struct FileMeta {
+    pub(crate) last_applied: Option<LogId<u64>>,
+    pub(crate) membership: StoredMembership<u64, BasicNode>,
+    pub(crate) current_revision: i64,
+    pub(crate) compact_revision: i64,
+    pub(crate) lease_clock_ms: u64,
+    pub(crate) alarms: Vec<AlarmMember>,
+    pub(crate) member_attrs: Vec<MemberAttrs>,
+    pub(crate) auth: AuthState,
 }
 
 impl FileMeta {
     /// Read in `txn` (defaults for a new database).
-    fn read(txn: &redb::ReadTransaction) -> Result<FileMeta, StorageError> {
+    pub(crate) fn read(txn: &redb::ReadTransaction) -> Result<FileMeta, StorageError> {
         let meta = txn
             .open_table(SM_META)
             .map_err(StorageError::read("sm_meta"))?;
@@ -646,7 +646,7 @@ impl FileMeta {
     }
 }
 
-fn lease_id_of_row(key: [u8; 8]) -> Result<LeaseId, StorageError> {
+pub(crate) fn lease_id_of_row(key: [u8; 8]) -> Result<LeaseId, StorageError> {
     LeaseId::from_wire(u64::from_be_bytes(key) as i64).ok_or(StorageError::Corrupt {
         what: "leases",
         problem: "lease id 0",

@@ -258,6 +258,7 @@ impl From<ApiError> for Status {
                 ReplicaError::Defragment(e) => {
                     Status::new(Code::Unknown, format!("defragment: {e}"))
                 }
+                ReplicaError::Snapshot(e) => Status::new(Code::Unknown, format!("snapshot: {e}")),
                 ReplicaError::WrongReply(reply) => {
                     tracing::error!("state machine answered with the wrong reply kind: {reply}");
                     Status::new(Code::Internal, "etcdserver: unexpected apply result")

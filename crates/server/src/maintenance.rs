@@ -1,11 +1,15 @@
 //! Maintenance: Status (what `etcdctl endpoint status/health` need), alarms (list, raise, clear),
-//! Hash and HashKV (`etcdctl endpoint hashkv`, corruption checks), Defragment. The other RPCs
-//! (snapshot, move-leader, downgrade) answer `Unimplemented` for now.
+//! Hash and HashKV (`etcdctl endpoint hashkv`, corruption checks), Defragment, Snapshot (etcd's
+//! backend file, `leasehold-snapshot`). The other RPCs (move-leader, downgrade) answer
+//! `Unimplemented` for now.
 
 use std::sync::Arc;
 
 use leasehold_api::etcdserverpb::{self as pb, maintenance_server::Maintenance};
 use pb::alarm_request::AlarmAction;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use crate::context::ServerContext;
@@ -18,6 +22,9 @@ use crate::error::ApiError;
 /// etcd#17507), which kube-apiserver requires before it trusts them; leasehold's do not either
 /// (`watch.rs`).
 pub const ETCD_API_VERSION: &str = "3.5.13";
+
+/// Snapshot pieces read ahead of the client.
+const SNAPSHOT_PIECES_QUEUED: usize = 8;
 
 pub struct MaintenanceService {
     ctx: Arc<ServerContext>,
@@ -154,6 +161,52 @@ impl Maintenance for MaintenanceService {
             header: self.ctx.header().at(current),
             hash: hashed.hash,
         }))
+    }
+
+    /// This member's state as etcd's snapshot file: etcd's backend (a bbolt file in etcd's
+    /// layout) in 32 KiB pieces, each with the bytes that remain, then its SHA-256. The file is
+    /// written from one read transaction into a temporary file in the data dir first, so writes
+    /// go on while it is made and sent. Root only while auth is on, as in etcd.
+    async fn snapshot(
+        &self,
+        req: Request<pb::SnapshotRequest>,
+    ) -> Result<Response<BoxStream<pb::SnapshotResponse>>, Status> {
+        self.admin(&req)?;
+        let replica = &self.ctx.replica;
+        let view = replica.view_state().await.map_err(ApiError::from)?;
+        let revision = view.current_revision;
+        let dir = replica.data_dir().to_path_buf();
+        let backend = tokio::task::spawn_blocking(move || leasehold_snapshot::build(&view, &dir))
+            .await
+            .map_err(|_| Status::unavailable("etcdserver: server stopped"))?
+            .map_err(|e| Status::new(tonic::Code::Unknown, format!("snapshot: {e}")))?;
+        tracing::info!(
+            bytes = backend.size(),
+            versions = backend.exported.records,
+            leases = backend.exported.leases,
+            revision,
+            "sending a snapshot"
+        );
+        let header = self.ctx.header().at(revision);
+        let (tx, rx) = mpsc::channel(SNAPSHOT_PIECES_QUEUED);
+        tokio::task::spawn_blocking(move || {
+            let mut header = Some(header);
+            for piece in backend.chunks() {
+                let message = piece
+                    .map(|(blob, remaining_bytes)| pb::SnapshotResponse {
+                        header: header.take().flatten(),
+                        remaining_bytes,
+                        blob,
+                        ..Default::default()
+                    })
+                    .map_err(|e| Status::new(tonic::Code::Unknown, format!("snapshot: {e}")));
+                // The client went away: stop reading.
+                if tx.blocking_send(message).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     /// etcd's alarms: list (all, or of one type), raise, clear. Raising and clearing go through

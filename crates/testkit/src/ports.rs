@@ -98,7 +98,7 @@ pub(crate) fn etcd_binary() -> PathBuf {
     find_on_path("etcd").unwrap_or_else(|| panic!("`etcd` {MISSING_ETCD}"))
 }
 
-pub(crate) fn etcdctl_binary() -> PathBuf {
+pub fn etcdctl_binary() -> PathBuf {
     find_on_path("etcdctl").unwrap_or_else(|| panic!("`etcdctl` {MISSING_ETCD}"))
 }
 

@@ -267,10 +267,25 @@ impl Server {
     pub fn spawn_member_with(
         kind: Kind,
         name: &str,
+        ports: [u16; 2],
+        initial_cluster: &str,
+        token: &str,
+        setup: Setup,
+    ) -> Server {
+        Server::spawn_member_on(kind, name, ports, initial_cluster, token, setup, |_| {})
+    }
+
+    /// [`Server::spawn_member_with`] on a data dir that `make` creates first, given its path
+    /// (which does not exist yet): `snapshot restore` for the member that then starts with
+    /// exactly that name, cluster and token.
+    pub fn spawn_member_on(
+        kind: Kind,
+        name: &str,
         [client_port, peer_port]: [u16; 2],
         initial_cluster: &str,
         token: &str,
         setup: Setup,
+        make: impl FnOnce(&Path),
     ) -> Server {
         let label = format!("{}-{name}", kind_label(kind));
         let root = tempfile::Builder::new()
@@ -295,6 +310,7 @@ impl Server {
             extra_args: setup.args.clone(),
             setup,
         };
+        make(&server.data_dir);
         server.spawn();
         server
     }

@@ -47,6 +47,9 @@ pub enum ReplicaError {
     /// Compacting the database file failed: the storage error's text.
     #[error("defragment: {0}")]
     Defragment(String),
+    /// Reading the state for a snapshot failed: the storage error's text.
+    #[error("snapshot: {0}")]
+    Snapshot(String),
     /// The leader's answer to a forwarded request did not decode (members of different builds).
     #[error("undecodable answer from the leader: {0}")]
     BadAnswer(postcard::Error),
@@ -127,6 +130,7 @@ enum WireError {
     NoSpace,
     Corrupt,
     Auth(leasehold_auth::AuthError),
+    Snapshot(String),
 }
 
 impl From<ReplicaError> for WireError {
@@ -142,6 +146,7 @@ impl From<ReplicaError> for WireError {
             ReplicaError::NoSpace => WireError::NoSpace,
             ReplicaError::Corrupt => WireError::Corrupt,
             ReplicaError::Auth(e) => WireError::Auth(e),
+            ReplicaError::Snapshot(e) => WireError::Snapshot(e),
         }
     }
 }
@@ -159,6 +164,7 @@ impl From<WireError> for ReplicaError {
             WireError::NoSpace => ReplicaError::NoSpace,
             WireError::Corrupt => ReplicaError::Corrupt,
             WireError::Auth(e) => ReplicaError::Auth(e),
+            WireError::Snapshot(e) => ReplicaError::Snapshot(e),
         }
     }
 }

@@ -744,6 +744,24 @@ impl Replica {
         done
     }
 
+    /// The data dir: where this member's database file lives (and where a snapshot's temporary
+    /// file goes).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.db_path.parent().unwrap_or(std::path::Path::new("."))
+    }
+
+    /// One consistent view of this member's state as its file holds it (after writing what is
+    /// staged), for an export; writes go on while it is read. Its leases' remaining time counts
+    /// from this member's lease time now.
+    pub async fn view_state(&self) -> Result<crate::StateView, ReplicaError> {
+        let db = self.db.upgrade().ok_or(ReplicaError::Stopped)?;
+        let lease_time_ms = state_machine::lease_time_now(&self.shared);
+        tokio::task::spawn_blocking(move || crate::StateView::take(&db, lease_time_ms))
+            .await
+            .map_err(|_| ReplicaError::Stopped)?
+            .map_err(|e| ReplicaError::Snapshot(e.to_string()))
+    }
+
     /// Stops Raft and waits (bounded) until the storage tasks have closed the database, so a
     /// new replica can open the same data dir at once.
     pub async fn shutdown(&self) {
