@@ -28,30 +28,11 @@ pid=
 cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-now_ns() { date +%s%N; }
+# shellcheck source=lib/member.sh
+. scripts/lib/member.sh
 
-# start TARGET CLIENT_PORT PEER_PORT: starts the member in the background and sets $pid.
-start() {
-  local target=$1 c=$2 p=$3
-  local flags=(--name m --data-dir "$work/$target" --listen-client-urls "http://127.0.0.1:$c"
-    --advertise-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$p"
-    --initial-advertise-peer-urls "http://127.0.0.1:$p" --initial-cluster "m=http://127.0.0.1:$p")
-  if [ "$target" = etcd ]; then
-    etcd "${flags[@]}" >>"$work/$target.log" 2>&1 &
-  else
-    LEASEHOLD_LOG=warn "$bin" "${flags[@]}" >>"$work/$target.log" 2>&1 &
-  fi
-  pid=$!
-}
-
-# ready ENDPOINT: polls a linearizable read every 5 ms (at most 120 s) until it answers.
-ready() {
-  local stop=$(( $(now_ns) + 120000000000 ))
-  until "$bin" get --endpoints "$1" --dial-timeout 1s --command-timeout 2s ready-probe >/dev/null 2>&1; do
-    [ "$(now_ns)" -lt "$stop" ] || { echo "no answer from $1" >&2; return 1; }
-    sleep 0.005
-  done
-}
+# start TARGET CLIENT_PORT PEER_PORT: starts the member named m in $work/TARGET; sets $pid.
+start() { start_member "$1" "$work/$1" m "$2" "$3" "m=http://127.0.0.1:$3" etcd-cluster; }
 
 # ttls ENDPOINT IDS...: the remaining TTL of each lease (decimal ids), space-separated.
 ttls() {
@@ -66,7 +47,7 @@ results="$work/results.jsonl"
 for target in etcd leasehold; do
   c=$(free_port); p=$(free_port); e="http://127.0.0.1:$c"
   start "$target" "$c" "$p"
-  ready "$e"
+  ready "$e" 120
   fill=$("$bin" bench lease-memory --endpoints "$e" --server-pid "$pid" --total "$leases" \
     --clients 64 --conns 8 --timeout-secs 3600 -w json)
   samples=$(python3 -c 'import json,sys; print(" ".join(map(str, json.loads(sys.argv[1])["sample_leases"])))' "$fill")
@@ -74,7 +55,7 @@ for target in etcd leasehold; do
   before=$(ttls "$e" $samples)
   t0=$(now_ns); kill -TERM "$pid"; wait "$pid" || true; t1=$(now_ns)
   start "$target" "$c" "$p"
-  ready "$e"; t2=$(now_ns)
+  ready "$e" 120; t2=$(now_ns)
   # shellcheck disable=SC2086
   after=$(ttls "$e" $samples)
   keys=$("$bin" get --endpoints "$e" --command-timeout 60s --prefix --count-only registry/ -w json |
@@ -106,7 +87,7 @@ for target in etcd leasehold; do
   c=$(free_port); p=$(free_port); e="http://127.0.0.1:$c"
   rm -rf "${work:?}/$target"
   start "$target" "$c" "$p"
-  ready "$e"
+  ready "$e" 120
   sleep 3; before=$(rss "$pid")
   "$bin" bench put --endpoints "$e" --total 100000 --val-size 1024 --key-space-size 1000 \
     --clients 64 --conns 8 --timeout-secs 1800 -w json >/dev/null

@@ -29,35 +29,11 @@ pid=
 cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-now_ns() { date +%s%N; }
+# shellcheck source=lib/member.sh
+. scripts/lib/member.sh
 ms_since() { echo $(( ($(now_ns) - $1) / 1000000 )); }
 
-# start TARGET DATA_DIR NAME CLIENT_PORT PEER_PORT CLUSTER TOKEN: starts a member in the
-# background and sets $pid.
-start() {
-  local target=$1 dir=$2 name=$3 c=$4 p=$5 cluster=$6 token=$7
-  local flags=(--name "$name" --data-dir "$dir" --listen-client-urls "http://127.0.0.1:$c"
-    --advertise-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$p"
-    --initial-advertise-peer-urls "http://127.0.0.1:$p" --initial-cluster "$cluster"
-    --initial-cluster-token "$token")
-  if [ "$target" = etcd ]; then
-    etcd "${flags[@]}" >>"$work/$target.log" 2>&1 &
-  else
-    LEASEHOLD_LOG=warn "$bin" "${flags[@]}" >>"$work/$target.log" 2>&1 &
-  fi
-  pid=$!
-}
-
 stop() { kill -TERM "$pid"; wait "$pid" || true; pid=; }
-
-# ready ENDPOINT: polls a linearizable read every 5 ms (at most 300 s) until it answers.
-ready() {
-  local stop=$(( $(now_ns) + 300000000000 ))
-  until "$bin" get --endpoints "$1" --dial-timeout 1s --command-timeout 2s ready-probe >/dev/null 2>&1; do
-    [ "$(now_ns)" -lt "$stop" ] || { echo "no answer from $1" >&2; return 1; }
-    sleep 0.005
-  done
-}
 
 # writes ENDPOINT: 5 s of puts from 16 clients over other keys; prints the JSON summary.
 writes() {
@@ -74,8 +50,8 @@ count() {
 results="$work/results.jsonl"
 for target in etcd leasehold; do
   c=$(free_port); p=$(free_port); e="http://127.0.0.1:$c"
-  start "$target" "$work/$target" m "$c" "$p" "m=http://127.0.0.1:$p" "bench-$target"
-  ready "$e"
+  start_member "$target" "$work/$target" m "$c" "$p" "m=http://127.0.0.1:$p" "bench-$target"
+  ready "$e" 300
   "$bin" bench put --endpoints "$e" --clients 64 --conns 8 --total "$keys" --key-space-size "$keys" \
     --sequential-keys --timeout-secs 3600 -w json >/dev/null
   quiet=$(writes "$e")
@@ -106,8 +82,8 @@ for target in etcd leasehold; do
   fi
   restore_ms=$(ms_since "$t0")
   t0=$(now_ns)
-  start "$target" "$work/$target-restored" r "$c" "$p" "$cluster" "restored-$target"
-  ready "$e"
+  start_member "$target" "$work/$target-restored" r "$c" "$p" "$cluster" "restored-$target"
+  ready "$e" 300
   start_ms=$(ms_since "$t0")
   after=$(count "$e")
   stop

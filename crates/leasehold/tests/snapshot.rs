@@ -20,7 +20,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use leasehold_testkit as common;
 use serde_json::Value;
 
-use common::{Kind, Server, describe_output, etcdctl_ok, free_ports};
+use common::{Kind, Server, describe_output, etcdctl_ok};
 
 const LEASE_SHORT: i64 = 0x51;
 const LEASE_LONG: i64 = 0x52;
@@ -191,59 +191,10 @@ fn run(program: &Path, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("run {}: {e}", program.display()))
 }
 
-/// Restores `file` into `data_dir` for the member `m1` of `cluster` with `token`, with the tool
-/// of `kind`: `etcdctl snapshot restore` or `leasehold snapshot restore`.
-fn restore_with(kind: Kind, file: &Path, data_dir: &Path, cluster: &str, token: &str) -> Output {
-    let peer = cluster.strip_prefix("m1=").expect("one member m1");
-    let file = file.to_str().expect("utf-8 path");
-    let dir = data_dir.to_str().expect("utf-8 path");
-    let flags = [
-        "--data-dir",
-        dir,
-        "--name",
-        "m1",
-        "--initial-cluster",
-        cluster,
-        "--initial-cluster-token",
-        token,
-        "--initial-advertise-peer-urls",
-        peer,
-    ];
-    match kind {
-        Kind::Etcd => {
-            let mut args = vec!["snapshot", "restore", file];
-            args.extend(flags);
-            run(&common::etcdctl_binary(), &args)
-        }
-        Kind::Leasehold => {
-            let mut args = vec!["snapshot", "restore", file];
-            args.extend(flags);
-            run(&common::leasehold_binary(), &args)
-        }
-    }
-}
-
 /// A one-member server of `kind` started on a data dir restored from `file` by `kind`'s tool.
 async fn start_restored(kind: Kind, file: &Path) -> Server {
-    let ports = free_ports::<2>();
-    let cluster = format!("m1=http://127.0.0.1:{}", ports[1]);
-    let token = format!("restored-{}", ports[1]);
-    let mut server = Server::spawn_member_on(
-        kind,
-        "m1",
-        ports,
-        &cluster,
-        &token,
-        common::Setup::default(),
-        |dir| {
-            let out = restore_with(kind, file, dir, &cluster, &token);
-            assert!(
-                out.status.success(),
-                "restore failed\n{}",
-                describe_output(&out)
-            );
-        },
-    );
+    let mut members = common::spawn_restored_members(kind, &[file], &[vec![]]);
+    let mut server = members.pop().expect("one member");
     server.wait_ready().await;
     server
 }
@@ -349,47 +300,8 @@ async fn three_members_restored_from_one_file_form_a_cluster() {
     let want = observe(&mut client, compact).await;
     let file = save(&source, dir.path(), "leasehold.db").await;
 
-    let ports: Vec<[u16; 2]> = (0..3).map(|_| free_ports::<2>()).collect();
-    let cluster = (0..3)
-        .map(|i| format!("m{i}=http://127.0.0.1:{}", ports[i][1]))
-        .collect::<Vec<_>>()
-        .join(",");
-    let token = format!("restored-three-{}", ports[0][1]);
-    let mut members: Vec<Server> = (0..3)
-        .map(|i| {
-            let name = format!("m{i}");
-            let peer = format!("http://127.0.0.1:{}", ports[i][1]);
-            Server::spawn_member_on(
-                Kind::Leasehold,
-                &name,
-                ports[i],
-                &cluster,
-                &token,
-                common::Setup::default(),
-                |data_dir| {
-                    let out = run(
-                        &common::leasehold_binary(),
-                        &[
-                            "snapshot",
-                            "restore",
-                            file.to_str().expect("utf-8"),
-                            "--data-dir",
-                            data_dir.to_str().expect("utf-8"),
-                            "--name",
-                            &name,
-                            "--initial-cluster",
-                            &cluster,
-                            "--initial-cluster-token",
-                            &token,
-                            "--initial-advertise-peer-urls",
-                            &peer,
-                        ],
-                    );
-                    assert!(out.status.success(), "{}", describe_output(&out));
-                },
-            )
-        })
-        .collect();
+    let mut members =
+        common::spawn_restored_members(Kind::Leasehold, &[&file, &file, &file], &vec![vec![]; 3]);
     for member in &mut members {
         member.wait_ready().await;
     }

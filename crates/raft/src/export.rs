@@ -20,7 +20,6 @@ use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership
 use redb::{Durability, ReadableTable, ReadableTableMetadata};
 
 use crate::command::{AlarmMember, MemberAttrs};
-use crate::state_machine::FileMeta;
 use crate::storage::{
     self, ALARMS, AUTH, COMMITTED, COMPACT_REVISION, CURRENT_REVISION, KV, LAST_APPLIED,
     LAST_PURGED, LEASE_CLOCK_MS, LEASES, MEMBER_ATTRS, MEMBERSHIP, RAFT_META, SM_META,
@@ -70,7 +69,7 @@ impl StateView {
         let txn = db
             .begin_read()
             .map_err(StorageError::read("a state view"))?;
-        let meta = FileMeta::read(&txn)?;
+        let meta = storage::SmMeta::read(&txn)?;
         let membership = meta.membership.membership();
         let voters: BTreeSet<u64> = membership.voter_ids().collect();
         let attrs: BTreeMap<u64, MemberAttrs> =

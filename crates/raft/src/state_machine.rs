@@ -27,10 +27,7 @@ use crate::command::{
     Alarm, AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, MemberAttrs,
     Proposal,
 };
-use crate::storage::{
-    ALARMS, AUTH, COMPACT_REVISION, CURRENT_REVISION, Db, KV, LAST_APPLIED, LEASE_CLOCK_MS, LEASES,
-    MEMBER_ATTRS, MEMBERSHIP, SM_META, SmMeta, StorageError, decode, write_sm,
-};
+use crate::storage::{Db, KV, LEASES, SmMeta, StorageError, decode, write_sm};
 use crate::tokens::SimpleTokens;
 use leasehold_auth::{Access, AuthChange, AuthError, AuthState, Caller};
 
@@ -610,42 +607,6 @@ impl StateMachine {
     }
 }
 
-/// The state-machine metadata rows, as the file holds them.
-pub(crate) struct FileMeta {
-    pub(crate) last_applied: Option<LogId<u64>>,
-    pub(crate) membership: StoredMembership<u64, BasicNode>,
-    pub(crate) current_revision: i64,
-    pub(crate) compact_revision: i64,
-    pub(crate) lease_clock_ms: u64,
-    pub(crate) alarms: Vec<AlarmMember>,
-    pub(crate) member_attrs: Vec<MemberAttrs>,
-    pub(crate) auth: AuthState,
-}
-
-impl FileMeta {
-    /// Read in `txn` (defaults for a new database).
-    pub(crate) fn read(txn: &redb::ReadTransaction) -> Result<FileMeta, StorageError> {
-        let meta = txn
-            .open_table(SM_META)
-            .map_err(StorageError::read("sm_meta"))?;
-        let fresh = Store::new();
-        Ok(FileMeta {
-            last_applied: LAST_APPLIED.get(&meta)?.flatten(),
-            membership: MEMBERSHIP.get(&meta)?.unwrap_or_default(),
-            current_revision: CURRENT_REVISION
-                .get(&meta)?
-                .unwrap_or(fresh.current_revision()),
-            compact_revision: COMPACT_REVISION
-                .get(&meta)?
-                .unwrap_or(fresh.compact_revision()),
-            lease_clock_ms: LEASE_CLOCK_MS.get(&meta)?.unwrap_or(0),
-            alarms: ALARMS.get(&meta)?.unwrap_or_default(),
-            member_attrs: MEMBER_ATTRS.get(&meta)?.unwrap_or_default(),
-            auth: AUTH.get(&meta)?.unwrap_or_default(),
-        })
-    }
-}
-
 pub(crate) fn lease_id_of_row(key: [u8; 8]) -> Result<LeaseId, StorageError> {
     LeaseId::from_wire(u64::from_be_bytes(key) as i64).ok_or(StorageError::Corrupt {
         what: "leases",
@@ -657,7 +618,7 @@ impl SnapshotPayload {
     /// The state machine as the file holds it (an empty one on a new database).
     fn read(db: &Db) -> Result<SnapshotPayload, StorageError> {
         let txn = db.begin_read().map_err(StorageError::read("sm_meta"))?;
-        let meta = FileMeta::read(&txn)?;
+        let meta = SmMeta::read(&txn)?;
         let table = txn.open_table(KV).map_err(StorageError::read("kv"))?;
         let mut records = Vec::new();
         for row in table.iter().map_err(StorageError::read("kv"))? {
@@ -696,13 +657,13 @@ impl SnapshotPayload {
     /// [`SnapshotPayload::read`] would return (what `install_snapshot` decodes), but streamed
     /// from the rows: a stored `Record` or `LeaseRecord` is already that encoding, so it is
     /// copied, not decoded and encoded again.
-    fn encode_from_file(db: &Db) -> Result<(FileMeta, Vec<u8>), StorageError> {
+    fn encode_from_file(db: &Db) -> Result<(SmMeta, Vec<u8>), StorageError> {
         const WHAT: &str = "a snapshot";
         fn put<T: Serialize>(out: Vec<u8>, value: &T) -> Vec<u8> {
             postcard::to_extend(value, out).expect("in-memory serialization cannot fail")
         }
         let txn = db.begin_read().map_err(StorageError::read(WHAT))?;
-        let meta = FileMeta::read(&txn)?;
+        let meta = SmMeta::read(&txn)?;
         let kv = txn.open_table(KV).map_err(StorageError::read("kv"))?;
         let leases = txn
             .open_table(LEASES)

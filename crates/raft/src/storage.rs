@@ -149,7 +149,7 @@ struct StagedSm {
     meta: Option<SmMeta>,
 }
 
-/// The state-machine metadata written with its changes.
+/// The state-machine metadata rows: written with its changes, read back whole.
 pub(crate) struct SmMeta {
     pub(crate) last_applied: Option<LogId<u64>>,
     pub(crate) membership: StoredMembership<u64, BasicNode>,
@@ -159,6 +159,30 @@ pub(crate) struct SmMeta {
     pub(crate) alarms: Vec<AlarmMember>,
     pub(crate) member_attrs: Vec<MemberAttrs>,
     pub(crate) auth: AuthState,
+}
+
+impl SmMeta {
+    /// The rows as `txn` sees them (a new database's defaults where one is missing).
+    pub(crate) fn read(txn: &redb::ReadTransaction) -> Result<SmMeta, StorageError> {
+        let meta = txn
+            .open_table(SM_META)
+            .map_err(StorageError::read("sm_meta"))?;
+        let fresh = leasehold_mvcc::Store::new();
+        Ok(SmMeta {
+            last_applied: LAST_APPLIED.get(&meta)?.flatten(),
+            membership: MEMBERSHIP.get(&meta)?.unwrap_or_default(),
+            current_revision: CURRENT_REVISION
+                .get(&meta)?
+                .unwrap_or(fresh.current_revision()),
+            compact_revision: COMPACT_REVISION
+                .get(&meta)?
+                .unwrap_or(fresh.compact_revision()),
+            lease_clock_ms: LEASE_CLOCK_MS.get(&meta)?.unwrap_or(0),
+            alarms: ALARMS.get(&meta)?.unwrap_or_default(),
+            member_attrs: MEMBER_ATTRS.get(&meta)?.unwrap_or_default(),
+            auth: AUTH.get(&meta)?.unwrap_or_default(),
+        })
+    }
 }
 
 /// Writes state-machine changes and the metadata they lead to, in one transaction.

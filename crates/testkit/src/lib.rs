@@ -35,6 +35,7 @@ pub mod process;
 pub mod prometheus;
 pub mod record;
 pub mod shortcuts;
+pub mod snapshots;
 
 pub use differential::*;
 pub use etcdctl::*;
@@ -44,6 +45,7 @@ pub use ports::*;
 pub use process::*;
 pub use record::*;
 pub use shortcuts::*;
+pub use snapshots::*;
 
 use std::time::Duration;
 
