@@ -2,8 +2,7 @@
 //! Some commands (`endpoint status`, `endpoint hashkv`, `defrag`, `move-leader`) dial that string
 //! as it is and send the whole URL as the HTTP/2 `:authority`, which h2 refuses as malformed
 //! unless the client port repairs it (crates/server/src/authority.rs). Each command must get
-//! leasehold's real answer: its result, or for an RPC leasehold does not implement,
-//! `Unimplemented`, never a protocol error.
+//! leasehold's real answer (its result, or the service's refusal), never a protocol error.
 
 use leasehold_testkit as common;
 
@@ -34,14 +33,12 @@ async fn every_command_works_with_a_url_endpoint() {
         format!("Finished defragmenting etcd member[{endpoint}]\n")
     );
 
-    // Not implemented by leasehold (docs/compat.md): the answer must be that, from the service.
-    for args in [&["move-leader", "1234"][..]] {
-        let output = etcdctl(&endpoint, args).await;
-        let text = describe_output(&output);
-        assert!(!output.status.success(), "etcdctl {args:?}: {text}");
-        assert!(
-            text.contains("code = Unimplemented"),
-            "etcdctl {args:?} should be told Unimplemented: {text}"
-        );
-    }
+    // The service's own refusal (an unknown member), never a protocol error.
+    let output = etcdctl(&endpoint, &["move-leader", "1234"]).await;
+    let text = describe_output(&output);
+    assert!(!output.status.success(), "etcdctl move-leader: {text}");
+    assert!(
+        text.contains("Error: etcdserver: bad leader transferee"),
+        "etcdctl move-leader should be told the transferee is bad: {text}"
+    );
 }

@@ -1,6 +1,6 @@
 //! The Python etcd client library (Debian's python3-etcd3) against etcd and leasehold: logging in
 //! with a user and password, reads and writes inside and outside the user's grants, and the
-//! maintenance calls it has (status, alarms, defragment, hash, members). Over TLS: grpcio sends
+//! maintenance calls it has (status, alarms, defragment, hash, members, snapshot). Over TLS: grpcio sends
 //! the token (a call credential) only on a secure channel. The users are made with etcdctl
 //! first; the script prints one JSON line per call, and the two runs must agree (values that
 //! differ by design, such as sizes, are reduced to their type). python-etcd3's `hash()` sends
@@ -15,7 +15,7 @@ use common::certs::Certs;
 use common::{Etcd, Leasehold, Server, Setup, TlsSetup, etcdctl_ok};
 
 const SCRIPT: &str = r#"
-import json, sys
+import hashlib, io, json, sys
 import etcd3, grpc
 
 host, port, ca, cert, key = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
@@ -59,6 +59,16 @@ rec("defragment as alice", lambda: alice.defragment() is not None)
 rec("defragment", lambda: root.defragment() is not None)
 # Sent without the token: both servers take it as the client certificate's common name, root.
 rec("hash", lambda: kind(root.hash()))
+
+def snapshot(c):
+    # etcd's file: a bbolt database of whole pages, then its sha256.
+    buf = io.BytesIO()
+    c.snapshot(buf)
+    b = buf.getvalue()
+    return [len(b) % 512 == 32, hashlib.sha256(b[:-32]).digest() == b[-32:]]
+
+rec("snapshot as alice", lambda: snapshot(alice))
+rec("snapshot", lambda: snapshot(root))
 print(json.dumps(out))
 "#;
 

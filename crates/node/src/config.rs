@@ -65,6 +65,15 @@ pub struct NodeConfig {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "true", value_parser = parse_go_bool)]
     pub enable_grpc_gateway: bool,
+    /// Before serving clients, compare this member's KV hash with every reachable peer's and
+    /// refuse to start if one with the same compaction point differs.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = parse_go_bool)]
+    pub experimental_initial_corrupt_check: bool,
+    /// How often the leader compares every member's KV hash and raises CORRUPT on a mismatch,
+    /// e.g. `1m`; `0` (the default) never.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub experimental_corrupt_check_time: Duration,
     /// How often idle watchers that asked for progress notifications get one, e.g. `10m`, `5s`,
     /// `500ms`.
     #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]

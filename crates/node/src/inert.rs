@@ -60,7 +60,7 @@ const NO_V2: &str = "leasehold serves only the v3 API";
 const NO_PROXY: &str = "leasehold has no v2 proxy mode";
 const NO_DISCOVERY: &str = "discovery is not supported: bootstrap with --initial-cluster";
 const NO_TRACING: &str = "OpenTelemetry tracing is not implemented";
-const NO_CORRUPT_CHECK: &str = "corruption checks are not implemented yet";
+const NO_COMPACT_HASH_CHECK: &str = "the hash check after each compaction is not implemented yet (the periodic and initial corruption checks are)";
 const LEGACY: &str = "ignored by etcd too since v3";
 
 use Kind::{Bool, Duration, Int, Legacy, Str, Uint};
@@ -169,21 +169,15 @@ const TABLE: &[Inert] = &[
         Int,
         NO_TRACING,
     ),
-    inert("experimental-initial-corrupt-check", Bool, NO_CORRUPT_CHECK),
-    inert(
-        "experimental-corrupt-check-time",
-        Duration,
-        NO_CORRUPT_CHECK,
-    ),
     inert(
         "experimental-compact-hash-check-enabled",
         Bool,
-        NO_CORRUPT_CHECK,
+        NO_COMPACT_HASH_CHECK,
     ),
     inert(
         "experimental-compact-hash-check-time",
         Duration,
-        NO_CORRUPT_CHECK,
+        NO_COMPACT_HASH_CHECK,
     ),
     inert(
         "experimental-enable-lease-checkpoint",

@@ -98,7 +98,8 @@ impl Node {
             env!("CARGO_PKG_VERSION"),
             if fresh { "new data dir" } else { "recovering from data dir" },
         );
-        let network = leasehold_peer::PeerNetwork::with_tls(config.peer_client_tls()?);
+        let network = leasehold_peer::PeerNetwork::with_tls(config.peer_client_tls()?)
+            .for_cluster(identity.cluster_id);
         let forwarder = Arc::new(leasehold_peer::PeerForwarder::new(
             network.clone(),
             std::time::Duration::from_millis(config.election_timeout),
@@ -166,6 +167,27 @@ impl Node {
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut servers = Vec::new();
+        for (i, listener) in listeners.peer.into_iter().enumerate() {
+            let addr = listener.local_addr()?;
+            let tls = tls_of(peer_is_tls(i), &peer_tls)?;
+            let https = scheme(tls.is_some());
+            let incoming = transport::incoming(listener, tls);
+            let served = leasehold_peer::serve_peers(
+                replica.clone(),
+                identity.cluster_id,
+                incoming,
+                stopped(stop_rx.clone()),
+            );
+            serve_in_background("peers", https, addr, served);
+        }
+        // etcd's initial corruption check runs with the peers served and before the clients.
+        if config.experimental_initial_corrupt_check
+            && let Err(why) = leasehold_server::initial_check(&replica, identity.member_id).await
+        {
+            let _ = stop_tx.send(true);
+            replica.shutdown().await;
+            bail!("{why}");
+        }
         for (i, listener) in listeners.client.into_iter().enumerate() {
             let addr = listener.local_addr()?;
             let tls = tls_of(client_is_tls(i), &client_tls)?;
@@ -176,15 +198,6 @@ impl Node {
             let incoming = transport::incoming(listener, tls);
             let served = leasehold_server::serve(ctx.clone(), incoming, stopped(stop_rx.clone()));
             servers.push(tokio::spawn(served));
-        }
-        for (i, listener) in listeners.peer.into_iter().enumerate() {
-            let addr = listener.local_addr()?;
-            let tls = tls_of(peer_is_tls(i), &peer_tls)?;
-            let https = scheme(tls.is_some());
-            let incoming = transport::incoming(listener, tls);
-            let served =
-                leasehold_peer::serve_peers(replica.clone(), incoming, stopped(stop_rx.clone()));
-            serve_in_background("peers", https, addr, served);
         }
         for (i, listener) in listeners.metrics.into_iter().enumerate() {
             let addr = listener.local_addr()?;
@@ -216,6 +229,13 @@ impl Node {
                 stop_rx.clone(),
             ))
         });
+        if !config.experimental_corrupt_check_time.is_zero() {
+            tokio::spawn(leasehold_server::drive_corruption_checks(
+                replica.clone(),
+                config.experimental_corrupt_check_time,
+                stop_rx.clone(),
+            ));
+        }
         let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
             replica.clone(),
             ctx.metrics.clone(),

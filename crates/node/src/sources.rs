@@ -808,7 +808,7 @@ mod tests {
     fn inert_and_unapplied_tls_flags_get_one_warning_line_each() {
         let r = resolve(
             &[
-                "--experimental-initial-corrupt-check=true",
+                "--experimental-compact-hash-check-enabled=true",
                 "--enable-v2",
                 "--quota-backend-bytes=100",
                 "--max-snapshots=3",
@@ -824,7 +824,7 @@ mod tests {
             warnings(&r),
             vec![
                 "accepted for etcd compatibility, no effect in leasehold: --max-snapshots, \
-                 --enable-v2, --experimental-initial-corrupt-check",
+                 --enable-v2, --experimental-compact-hash-check-enabled",
                 "TLS settings not applied yet; ignoring --cipher-suites",
                 "--cert-file, --key-file, --trusted-ca-file, --client-cert-auth or --auto-tls given, but \
                  no --listen-client-urls is https://: serving plain HTTP there",
@@ -868,7 +868,7 @@ mod tests {
                 ("ETCD_MAX_TXN_OPS", "7"),
                 ("ETCD_CLIENT_CERT_AUTH", "true"),
                 ("ETCD_LOG_OUTPUTS", "stdout"),
-                ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true"),
+                ("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", "true"),
                 ("ETCDCTL_API", "3"),
                 ("PATH", "/bin"),
             ],
@@ -885,7 +885,7 @@ mod tests {
             warnings(&r),
             vec![
                 "accepted for etcd compatibility, no effect in leasehold: \
-                 --experimental-initial-corrupt-check",
+                 --experimental-compact-hash-check-enabled",
                 "--cert-file, --key-file, --trusted-ca-file, --client-cert-auth or --auto-tls given, but \
                  no --listen-client-urls is https://: serving plain HTTP there",
             ]

@@ -10,7 +10,8 @@
 //! Messages are openraft's own request and response types (and leasehold's `Write` batches), encoded
 //! with postcard inside a `Payload`. A remote Raft error comes back inside the payload; a
 //! transport failure is "unreachable", so openraft backs off and retries, and a forwarded client
-//! request fails with the transient "no leader" that clients retry.
+//! request fails with the transient "no leader" that clients retry. Every request names the
+//! sender's cluster, and a member refuses another cluster's (`cluster_id.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,8 +21,8 @@ use leasehold_api::leaseholdpeerpb::Payload;
 use leasehold_api::leaseholdpeerpb::peer_client::PeerClient as GrpcClient;
 use leasehold_api::leaseholdpeerpb::peer_server::{Peer, PeerServer};
 use leasehold_raft::{
-    BoxFuture, Forwarded, Forwarder, MemberChange, Proposal, ReadIndex, Replica, ReplicaError,
-    TypeConfig, Write,
+    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, Proposal, ReadIndex, Replica,
+    ReplicaError, TypeConfig, Write,
 };
 use openraft::BasicNode;
 use openraft::error::{
@@ -37,6 +38,7 @@ use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 
+mod cluster_id;
 mod line;
 mod tls_connector;
 
@@ -84,6 +86,9 @@ fn decode<T: DeserializeOwned>(payload: &Payload) -> Result<T, postcard::Error> 
     }
 }
 
+/// A connection to a peer that stamps every request with this member's cluster.
+type Stamped = tonic::service::interceptor::InterceptedService<Channel, cluster_id::Stamp>;
+
 fn bad_request(e: postcard::Error) -> Status {
     Status::invalid_argument(format!("undecodable peer message: {e}"))
 }
@@ -95,6 +100,8 @@ pub struct PeerNetwork {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     /// How `https://` peers are reached.
     tls: Option<PeerTls>,
+    /// The cluster every request is stamped with (`None`: unstamped).
+    cluster_id: Option<u64>,
 }
 
 /// How a member reaches `https://` peers.
@@ -120,7 +127,15 @@ impl PeerNetwork {
         }
     }
 
-    fn client(&self, addr: &str) -> Result<GrpcClient<Channel>, TransportError> {
+    /// The same network, stamping every request with `cluster_id` (see `cluster_id.rs`).
+    pub fn for_cluster(self, cluster_id: u64) -> PeerNetwork {
+        PeerNetwork {
+            cluster_id: Some(cluster_id),
+            ..self
+        }
+    }
+
+    fn client(&self, addr: &str) -> Result<GrpcClient<Stamped>, TransportError> {
         let mut channels = self.channels.lock().expect("peer channels lock poisoned");
         let channel = match channels.get(addr) {
             Some(channel) => channel.clone(),
@@ -167,9 +182,11 @@ impl PeerNetwork {
                 channel
             }
         };
-        Ok(GrpcClient::new(channel)
-            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX))
+        Ok(
+            GrpcClient::with_interceptor(channel, cluster_id::Stamp::new(self.cluster_id))
+                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
+        )
     }
 
     /// One unary call to `addr`, bounded by `timeout`; returns the answer's payload.
@@ -189,6 +206,8 @@ impl PeerNetwork {
                 Rpc::Forward => client.forward_writes(payload).await,
                 Rpc::ReadIndex => client.read_index(payload).await,
                 Rpc::ChangeMembers => client.change_members(payload).await,
+                Rpc::HashKv => client.hash_kv(payload).await,
+                Rpc::Campaign => client.campaign(payload).await,
             }
         };
         match tokio::time::timeout(timeout, call).await {
@@ -213,6 +232,8 @@ enum Rpc {
     Forward,
     ReadIndex,
     ChangeMembers,
+    HashKv,
+    Campaign,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -369,12 +390,12 @@ impl PeerForwarder {
         Box::pin(async move {
             let started = std::time::Instant::now();
             let answer = network.call(&addr, timeout, payload, rpc).await;
-            tracing::debug!(?rpc, %addr, elapsed = ?started.elapsed(), ok = answer.is_ok(), "asked the leader");
+            tracing::debug!(?rpc, %addr, elapsed = ?started.elapsed(), ok = answer.is_ok(), "asked a peer");
             match answer {
                 Ok(answer) => decode::<Result<Resp, ReplicaError>>(&answer)
                     .unwrap_or_else(|e| Err(ReplicaError::BadAnswer(e))),
                 Err(e) => {
-                    tracing::debug!("forwarding to the leader failed: {e}");
+                    tracing::debug!("asking a peer failed: {e}");
                     Err(ReplicaError::NoLeader)
                 }
             }
@@ -409,6 +430,19 @@ impl Forwarder for PeerForwarder {
         change: MemberChange,
     ) -> BoxFuture<Result<(), ReplicaError>> {
         self.ask(addr, Rpc::ChangeMembers, &change)
+    }
+
+    fn hash_kv(
+        &self,
+        _member: u64,
+        addr: String,
+        revision: i64,
+    ) -> BoxFuture<Result<Option<MemberHash>, ReplicaError>> {
+        self.ask(addr, Rpc::HashKv, &revision)
+    }
+
+    fn campaign(&self, _member: u64, addr: String) -> BoxFuture<Result<(), ReplicaError>> {
+        self.ask(addr, Rpc::Campaign, &())
     }
 }
 
@@ -500,6 +534,21 @@ impl Peer for PeerService {
         let result = self.replica.leader_change_members(change).await;
         Ok(Response::new(encode(&result)))
     }
+
+    /// This member's KV hash at a revision, from its applied state (any member answers).
+    async fn hash_kv(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let revision: i64 = decode(req.get_ref()).map_err(bad_request)?;
+        let result: Result<Option<MemberHash>, ReplicaError> =
+            Ok(self.replica.member_hash(revision));
+        Ok(Response::new(encode(&result)))
+    }
+
+    /// The leader hands leadership to this member: it campaigns now.
+    async fn campaign(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let () = decode(req.get_ref()).map_err(bad_request)?;
+        let result = self.replica.campaign().await;
+        Ok(Response::new(encode(&result)))
+    }
 }
 
 /// Serves the peer transport on the connections `incoming` yields (plain TCP or TLS, with
@@ -508,6 +557,7 @@ impl Peer for PeerService {
 /// `shutdown` completes.
 pub async fn serve_peers<I, IO, E>(
     replica: Arc<Replica>,
+    cluster_id: u64,
     incoming: I,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error>
@@ -523,7 +573,10 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     tonic::transport::Server::builder()
-        .add_service(PeerService::new(replica).into_server())
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            PeerService::new(replica).into_server(),
+            cluster_id::Check::new(cluster_id),
+        ))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -34,7 +34,7 @@ pub use leasehold_lease::{
 };
 pub use network::NoPeers;
 pub use replica::{
-    BoxFuture, Fatal, Forwarded, Forwarder, MemberChange, MemberInfo, MembershipError,
+    BoxFuture, Fatal, Forwarded, Forwarder, MemberChange, MemberHash, MemberInfo, MembershipError,
     NoForwarding, RaftStatus, ReadIndex, Replica, ReplicaConfig, ReplicaError, StartError,
 };
 pub use state_machine::rebind;

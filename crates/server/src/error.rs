@@ -259,6 +259,17 @@ impl From<ApiError> for Status {
                     Status::new(Code::Unknown, format!("defragment: {e}"))
                 }
                 ReplicaError::Snapshot(e) => Status::new(Code::Unknown, format!("snapshot: {e}")),
+                ReplicaError::NotLeader => {
+                    Status::new(Code::FailedPrecondition, "etcdserver: not leader")
+                }
+                ReplicaError::BadLeaderTransferee => Status::new(
+                    Code::FailedPrecondition,
+                    "etcdserver: bad leader transferee",
+                ),
+                ReplicaError::LeaderTransferTimeout => Status::new(
+                    Code::DeadlineExceeded,
+                    "etcdserver: request timed out, leader transfer took too long",
+                ),
                 ReplicaError::WrongReply(reply) => {
                     tracing::error!("state machine answered with the wrong reply kind: {reply}");
                     Status::new(Code::Internal, "etcdserver: unexpected apply result")

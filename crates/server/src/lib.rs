@@ -21,6 +21,7 @@ mod coalesce;
 mod compactor;
 mod context;
 mod convert;
+mod corruption;
 mod dashboard;
 mod election;
 mod error;
@@ -65,6 +66,7 @@ pub struct ConnInfo {
     pub common_name: Option<String>,
 }
 pub use context::ServerContext;
+pub use corruption::{drive_corruption_checks, initial_check};
 pub use expiry::{ExpiryConfig, drive_lease_expiry};
 pub use lease::LeaseIdGenerator;
 pub use maintenance::ETCD_API_VERSION;

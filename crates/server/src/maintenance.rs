@@ -1,7 +1,7 @@
 //! Maintenance: Status (what `etcdctl endpoint status/health` need), alarms (list, raise, clear),
 //! Hash and HashKV (`etcdctl endpoint hashkv`, corruption checks), Defragment, Snapshot (etcd's
-//! backend file, `leasehold-snapshot`). The other RPCs (move-leader, downgrade) answer
-//! `Unimplemented` for now.
+//! backend file, `leasehold-snapshot`), MoveLeader (`Replica::move_leader`). Downgrade answers
+//! `Unimplemented` (3.5 members only downgrade to 3.4, which leasehold has no mode of).
 
 use std::sync::Arc;
 
@@ -22,6 +22,11 @@ use crate::error::ApiError;
 /// etcd#17507), which kube-apiserver requires before it trusts them; leasehold's do not either
 /// (`watch.rs`).
 pub const ETCD_API_VERSION: &str = "3.5.13";
+
+/// How long a leadership transfer may take, in election timeouts: openraft's leader lease (two)
+/// may have to run out first, then the transferee catches up and wins an election. Under
+/// etcdctl's default command timeout (5 s) at the default election timeout.
+const MOVE_LEADER_ELECTION_TIMEOUTS: u32 = 4;
 
 /// Snapshot pieces read ahead of the client.
 const SNAPSHOT_PIECES_QUEUED: usize = 8;
@@ -207,6 +212,25 @@ impl Maintenance for MaintenanceService {
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    /// etcd's MoveLeader: this member, which must lead, hands leadership to the target voter.
+    /// Root only while auth is on, as in etcd.
+    async fn move_leader(
+        &self,
+        req: Request<pb::MoveLeaderRequest>,
+    ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        self.admin(&req)?;
+        let target = req.into_inner().target_id;
+        let replica = &self.ctx.replica;
+        let within = replica.election_timeout() * MOVE_LEADER_ELECTION_TIMEOUTS;
+        replica
+            .move_leader(target, within)
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::MoveLeaderResponse {
+            header: self.ctx.header().at(self.revision().await?),
+        }))
     }
 
     /// etcd's alarms: list (all, or of one type), raise, clear. Raising and clearing go through

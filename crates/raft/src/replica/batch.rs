@@ -9,6 +9,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::error::ReplicaError;
 use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere, wait_applied};
 use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
+use super::transfer::ProposalGate;
 use crate::TypeConfig;
 use crate::command::{Applied, Proposal, Write};
 use crate::storage::FirstFailure;
@@ -60,6 +61,7 @@ pub(super) struct Committed {
 /// answered once this member has applied it too.
 pub(super) async fn propose_batches(
     raft: Raft<TypeConfig>,
+    gate: Arc<ProposalGate>,
     member_id: u64,
     clock: SharedClock,
     failure: Arc<FirstFailure>,
@@ -116,7 +118,7 @@ pub(super) async fn propose_batches(
                     batch.into_iter().map(|p| (p.write, p.reply)).unzip();
                 answer(
                     replies,
-                    commit(&raft, &clock, &failure, &telemetry, writes).await,
+                    commit(&raft, &gate, &clock, &failure, &telemetry, writes).await,
                 );
             }
         }
@@ -180,6 +182,7 @@ fn answer(
 /// Commits `writes` as one log entry through this member's Raft (which must lead).
 pub(super) async fn commit(
     raft: &Raft<TypeConfig>,
+    gate: &ProposalGate,
     clock: &SharedClock,
     failure: &FirstFailure,
     telemetry: &Telemetry,
@@ -199,16 +202,19 @@ pub(super) async fn commit(
         clock.wait_timing(PROMOTION_WAIT_MAX).await;
     }
     let proposal = stamp_lease_times(clock, writes)?;
-    commit_proposal(raft, failure, telemetry, proposal).await
+    commit_proposal(raft, gate, failure, telemetry, proposal).await
 }
 
-/// Commits a log entry of stamped commands through this member's Raft (which must lead).
+/// Commits a log entry of stamped commands through this member's Raft (which must lead), once
+/// the gate is open (a leadership transfer closes it).
 pub(super) async fn commit_proposal(
     raft: &Raft<TypeConfig>,
+    gate: &ProposalGate,
     failure: &FirstFailure,
     telemetry: &Telemetry,
     proposal: Proposal,
 ) -> Result<Forwarded, ReplicaError> {
+    let _open = gate.open().await;
     let _pending = telemetry.proposing();
     match raft.client_write(proposal).await {
         Ok(resp) => Ok(Forwarded {

@@ -50,6 +50,15 @@ pub enum ReplicaError {
     /// Reading the state for a snapshot failed: the storage error's text.
     #[error("snapshot: {0}")]
     Snapshot(String),
+    /// Only the leader hands leadership on.
+    #[error("not leader")]
+    NotLeader,
+    /// The member asked to lead is not a voter of this cluster.
+    #[error("bad leader transferee")]
+    BadLeaderTransferee,
+    /// The transferee did not take over in time.
+    #[error("leader transfer took too long")]
+    LeaderTransferTimeout,
     /// The leader's answer to a forwarded request did not decode (members of different builds).
     #[error("undecodable answer from the leader: {0}")]
     BadAnswer(postcard::Error),
@@ -131,6 +140,9 @@ enum WireError {
     Corrupt,
     Auth(leasehold_auth::AuthError),
     Snapshot(String),
+    NotLeader,
+    BadLeaderTransferee,
+    LeaderTransferTimeout,
 }
 
 impl From<ReplicaError> for WireError {
@@ -147,6 +159,9 @@ impl From<ReplicaError> for WireError {
             ReplicaError::Corrupt => WireError::Corrupt,
             ReplicaError::Auth(e) => WireError::Auth(e),
             ReplicaError::Snapshot(e) => WireError::Snapshot(e),
+            ReplicaError::NotLeader => WireError::NotLeader,
+            ReplicaError::BadLeaderTransferee => WireError::BadLeaderTransferee,
+            ReplicaError::LeaderTransferTimeout => WireError::LeaderTransferTimeout,
         }
     }
 }
@@ -165,6 +180,9 @@ impl From<WireError> for ReplicaError {
             WireError::Corrupt => ReplicaError::Corrupt,
             WireError::Auth(e) => ReplicaError::Auth(e),
             WireError::Snapshot(e) => ReplicaError::Snapshot(e),
+            WireError::NotLeader => ReplicaError::NotLeader,
+            WireError::BadLeaderTransferee => ReplicaError::BadLeaderTransferee,
+            WireError::LeaderTransferTimeout => ReplicaError::LeaderTransferTimeout,
         }
     }
 }

@@ -1,11 +1,13 @@
 //! What a follower hands to the leader (writes, read indexes, membership changes), and waiting
-//! for the leader's answer without outliving its leadership.
+//! for the leader's answer without outliving its leadership; and what one member asks of any
+//! other: its KV hash (for corruption checks), and to campaign (a leadership transfer).
 
 use std::time::Duration;
 
 use openraft::Raft;
 
 use super::error::ReplicaError;
+use super::hashes::MemberHash;
 use super::membership::MemberChange;
 use crate::TypeConfig;
 use crate::command::{Applied, Write};
@@ -52,6 +54,18 @@ pub trait Forwarder: Send + Sync + 'static {
         addr: String,
         change: MemberChange,
     ) -> BoxFuture<Result<(), ReplicaError>>;
+    /// Asks `member` (at peer URL `addr`, leader or not) for its KV hash at `revision`, as etcd
+    /// asks a peer's `/members/hashkv`. `Ok(None)`: it cannot hash that revision (compacted
+    /// there, or not applied yet).
+    fn hash_kv(
+        &self,
+        member: u64,
+        addr: String,
+        revision: i64,
+    ) -> BoxFuture<Result<Option<MemberHash>, ReplicaError>>;
+    /// Asks `member` (at peer URL `addr`) to campaign for leadership now: the leader's last
+    /// step of a leadership transfer.
+    fn campaign(&self, member: u64, addr: String) -> BoxFuture<Result<(), ReplicaError>>;
 }
 
 /// The forwarder of a member without peers.
@@ -77,6 +91,19 @@ impl Forwarder for NoForwarding {
         _: String,
         _: MemberChange,
     ) -> BoxFuture<Result<(), ReplicaError>> {
+        Box::pin(async { Err(ReplicaError::NoLeader) })
+    }
+
+    fn hash_kv(
+        &self,
+        _: u64,
+        _: String,
+        _: i64,
+    ) -> BoxFuture<Result<Option<MemberHash>, ReplicaError>> {
+        Box::pin(async { Err(ReplicaError::NoLeader) })
+    }
+
+    fn campaign(&self, _: u64, _: String) -> BoxFuture<Result<(), ReplicaError>> {
         Box::pin(async { Err(ReplicaError::NoLeader) })
     }
 }

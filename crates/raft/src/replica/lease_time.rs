@@ -127,6 +127,7 @@ impl Replica {
     /// Stops timing leases: another member leads (or nobody does).
     fn demote(&self) {
         self.lease_clock.set(None);
+        *self.leading_since.lock().expect("leading_since poisoned") = None;
         tracing::info!("demoted: no longer timing leases");
     }
 
@@ -145,9 +146,17 @@ impl Replica {
                 extend_ms,
             }],
         };
-        commit_proposal(&self.raft, &self.failure, &self.telemetry, proposal).await?;
+        commit_proposal(
+            &self.raft,
+            &self.gate,
+            &self.failure,
+            &self.telemetry,
+            proposal,
+        )
+        .await?;
         let clock = LeaseClock::promote(replicated_ms, Instant::now());
         self.lease_clock.set(Some(clock));
+        *self.leading_since.lock().expect("leading_since poisoned") = Some(Instant::now());
         tracing::info!(lease_clock_ms = replicated_ms, "promoted: timing leases");
         Ok(())
     }
@@ -157,6 +166,11 @@ impl Replica {
         self.lease_clock()
             .map(|c| c.now_ms(Instant::now()))
             .ok_or(ReplicaError::NoLeader)
+    }
+
+    /// Since when this member leads (promoted), if it does.
+    pub(super) fn leading_since(&self) -> Option<Instant> {
+        *self.leading_since.lock().expect("leading_since poisoned")
     }
 
     /// The leader's lease clock, if this member leads.

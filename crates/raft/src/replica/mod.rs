@@ -22,13 +22,16 @@ mod batch;
 mod config;
 mod error;
 mod forward;
+mod hashes;
 mod lease_time;
 mod membership;
 mod read_index;
+mod transfer;
 
 pub use config::ReplicaConfig;
 pub use error::{Fatal, MembershipError, ReplicaError, StartError};
 pub use forward::{BoxFuture, Forwarded, Forwarder, NoForwarding, ReadIndex};
+pub use hashes::MemberHash;
 pub use membership::{MemberChange, MemberInfo};
 
 use batch::{Committed, PROPOSERS, Pending, QUEUE_LEN_MAX, commit_proposal, propose_batches};
@@ -85,6 +88,10 @@ pub struct Replica {
     quota_bytes: Option<u64>,
     /// The file size as the quota check last read it (see [`Replica::db_size_for_quota`]).
     quota_size: QuotaSize,
+    /// Closed while a leadership transfer waits for its transferee (see `transfer.rs`).
+    gate: Arc<transfer::ProposalGate>,
+    /// When this member was promoted, while it leads.
+    leading_since: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// The file size, read at most every [`QuotaSize::FRESH_FOR`], so that a put does not cost a
@@ -179,9 +186,11 @@ impl Replica {
         let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
         let queue = Arc::new(tokio::sync::Mutex::new(queue));
         let lease_clock = SharedClock::new();
+        let gate = Arc::new(transfer::ProposalGate::default());
         for _ in 0..PROPOSERS {
             tokio::spawn(propose_batches(
                 raft.clone(),
+                gate.clone(),
                 cfg.member_id,
                 lease_clock.clone(),
                 failure.clone(),
@@ -212,6 +221,8 @@ impl Replica {
             stopping: tokio::sync::watch::Sender::new(false),
             quota_bytes: cfg.quota_bytes,
             quota_size: QuotaSize::new(),
+            gate,
+            leading_since: std::sync::Mutex::new(None),
         });
         tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
         tokio::spawn(count_leader_changes(replica.raft.metrics(), telemetry));
@@ -626,8 +637,14 @@ impl Replica {
         let proposal = Proposal {
             commands: vec![command],
         };
-        let mut done =
-            commit_proposal(&self.raft, &self.failure, &self.telemetry, proposal).await?;
+        let mut done = commit_proposal(
+            &self.raft,
+            &self.gate,
+            &self.failure,
+            &self.telemetry,
+            proposal,
+        )
+        .await?;
         done.applied.pop().ok_or(ReplicaError::Stopped)
     }
 
