@@ -43,7 +43,7 @@ writes() {
 
 # count ENDPOINT: the number of keys.
 count() {
-  etcdctl --endpoints "$1" --command-timeout 120s get "" --from-key --count-only -w json |
+  "$bin" get --endpoints "$1" --command-timeout 120s --prefix --count-only "" -w json |
     python3 -c 'import json,sys; print(json.load(sys.stdin).get("count", 0))'
 }
 

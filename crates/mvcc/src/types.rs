@@ -33,13 +33,19 @@ impl Revision {
     }
 }
 
-/// One version of a key, as etcd's `mvccpb.KeyValue`.
+/// One version of a key, as etcd's `mvccpb.KeyValue`. Keys and values go through serde as
+/// byte strings (`serde_bytes`), not sequences of `u8`: postcard writes both the same way (a
+/// length, then the bytes), so stored rows and snapshots are unchanged, but a byte string is
+/// read in one copy instead of one call per byte (reading every row at start-up and for a
+/// snapshot spent a tenth of its time there: docs/bench.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     pub create_revision: i64,
     pub mod_revision: i64,
     pub version: i64,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     pub lease: Option<LeaseId>,
 }
@@ -208,7 +214,10 @@ pub enum Change {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Record {
     Put(KeyValue),
-    Tombstone { key: Vec<u8> },
+    Tombstone {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
 }
 
 impl Record {
@@ -217,5 +226,57 @@ impl Record {
             Record::Put(kv) => &kv.key,
             Record::Tombstone { key } => key,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stored encoding before keys and values went through serde as byte strings.
+    #[derive(Serialize, Deserialize)]
+    enum SeqRecord {
+        Put {
+            key: Vec<u8>,
+            create_revision: i64,
+            mod_revision: i64,
+            version: i64,
+            value: Vec<u8>,
+            lease: Option<LeaseId>,
+        },
+        Tombstone {
+            key: Vec<u8>,
+        },
+    }
+
+    #[test]
+    fn records_encode_as_they_always_did() {
+        let kv = KeyValue {
+            key: b"key".to_vec(),
+            create_revision: 2,
+            mod_revision: 7,
+            version: 3,
+            value: vec![0, 1, 255, 128],
+            lease: LeaseId::from_wire(-5),
+        };
+        let old = SeqRecord::Put {
+            key: kv.key.clone(),
+            create_revision: 2,
+            mod_revision: 7,
+            version: 3,
+            value: kv.value.clone(),
+            lease: kv.lease,
+        };
+        let new = postcard::to_stdvec(&Record::Put(kv.clone())).expect("encode");
+        assert_eq!(new, postcard::to_stdvec(&old).expect("encode"));
+        let back: Record = postcard::from_bytes(&postcard::to_stdvec(&old).expect("encode"))
+            .expect("decode the old encoding");
+        assert_eq!(back, Record::Put(kv));
+        let tomb = SeqRecord::Tombstone { key: b"k".to_vec() };
+        let tomb_new = Record::Tombstone { key: b"k".to_vec() };
+        assert_eq!(
+            postcard::to_stdvec(&tomb_new).expect("encode"),
+            postcard::to_stdvec(&tomb).expect("encode")
+        );
     }
 }
