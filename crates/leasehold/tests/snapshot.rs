@@ -226,14 +226,21 @@ async fn status(file: &Path) -> Value {
     serde_json::from_slice(&out.stdout).expect("status prints JSON")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leasehold_snapshot_restores_into_etcd_and_leasehold() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// A leasehold with [`populate`]'s history, saved with `etcdctl snapshot save` into `dir`: the
+/// server, a client of it, the compaction point, what [`observe`] sees, and the file.
+async fn leasehold_source(dir: &Path) -> (Server, Client, i64, Vec<String>, PathBuf) {
     let source = common::Leasehold::start().await;
     let mut client = source.client().await;
     let compact = populate(&mut client).await;
     let want = observe(&mut client, compact).await;
-    let file = save(&source, dir.path(), "leasehold.db").await;
+    let file = save(&source, dir, "leasehold.db").await;
+    (source, client, compact, want, file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leasehold_snapshot_restores_into_etcd_and_leasehold() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_source, mut client, compact, want, file) = leasehold_source(dir.path()).await;
     let left_at_save = remaining(&mut client).await;
     // What is compared holds what the history made.
     for line in [
@@ -294,11 +301,7 @@ async fn leasehold_snapshot_restores_into_etcd_and_leasehold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_restored_from_one_file_form_a_cluster() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let source = common::Leasehold::start().await;
-    let mut client = source.client().await;
-    let compact = populate(&mut client).await;
-    let want = observe(&mut client, compact).await;
-    let file = save(&source, dir.path(), "leasehold.db").await;
+    let (_source, _client, compact, want, file) = leasehold_source(dir.path()).await;
 
     let mut members =
         common::spawn_restored_members(Kind::Leasehold, &[&file, &file, &file], &vec![vec![]; 3]);

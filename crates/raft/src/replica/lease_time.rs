@@ -8,7 +8,6 @@ use leasehold_lease::LeaseClock;
 use tokio::sync::watch;
 
 use super::Replica;
-use super::batch::commit_proposal;
 use super::error::ReplicaError;
 use crate::command::{Command, Proposal, Write};
 use crate::state_machine;
@@ -140,19 +139,10 @@ impl Replica {
         let replicated_ms = state_machine::lease_time_now(&self.shared);
         let extend_ms = u64::try_from(self.election_timeout.as_millis()).unwrap_or(u64::MAX);
         // Straight to this member's Raft, never forwarded: only a leader promotes itself.
-        let proposal = Proposal {
-            commands: vec![Command::LeasePromote {
-                now_ms: replicated_ms,
-                extend_ms,
-            }],
-        };
-        commit_proposal(
-            &self.raft,
-            &self.gate,
-            &self.failure,
-            &self.telemetry,
-            proposal,
-        )
+        self.commit_here(Command::LeasePromote {
+            now_ms: replicated_ms,
+            extend_ms,
+        })
         .await?;
         let clock = LeaseClock::promote(replicated_ms, Instant::now());
         self.lease_clock.set(Some(clock));

@@ -634,6 +634,12 @@ impl Replica {
         if leader_elsewhere(&self.raft, self.member_id).is_some() || self.lease_clock().is_none() {
             return Err(ReplicaError::NoLeader);
         }
+        self.commit_here(command).await
+    }
+
+    /// Commits one command of the leader's own straight on this member's Raft (never
+    /// forwarded), through the proposal gate like every commit.
+    async fn commit_here(&self, command: Command) -> Result<Applied, ReplicaError> {
         let proposal = Proposal {
             commands: vec![command],
         };
