@@ -44,7 +44,7 @@ pub struct NodeConfig {
     #[arg(long, default_value = "")]
     pub listen_metrics_urls: String,
     /// This member's peer URLs to advertise to the rest of the cluster.
-    #[arg(long, default_value = "http://127.0.0.1:2380")]
+    #[arg(long, default_value = INITIAL_ADVERTISE_PEER_URLS_DEFAULT)]
     pub initial_advertise_peer_urls: String,
     /// Initial cluster configuration for bootstrapping, `name=peerURL,...`.
     #[arg(long)]
@@ -53,7 +53,7 @@ pub struct NodeConfig {
     #[arg(long, default_value = "new")]
     pub initial_cluster_state: String,
     /// Initial cluster token, mixed into the member and cluster IDs.
-    #[arg(long, default_value = "etcd-cluster")]
+    #[arg(long, default_value = INITIAL_CLUSTER_TOKEN_DEFAULT)]
     pub initial_cluster_token: String,
     /// Time (in milliseconds) of a heartbeat interval.
     #[arg(long, default_value_t = 100)]
@@ -174,6 +174,13 @@ fn parse_logger(s: &str) -> Result<String, String> {
         _ => Err(format!("unknown logger option {s:?}")),
     }
 }
+
+/// `--initial-advertise-peer-urls` when not given. `snapshot restore` takes the same default, so
+/// a member restored and then started with neither flag has the same identity.
+pub const INITIAL_ADVERTISE_PEER_URLS_DEFAULT: &str = "http://127.0.0.1:2380";
+
+/// `--initial-cluster-token` when not given (etcd's).
+pub const INITIAL_CLUSTER_TOKEN_DEFAULT: &str = "etcd-cluster";
 
 /// The member's identity, derived as etcd derives it: from its peer URLs and the cluster token.
 #[derive(Debug, PartialEq, Eq)]

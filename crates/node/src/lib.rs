@@ -23,7 +23,10 @@ mod sources;
 mod tls;
 mod transport;
 
-pub use config::{Identity, ListenUrl, LogLevel, LogTarget, NodeConfig, parse_duration};
+pub use config::{
+    INITIAL_ADVERTISE_PEER_URLS_DEFAULT, INITIAL_CLUSTER_TOKEN_DEFAULT, Identity, ListenUrl,
+    LogLevel, LogTarget, NodeConfig, parse_duration,
+};
 pub use inert::InertFlags;
 pub use node::{Listeners, Node};
 pub use sources::{Notice, NoticeLevel, Resolved, normalize_args};

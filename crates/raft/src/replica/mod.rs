@@ -224,6 +224,7 @@ impl Replica {
             gate,
             leading_since: std::sync::Mutex::new(None),
         });
+        replica.warn_if_not_a_member();
         tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
         tokio::spawn(count_leader_changes(replica.raft.metrics(), telemetry));
         if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
@@ -233,6 +234,22 @@ impl Replica {
             }
         }
         Ok(replica)
+    }
+
+    /// Warns when the data dir holds a cluster without this member: its ID comes from the
+    /// flags, so a data dir restored (or first started) with another name, cluster, token or
+    /// peer URL belongs to another member, and this one cannot lead or vote.
+    fn warn_if_not_a_member(&self) {
+        let members = self.members();
+        if !members.is_empty() && !members.iter().any(|m| m.id == self.member_id) {
+            tracing::warn!(
+                member_id = %format!("{:x}", self.member_id),
+                members = ?members.iter().map(|m| format!("{:x}", m.id)).collect::<Vec<_>>(),
+                "this member is not in the cluster its data dir holds (restored or started \
+                 with other --name, --initial-cluster, --initial-cluster-token or \
+                 --initial-advertise-peer-urls?): it cannot lead or vote until it is added"
+            );
+        }
     }
 
     /// Reads the lease table; linearizable reads first confirm leadership (read index).
