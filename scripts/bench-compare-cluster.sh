@@ -77,6 +77,7 @@ workloads=(
   "all|lease-grant --clients 64 --conns 8 --total 10000"
   "followers|lease-keepalive --clients 64 --conns 8 --total 20000"
   "all|lease-keepalive --leases 6000 --streams 3 --conns 3 --duration 8"
+  "all|lease-keepalive --leases 6000 --streams 3 --conns 3 --window 64 --duration 8"
   "all|lease-keepalive --leases 3000 --streams 3 --conns 3 --ttl-secs 6 --paced --duration 10"
   "all|lease-keepalive --leases 40000 --streams 3 --conns 3 --ttl-secs 6 --paced --duration 10"
   "followers|lease-keepalive --leases 6000 --streams 2 --conns 2 --duration 8"

@@ -47,6 +47,7 @@ workloads=(
   "lease-grant --clients 64 --conns 8 --total 20000"
   "lease-keepalive --clients 64 --conns 8 --total 40000"
   "lease-keepalive --leases 5000 --streams 1 --conns 1 --duration 8"
+  "lease-keepalive --leases 5000 --streams 1 --conns 1 --window 64 --duration 8"
   "lease-keepalive --leases 10000 --streams 4 --conns 4 --duration 8"
   "lease-keepalive --leases 5000 --streams 1 --conns 1 --ttl-secs 2 --duration 8"
   "lease-keepalive --leases 50000 --streams 1 --conns 1 --ttl-secs 6 --paced --duration 10"

@@ -346,7 +346,8 @@ impl Workload for LeaseGrant {
 /// stream, one request in flight at a time. With `--leases N`: etcd's client pattern, `N`
 /// leases spread over `--streams` streams (a stream carries all of its leases' renewals), each
 /// lease renewed again as soon as its answer arrives (or, with `--paced`, TTL/3 after it, as
-/// clientv3 renews); reports `leases_lost` (renewals answered TTL <= 0). Runs for `--duration`
+/// clientv3 renews), at most `--window` renewals in flight a stream if given; reports
+/// `leases_lost` (renewals answered TTL <= 0). Runs for `--duration`
 /// seconds, or until `--total` renewals.
 #[derive(Args, Debug, Clone)]
 pub struct LeaseKeepalive {
@@ -362,6 +363,12 @@ pub struct LeaseKeepalive {
     /// a second, and latency is the server's, not a closed loop's queue.
     #[arg(long, requires = "leases")]
     paced: bool,
+    /// With `--leases`: at most this many renewals in flight on a stream; the stream's other
+    /// leases wait their turn, renewed round-robin as answers arrive. A client that renews
+    /// leases from a bounded pool of tasks. Without it, every lease always has a renewal in
+    /// flight, and latency is that queue.
+    #[arg(long, requires = "leases", value_parser = clap::value_parser!(u64).range(1..))]
+    window: Option<u64>,
 }
 
 /// A keepalive client: its lease, and the stream that renews it.
@@ -416,6 +423,7 @@ impl Workload for LeaseKeepalive {
                     self.paced.then(|| {
                         Duration::from_millis(u64::try_from(self.ttl_secs).unwrap_or(0) * 1000 / 3)
                     }),
+                    self.window.map(usize::try_from).transpose()?,
                     run.request_limit(),
                     run.bound(),
                 )

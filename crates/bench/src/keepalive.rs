@@ -3,7 +3,9 @@
 //! are spread over `S` such streams, and each lease is renewed again as soon as the answer to
 //! its previous renewal arrives, so a stream carries up to `N / S` renewals in flight. Paced
 //! (`--paced`), each lease is renewed a third of its TTL after its previous answer, as clientv3
-//! does: an open loop offering `N / (TTL / 3)` renewals a second.
+//! does: an open loop offering `N / (TTL / 3)` renewals a second. With a window
+//! (`--window W`), a stream keeps at most `W` renewals in flight and its other leases wait their
+//! turn, round-robin: a closed loop of `W` per stream, whatever `N`.
 //!
 //! Reported besides throughput and latency: `leases_lost` (leases that got a renewal answered
 //! with TTL <= 0 while their client was renewing them: a live client's lease was revoked) and
@@ -49,6 +51,7 @@ pub(super) async fn run(
     streams: usize,
     ttl_secs: i64,
     pace: Option<Duration>,
+    window: Option<usize>,
     total: u64,
     deadline_after: Duration,
 ) -> anyhow::Result<Report> {
@@ -74,6 +77,7 @@ pub(super) async fn run(
             rx,
             measure.clone(),
             pace,
+            window.unwrap_or(usize::MAX),
         )));
     }
     let grants_started = Instant::now();
@@ -112,6 +116,9 @@ pub(super) async fn run(
         extra.insert("renew_every_ms".into(), (pace.as_millis() as u64).into());
         let offered = leases as f64 / pace.as_secs_f64().max(1e-3);
         extra.insert("offered_per_s".into(), offered.into());
+    }
+    if let Some(window) = window {
+        extra.insert("window".into(), window.into());
     }
     extra.insert("grant_phase_s".into(), grant_phase.as_secs_f64().into());
     extra.insert("leases_lost".into(), lost.into());
@@ -156,13 +163,15 @@ impl Measure {
 
 /// Renews the leases granted to this stream, each from the moment its grant is answered and
 /// again whenever its answer arrives (or `pace` after it), until the measured part of the run
-/// ends. Answers come in request order (as etcd and leasehold both answer a stream), so the
-/// oldest request in flight is the one answered.
+/// ends, with at most `window` renewals in flight (the rest wait in `waiting`, oldest first).
+/// Answers come in request order (as etcd and leasehold both answer a stream), so the oldest
+/// request in flight is the one answered.
 async fn renew_over_one_stream(
     channel: Channel,
     mut granted: mpsc::UnboundedReceiver<i64>,
     measure: Arc<Measure>,
     pace: Option<Duration>,
+    window: usize,
 ) -> StreamTally {
     let mut tally = StreamTally {
         latency_us: Some(Histogram::<u64>::new(3).expect("valid sigfig")),
@@ -200,7 +209,15 @@ async fn renew_over_one_stream(
     // Paced: (due, lease), in due order, since every lease waits the same `pace` after an
     // answer and answers come in order.
     let mut due: VecDeque<(tokio::time::Instant, i64)> = VecDeque::new();
+    // Leases whose renewal is due but waits for room in the window, and whether it counts.
+    let mut waiting: VecDeque<(i64, bool)> = VecDeque::new();
     loop {
+        while in_flight.len() < window
+            && let Some((id, measured)) = waiting.pop_front()
+        {
+            in_flight.push_back((id, Instant::now(), measured));
+            let _ = tx.send(LeaseKeepAliveRequest { id });
+        }
         if in_flight.is_empty() && !granting && due.is_empty() {
             break;
         }
@@ -221,18 +238,14 @@ async fn renew_over_one_stream(
                     }
                     due.pop_front();
                     if let Some(measured) = measure.may_send() {
-                        in_flight.push_back((id, Instant::now(), measured));
-                        let _ = tx.send(LeaseKeepAliveRequest { id });
+                        waiting.push_back((id, measured));
                     }
                 }
                 continue;
             }
             id = granted.recv(), if granting => {
                 match id {
-                    Some(id) => {
-                        in_flight.push_back((id, Instant::now(), false));
-                        let _ = tx.send(LeaseKeepAliveRequest { id });
-                    }
+                    Some(id) => waiting.push_back((id, false)),
                     None => granting = false,
                 }
                 continue;
@@ -248,7 +261,8 @@ async fn renew_over_one_stream(
                 let unanswered = in_flight
                     .iter()
                     .filter(|(_, _, measured)| *measured)
-                    .count();
+                    .count()
+                    + waiting.iter().filter(|(_, measured)| *measured).count();
                 let broke_measured = measure.from.get().is_some();
                 tally.errors += u64::from(broke_measured) + unanswered as u64;
                 break;
@@ -277,8 +291,7 @@ async fn renew_over_one_stream(
         if let Some(pace) = pace {
             due.push_back((tokio::time::Instant::now() + pace, id));
         } else if let Some(measured) = measure.may_send() {
-            in_flight.push_back((id, Instant::now(), measured));
-            let _ = tx.send(LeaseKeepAliveRequest { id });
+            waiting.push_back((id, measured));
         }
     }
     tally

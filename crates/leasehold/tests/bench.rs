@@ -305,6 +305,34 @@ async fn paced_keepalive_renews_each_lease_every_third_of_its_ttl() {
     );
 }
 
+/// `--window` bounds the renewals in flight on a stream, the other leases waiting their turn:
+/// 300 leases over 2 streams with 8 in flight each still renew every lease (none lost, none
+/// refused), and the report names the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windowed_keepalive_renews_every_lease_a_few_at_a_time() {
+    let server = Leasehold::start().await;
+    let r = bench(
+        &server,
+        &[
+            "lease-keepalive",
+            "--leases",
+            "300",
+            "--streams",
+            "2",
+            "--window",
+            "8",
+            "--ttl-secs",
+            "5",
+            "--duration",
+            "2",
+        ],
+    );
+    assert_eq!(r["errors"].as_u64(), Some(0), "{r}");
+    assert_eq!(r["leases_lost"].as_u64(), Some(0), "{r}");
+    assert_eq!(r["window"].as_u64(), Some(8), "{r}");
+    assert!(r["requests"].as_u64() >= Some(300), "{r}");
+}
+
 #[test]
 fn remote_endpoints_are_refused_without_the_flag() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))

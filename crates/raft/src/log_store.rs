@@ -19,11 +19,45 @@ use crate::storage::{
 /// openraft's storage error, which ours become (typed, through [`crate::storage::FirstFailure`]).
 type RaftStorageError = openraft::StorageError<u64>;
 
+/// How many appends this member has made durable: a leader's proposer watches it to learn that
+/// the entry it proposed is on disk (see `replica::batch`).
+#[derive(Debug)]
+pub(crate) struct LogFlushes {
+    count: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for LogFlushes {
+    fn default() -> LogFlushes {
+        LogFlushes {
+            count: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl LogFlushes {
+    /// Appends made durable so far.
+    pub(crate) fn count(&self) -> u64 {
+        *self.count.borrow()
+    }
+
+    /// Returns once more than `count` appends have been made durable.
+    pub(crate) async fn past(&self, count: u64) {
+        let mut rx = self.count.subscribe();
+        // The sender lives as long as `self`, which the caller holds: never closed.
+        let _ = rx.wait_for(|flushed| *flushed > count).await;
+    }
+
+    fn flushed(&self) {
+        self.count.send_modify(|count| *count += 1);
+    }
+}
+
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Db>,
     /// Shared with the state machine, which dates lease times by them.
     append_times: Arc<AppendTimes>,
+    flushes: Arc<LogFlushes>,
     /// The latest committed log id openraft reported. Only a hint for re-applying on restart,
     /// so it is written with the next log commit rather than costing a commit of its own.
     committed: Arc<Mutex<Option<LogId<u64>>>>,
@@ -34,8 +68,14 @@ impl LogStore {
         LogStore {
             db,
             append_times,
+            flushes: Arc::new(LogFlushes::default()),
             committed: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// The count of this store's durable appends.
+    pub(crate) fn flushes(&self) -> Arc<LogFlushes> {
+        self.flushes.clone()
     }
 
     fn read_meta<T: serde::Serialize + serde::de::DeserializeOwned>(
@@ -228,6 +268,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Tell openraft only after the fsync: it may then count this member toward a quorum.
         match result {
             Ok(()) => {
+                self.flushes.flushed();
                 callback.log_io_completed(Ok(()));
                 Ok(())
             }

@@ -163,6 +163,7 @@ impl Replica {
         let failure = db.failure().clone();
         let telemetry = db.telemetry().clone();
         let log = LogStore::new(db, shared.append_times.clone());
+        let flushes = log.flushes();
         let config = Config {
             cluster_name: "leasehold".into(),
             heartbeat_interval: cfg.heartbeat_interval_ms,
@@ -197,6 +198,7 @@ impl Replica {
                 telemetry.clone(),
                 forwarder.clone(),
                 queue.clone(),
+                flushes.clone(),
             ));
         }
         let leader_reads =
