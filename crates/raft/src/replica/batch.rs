@@ -122,8 +122,10 @@ pub(super) async fn propose_batches(
             None => {
                 let (writes, replies): (Vec<Write>, Vec<_>) =
                     batch.into_iter().map(|p| (p.write, p.reply)).unzip();
-                // Any append made durable after this point is this proposal's entry or one
-                // before it: the other proposer waits for the queue until then.
+                // The other proposer waits for the queue until an append made durable after
+                // this point: this proposal's entry, or one proposed without the queue (an
+                // election's blank entry, a membership change, an expiry), which at worst lets
+                // the next batch go a little early, as a second entry behind this one.
                 let flushed = flushes.count();
                 let committing = commit(&raft, &gate, &clock, &failure, &telemetry, writes);
                 tokio::pin!(committing);
