@@ -8,8 +8,9 @@
 //! turn, round-robin: a closed loop of `W` per stream, whatever `N`.
 //!
 //! Reported besides throughput and latency: `leases_lost` (leases that got a renewal answered
-//! with TTL <= 0 while their client was renewing them: a live client's lease was revoked) and
-//! `renewals_ttl_le_0` (every such answer).
+//! with TTL <= 0 while their client was renewing them: a live client's lease was revoked),
+//! `renewals_ttl_le_0` (every such answer), `leases_renewed` (leases with a measured renewal
+//! answered) and `max_in_flight` (the most renewals one stream had unanswered).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +39,9 @@ struct StreamTally {
     errors: u64,
     leases_lost: u64,
     renewals_ttl_le_0: u64,
+    /// Leases with a measured renewal answered TTL > 0.
+    renewed: std::collections::HashSet<i64>,
+    max_in_flight: usize,
 }
 
 /// Runs the workload until `deadline_after` past the end of the grants, or until `total`
@@ -96,6 +100,7 @@ pub(super) async fn run(
     };
     let mut latency_us = Histogram::<u64>::new(3).expect("valid sigfig");
     let (mut requests, mut errors, mut lost, mut ttl_le_0) = (0, 0, 0, 0);
+    let (mut renewed, mut max_in_flight) = (0, 0);
     for task in tasks {
         let tally = task.await?;
         if let Some(h) = tally.latency_us {
@@ -105,6 +110,8 @@ pub(super) async fn run(
         errors += tally.errors;
         lost += tally.leases_lost;
         ttl_le_0 += tally.renewals_ttl_le_0;
+        renewed += tally.renewed.len();
+        max_in_flight = max_in_flight.max(tally.max_in_flight);
     }
     let elapsed = start.elapsed();
     revoke_all(channels, &ids).await;
@@ -123,6 +130,8 @@ pub(super) async fn run(
     extra.insert("grant_phase_s".into(), grant_phase.as_secs_f64().into());
     extra.insert("leases_lost".into(), lost.into());
     extra.insert("renewals_ttl_le_0".into(), ttl_le_0.into());
+    extra.insert("leases_renewed".into(), renewed.into());
+    extra.insert("max_in_flight".into(), max_in_flight.into());
     Ok(Report {
         workload: "lease-keepalive",
         requests,
@@ -218,6 +227,7 @@ async fn renew_over_one_stream(
             in_flight.push_back((id, Instant::now(), measured));
             let _ = tx.send(LeaseKeepAliveRequest { id });
         }
+        tally.max_in_flight = tally.max_in_flight.max(in_flight.len());
         if in_flight.is_empty() && !granting && due.is_empty() {
             break;
         }
@@ -287,6 +297,9 @@ async fn renew_over_one_stream(
                 tally.leases_lost += 1;
             }
             continue; // A lost lease is not renewed again.
+        }
+        if measured {
+            tally.renewed.insert(id);
         }
         if let Some(pace) = pace {
             due.push_back((tokio::time::Instant::now() + pace, id));
