@@ -312,3 +312,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         .map_err(|e| self.fail(e, |e| StorageIOError::write_logs(e)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::LogFlushes;
+
+    /// A proposer waiting past a count is held until a later append is made durable, and one
+    /// that asks after it was made durable is not held at all.
+    #[tokio::test]
+    async fn past_waits_for_a_durable_append_after_the_count() {
+        let flushes = std::sync::Arc::new(LogFlushes::default());
+        let seen = flushes.count();
+        let waiter = tokio::spawn({
+            let flushes = flushes.clone();
+            async move { flushes.past(seen).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !waiter.is_finished(),
+            "released before any append was durable"
+        );
+        flushes.flushed();
+        waiter.await.expect("waiter");
+        assert_eq!(flushes.count(), seen + 1);
+        flushes.past(seen).await;
+    }
+}
