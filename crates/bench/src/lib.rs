@@ -421,6 +421,8 @@ mod tests {
             &["txn-put", "--txn-ops", "0"],
             &["range", "--consistency", "x"],
             &["expiry-storm", "--prefix", ""],
+            &["lease-keepalive", "--leases", "10", "--window", "0"],
+            &["lease-keepalive", "--window", "8"],
         ] {
             assert!(
                 <P as clap::Parser>::try_parse_from(
