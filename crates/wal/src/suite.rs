@@ -1,0 +1,639 @@
+//! The log's conformance suite: each case runs on the real file system (a temporary directory)
+//! and on [`MemFs`]; the crash cases need `MemFs`'s crash model and run there only.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use crate::proto::{Batch, Compacted, Entry, EntryType, HardState};
+use crate::{Crash, Fs, MemFs, StdFs, Wal, WalError, WalOptions};
+
+const SMALL: WalOptions = WalOptions {
+    segment_bytes: 4096,
+};
+
+fn entry(index: u64, term: u64) -> Entry {
+    Entry {
+        entry_type: EntryType::EntryNormal as i32,
+        term,
+        index,
+        data: Bytes::from(format!("entry {index} of term {term}")),
+        context: Bytes::new(),
+    }
+}
+
+fn entries(from: u64, to: u64, term: u64) -> Vec<Entry> {
+    (from..=to).map(|i| entry(i, term)).collect()
+}
+
+fn batch(from: u64, to: u64, term: u64) -> Batch {
+    Batch {
+        entries: entries(from, to, term),
+        hard_state: Some(HardState {
+            term,
+            vote: 1,
+            commit: from.saturating_sub(1),
+        }),
+        ..Batch::default()
+    }
+}
+
+fn indexes(es: &[Entry]) -> Vec<(u64, u64)> {
+    es.iter().map(|e| (e.index, e.term)).collect()
+}
+
+/// Runs `case` on a fresh directory of each file system.
+fn on_both(case: impl Fn(&dyn Fn() -> Box<dyn Opener>)) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("wal");
+    case(&|| Box::new((StdFs, dir.clone())) as Box<dyn Opener>);
+    let mem = MemFs::new();
+    case(&|| Box::new((mem.clone(), PathBuf::from("/data/wal"))) as Box<dyn Opener>);
+}
+
+/// Opens the same log again and again, on whichever file system.
+trait Opener {
+    fn open(&self, options: WalOptions) -> Result<(Box<dyn Log>, crate::Recovered), WalError>;
+    fn list(&self) -> Vec<String>;
+    fn remove(&self, name: &str);
+}
+
+trait Log {
+    fn append(&mut self, batch: &Batch) -> Result<(), WalError>;
+    fn compact(&mut self, mark: Compacted) -> Result<(), WalError>;
+    fn segment_count(&self) -> usize;
+    fn last_index(&self) -> u64;
+}
+
+impl<F: Fs> Log for Wal<F> {
+    fn append(&mut self, batch: &Batch) -> Result<(), WalError> {
+        Wal::append(self, batch)
+    }
+    fn compact(&mut self, mark: Compacted) -> Result<(), WalError> {
+        Wal::compact(self, mark)
+    }
+    fn segment_count(&self) -> usize {
+        Wal::segment_count(self)
+    }
+    fn last_index(&self) -> u64 {
+        Wal::last_index(self)
+    }
+}
+
+impl<F: Fs + Clone> Opener for (F, PathBuf) {
+    fn open(&self, options: WalOptions) -> Result<(Box<dyn Log>, crate::Recovered), WalError> {
+        let (wal, recovered) = Wal::open_on(self.0.clone(), &self.1, options)?;
+        Ok((Box::new(wal), recovered))
+    }
+    fn list(&self) -> Vec<String> {
+        let mut names = self.0.list(&self.1).expect("list");
+        names.sort();
+        names
+    }
+    fn remove(&self, name: &str) {
+        self.0.remove(&self.1.join(name)).expect("remove");
+    }
+}
+
+#[test]
+fn a_new_log_is_empty_and_reopens_empty() {
+    on_both(|log| {
+        let (_wal, recovered) = log().open(SMALL).expect("create");
+        assert!(recovered.entries.is_empty());
+        assert_eq!(recovered.hard_state, HardState::default());
+        drop(_wal);
+        let (wal, recovered) = log().open(SMALL).expect("reopen");
+        assert!(recovered.entries.is_empty());
+        assert_eq!(wal.last_index(), 0);
+    });
+}
+
+#[test]
+fn appended_entries_and_hard_state_come_back_after_a_reopen() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        wal.append(&batch(1, 3, 1)).expect("append");
+        wal.append(&batch(4, 5, 2)).expect("append");
+        drop(wal);
+        let (wal, recovered) = log().open(SMALL).expect("reopen");
+        assert_eq!(
+            indexes(&recovered.entries),
+            vec![(1, 1), (2, 1), (3, 1), (4, 2), (5, 2)]
+        );
+        assert_eq!(recovered.entries[2], entry(3, 1));
+        assert_eq!(
+            recovered.hard_state,
+            HardState {
+                term: 2,
+                vote: 1,
+                commit: 3
+            }
+        );
+        assert_eq!(wal.last_index(), 5);
+        assert_eq!(recovered.torn_bytes_cleared, 0);
+    });
+}
+
+#[test]
+fn an_append_at_an_earlier_index_replaces_the_conflicting_suffix() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        wal.append(&batch(1, 5, 1)).expect("append");
+        wal.append(&batch(3, 4, 2)).expect("append");
+        assert_eq!(wal.last_index(), 4);
+        drop(wal);
+        let (_, recovered) = log().open(SMALL).expect("reopen");
+        assert_eq!(
+            indexes(&recovered.entries),
+            vec![(1, 1), (2, 1), (3, 2), (4, 2)]
+        );
+    });
+}
+
+#[test]
+fn appends_that_leave_a_gap_or_reach_below_the_mark_are_refused_before_writing() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        wal.append(&batch(1, 3, 1)).expect("append");
+        let gap = wal.append(&batch(5, 6, 1));
+        assert!(
+            matches!(
+                gap,
+                Err(WalError::NotContiguous {
+                    got: 5,
+                    min: 1,
+                    max: 4
+                })
+            ),
+            "{gap:?}"
+        );
+        wal.compact(Compacted { index: 2, term: 1 })
+            .expect("compact");
+        let below = wal.append(&batch(2, 2, 1));
+        assert!(matches!(below, Err(WalError::NotContiguous { got: 2, .. })));
+        let mut holes = batch(4, 4, 1);
+        holes.entries.push(entry(6, 1));
+        assert!(matches!(
+            wal.append(&holes),
+            Err(WalError::NotContiguous { got: 6, .. })
+        ));
+        drop(wal);
+        let (_, recovered) = log().open(SMALL).expect("reopen");
+        assert_eq!(indexes(&recovered.entries), vec![(3, 1)]);
+    });
+}
+
+#[test]
+fn a_log_spanning_many_segments_replays_whole() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        for i in 1..=200 {
+            wal.append(&batch(i, i, 1 + i / 50)).expect("append");
+        }
+        assert!(wal.segment_count() >= 3, "{} segments", wal.segment_count());
+        drop(wal);
+        let (_, recovered) = log().open(SMALL).expect("reopen");
+        assert_eq!(recovered.entries.len(), 200);
+        assert_eq!(recovered.entries[199], entry(200, 5));
+        assert_eq!(recovered.hard_state.commit, 199);
+    });
+}
+
+#[test]
+fn a_frame_larger_than_a_segment_gets_a_segment_of_its_own() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        wal.append(&batch(1, 1, 1)).expect("append");
+        let mut big = batch(2, 2, 1);
+        big.entries[0].data = Bytes::from(vec![0xAB; 20_000]);
+        wal.append(&big).expect("append a big entry");
+        wal.append(&batch(3, 3, 1)).expect("append after it");
+        drop(wal);
+        let (_, recovered) = log().open(SMALL).expect("reopen");
+        assert_eq!(recovered.entries.len(), 3);
+        assert_eq!(recovered.entries[1].data.len(), 20_000);
+    });
+}
+
+#[test]
+fn compaction_deletes_whole_segments_below_the_mark_and_keeps_the_state() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        for i in 1..=200 {
+            wal.append(&batch(i, i, 1)).expect("append");
+        }
+        let before = wal.segment_count();
+        wal.compact(Compacted {
+            index: 150,
+            term: 1,
+        })
+        .expect("compact");
+        assert!(wal.segment_count() < before);
+        drop(wal);
+        let (wal, recovered) = log().open(SMALL).expect("reopen");
+        assert_eq!(
+            recovered.compacted,
+            Compacted {
+                index: 150,
+                term: 1
+            }
+        );
+        assert_eq!(
+            recovered.entries.first().map(|e| e.index),
+            Some(151),
+            "entries start right after the mark"
+        );
+        assert_eq!(recovered.entries.len(), 50);
+        assert_eq!(recovered.hard_state.commit, 199);
+        assert_eq!(wal.last_index(), 200);
+    });
+}
+
+#[test]
+fn a_mark_beyond_the_last_entry_empties_the_log_for_an_installed_snapshot() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        wal.append(&batch(1, 5, 1)).expect("append");
+        wal.append(&Batch {
+            compacted: Some(Compacted {
+                index: 100,
+                term: 3,
+            }),
+            hard_state: Some(HardState {
+                term: 3,
+                vote: 2,
+                commit: 100,
+            }),
+            ..Batch::default()
+        })
+        .expect("install");
+        assert_eq!(wal.last_index(), 100);
+        wal.append(&batch(101, 102, 3))
+            .expect("append after the snapshot");
+        drop(wal);
+        let (_, recovered) = log().open(SMALL).expect("reopen");
+        assert_eq!(recovered.compacted.index, 100);
+        assert_eq!(indexes(&recovered.entries), vec![(101, 3), (102, 3)]);
+    });
+}
+
+#[test]
+fn a_missing_middle_segment_is_refused() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        for i in 1..=200 {
+            wal.append(&batch(i, i, 1)).expect("append");
+        }
+        drop(wal);
+        let names = log().list();
+        log().remove(&names[1]);
+        let opened = log().open(SMALL);
+        assert!(
+            matches!(opened, Err(WalError::Incomplete { .. })),
+            "{:?}",
+            opened.map(|_| ())
+        );
+    });
+}
+
+#[test]
+fn a_missing_oldest_segment_without_a_mark_is_refused() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        for i in 1..=200 {
+            wal.append(&batch(i, i, 1)).expect("append");
+        }
+        drop(wal);
+        let names = log().list();
+        log().remove(&names[0]);
+        let opened = log().open(SMALL);
+        assert!(
+            matches!(opened, Err(WalError::Incomplete { .. })),
+            "{:?}",
+            opened.map(|_| ())
+        );
+    });
+}
+
+fn mem_log() -> (MemFs, PathBuf) {
+    (MemFs::new(), PathBuf::from("/data/wal"))
+}
+
+fn open_mem(fs: &MemFs, dir: &Path) -> Result<(Wal<MemFs>, crate::Recovered), WalError> {
+    Wal::open_on(fs.clone(), dir, SMALL)
+}
+
+fn only_segment(fs: &MemFs, dir: &Path) -> PathBuf {
+    let names = fs.list(dir).expect("list");
+    assert_eq!(names.len(), 1, "{names:?}");
+    dir.join(&names[0])
+}
+
+#[test]
+fn an_acknowledged_append_survives_a_crash_that_loses_everything_unsynced() {
+    let (fs, dir) = mem_log();
+    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    wal.append(&batch(1, 3, 1)).expect("append");
+    fs.crash(Crash::LoseUnsynced);
+    let (_, recovered) = open_mem(&fs, &dir).expect("reopen");
+    assert_eq!(recovered.entries.len(), 3);
+}
+
+#[test]
+fn a_crash_while_a_frame_is_written_keeps_every_acknowledged_frame_and_all_or_none_of_the_last() {
+    for seed in 1..=64 {
+        let (fs, dir) = mem_log();
+        let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+        wal.append(&batch(1, 2, 1)).expect("append");
+        fs.fail_syncs(true);
+        let mut last = batch(3, 5, 1);
+        for e in &mut last.entries {
+            e.data = Bytes::from(vec![0x5A; 700]);
+        }
+        assert!(wal.append(&last).is_err(), "the sync failed");
+        assert!(
+            matches!(wal.append(&batch(6, 6, 1)), Err(WalError::Poisoned)),
+            "nothing is acknowledged after a failed sync"
+        );
+        fs.fail_syncs(false);
+        fs.crash(Crash::TearSectors(seed));
+        let (mut wal, recovered) = open_mem(&fs, &dir)
+            .unwrap_or_else(|e| panic!("seed {seed}: a torn tail must be repaired, got {e}"));
+        let got = indexes(&recovered.entries);
+        assert!(
+            got == vec![(1, 1), (2, 1)] || got.len() == 5,
+            "seed {seed}: {got:?}"
+        );
+        // The repaired log takes appends again, and they last.
+        let next = wal.last_index() + 1;
+        wal.append(&batch(next, next, 2))
+            .expect("append after repair");
+        drop(wal);
+        let (_, again) = open_mem(&fs, &dir).expect("reopen after repair");
+        assert_eq!(again.entries.last().map(|e| e.index), Some(next));
+        assert_eq!(again.torn_bytes_cleared, 0, "seed {seed}");
+    }
+}
+
+#[test]
+fn some_crash_tears_the_last_frame_and_the_tear_is_cleared() {
+    let cleared = (1..=64).any(|seed| {
+        let (fs, dir) = mem_log();
+        let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+        wal.append(&batch(1, 1, 1)).expect("append");
+        fs.fail_syncs(true);
+        let mut last = batch(2, 2, 1);
+        last.entries[0].data = Bytes::from(vec![0x77; 1500]);
+        let _ = wal.append(&last);
+        fs.fail_syncs(false);
+        fs.crash(Crash::TearSectors(seed));
+        let (_, recovered) = open_mem(&fs, &dir).expect("reopen");
+        recovered.torn_bytes_cleared > 0 && recovered.entries.len() == 1
+    });
+    assert!(
+        cleared,
+        "no seed tore the frame: the crash model is not exercised"
+    );
+}
+
+#[test]
+fn a_flipped_bit_inside_the_log_is_refused_not_repaired() {
+    let (fs, dir) = mem_log();
+    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    wal.append(&batch(1, 1, 1)).expect("append");
+    wal.append(&batch(2, 2, 1)).expect("append");
+    drop(wal);
+    let path = only_segment(&fs, &dir);
+    let bytes = fs.contents(&path).expect("segment");
+    // The second frame's payload (the first is the header): find "entry 1" and flip a bit in it.
+    let at = bytes
+        .windows(7)
+        .position(|w| w == b"entry 1")
+        .expect("entry 1 is in the segment");
+    fs.flip_bit(&path, at + 2, 3);
+    let opened = open_mem(&fs, &dir);
+    assert!(
+        matches!(opened, Err(WalError::Corrupt { .. })),
+        "{:?}",
+        opened.map(|_| ())
+    );
+}
+
+#[test]
+fn a_flipped_bit_in_the_last_frame_is_damage_too() {
+    let (fs, dir) = mem_log();
+    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    wal.append(&batch(1, 1, 1)).expect("append");
+    drop(wal);
+    let path = only_segment(&fs, &dir);
+    let bytes = fs.contents(&path).expect("segment");
+    let at = bytes
+        .windows(7)
+        .position(|w| w == b"entry 1")
+        .expect("entry 1 is in the segment");
+    fs.flip_bit(&path, at, 0);
+    let opened = open_mem(&fs, &dir);
+    assert!(
+        matches!(opened, Err(WalError::Corrupt { .. })),
+        "{:?}",
+        opened.map(|_| ())
+    );
+}
+
+/// Where each intact frame of a segment starts.
+fn frame_offsets(bytes: &[u8]) -> Vec<usize> {
+    let mut at = 0;
+    let mut offsets = Vec::new();
+    while let crate::frame::Read::Frame { next, .. } = crate::frame::read(bytes, at) {
+        offsets.push(at);
+        at = next;
+    }
+    offsets
+}
+
+#[test]
+fn a_zeroed_frame_followed_by_intact_frames_is_refused() {
+    let (fs, dir) = mem_log();
+    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    wal.append(&batch(1, 1, 1)).expect("append");
+    wal.append(&batch(2, 2, 1)).expect("append");
+    drop(wal);
+    let path = only_segment(&fs, &dir);
+    let bytes = fs.contents(&path).expect("segment");
+    let frames = frame_offsets(&bytes);
+    assert_eq!(frames.len(), 3, "the header and two batches");
+    // Zero the first batch, header included: it reads as the end of the log, but an intact
+    // frame follows.
+    for (byte, value) in bytes.iter().enumerate().take(frames[2]).skip(frames[1]) {
+        for bit in 0..8 {
+            if value & (1 << bit) != 0 {
+                fs.flip_bit(&path, byte, bit);
+            }
+        }
+    }
+    let opened = open_mem(&fs, &dir);
+    assert!(
+        matches!(opened, Err(WalError::Corrupt { .. })),
+        "{:?}",
+        opened.map(|_| ())
+    );
+}
+
+#[test]
+fn a_crash_during_compaction_leaves_a_log_that_opens() {
+    let (fs, dir) = mem_log();
+    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    for i in 1..=200 {
+        wal.append(&batch(i, i, 1)).expect("append");
+    }
+    wal.compact(Compacted {
+        index: 120,
+        term: 1,
+    })
+    .expect("compact");
+    fs.crash(Crash::LoseUnsynced);
+    let (_, recovered) = open_mem(&fs, &dir).expect("reopen");
+    assert_eq!(recovered.compacted.index, 120);
+    assert_eq!(recovered.entries.first().map(|e| e.index), Some(121));
+    assert_eq!(recovered.entries.len(), 80);
+}
+
+#[test]
+fn a_full_disk_refuses_the_append_that_needs_a_new_segment_and_the_log_goes_on_once_space_is_back()
+{
+    let (fs, dir) = mem_log();
+    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    wal.append(&batch(1, 1, 1)).expect("append");
+    // The disk is full: the preallocated segment still takes appends, a new one cannot be made.
+    fs.set_capacity(Some(fs.used_bytes()));
+    let mut i = 2;
+    let refused = loop {
+        match wal.append(&batch(i, i, 1)) {
+            Ok(()) => i += 1,
+            Err(e) => break e,
+        }
+        assert!(i < 1000, "the segment never filled");
+    };
+    assert!(refused.is_disk_full(), "{refused}");
+    assert_eq!(wal.segment_count(), 1, "no half-made segment stays");
+    assert!(fs.list(&dir).expect("list").len() == 1);
+    // Space comes back: the same log takes the same append, without a reopen.
+    fs.set_capacity(None);
+    wal.append(&batch(i, i, 1))
+        .expect("append once space is back");
+    assert_eq!(wal.segment_count(), 2);
+    drop(wal);
+    let (_, recovered) = open_mem(&fs, &dir).expect("reopen");
+    assert_eq!(recovered.entries.len() as u64, i);
+}
+
+#[test]
+fn a_half_made_segment_is_removed_at_open() {
+    let (fs, dir) = mem_log();
+    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    wal.append(&batch(1, 1, 1)).expect("append");
+    drop(wal);
+    let tmp = dir.join("0000000000000001-0000000000000002.wal.tmp");
+    fs.create(&tmp).expect("create tmp");
+    let (_, recovered) = open_mem(&fs, &dir).expect("reopen");
+    assert_eq!(recovered.entries.len(), 1);
+    assert!(fs.contents(&tmp).is_none());
+}
+
+#[test]
+fn a_torn_tail_on_the_real_file_system_is_cleared() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("wal");
+    let (mut wal, _) = Wal::open(&dir, SMALL).expect("create");
+    wal.append(&batch(1, 1, 1)).expect("append");
+    let end = {
+        let mut one = Vec::new();
+        let mut big = batch(2, 2, 1);
+        big.entries[0].data = Bytes::from(vec![0x42; 1500]);
+        let payload = prost::Message::encode_to_vec(&crate::proto::Frame {
+            kind: Some(crate::proto::FrameKind::Batch(big)),
+        });
+        crate::frame::encode(&payload, &mut one);
+        one
+    };
+    drop(wal);
+    let names = StdFs.list(&dir).expect("list");
+    let path = dir.join(&names[0]);
+    let bytes = std::fs::read(&path).expect("read");
+    let at = bytes
+        .windows(7)
+        .position(|w| w == b"entry 1")
+        .expect("entry 1");
+    let next = bytes[at..]
+        .iter()
+        .position(|b| *b == 0)
+        .map(|p| (at + p).next_multiple_of(8))
+        .expect("zeros after the frame");
+    // Half a frame: up to the end of the sector its header is in; the sectors after it never
+    // reached the disk.
+    let written = (next + 1).next_multiple_of(crate::SECTOR_BYTES) - next;
+    assert!(written >= 16 && written < end.len());
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    file.write_all_at(&end[..written], next as u64)
+        .expect("write");
+    drop(file);
+    let (_, recovered) = Wal::open(&dir, SMALL).expect("reopen repairs");
+    assert_eq!(indexes(&recovered.entries), vec![(1, 1)]);
+    assert_eq!(recovered.torn_bytes_cleared, written as u64);
+}
+
+#[test]
+fn a_mark_that_disagrees_with_the_entry_at_its_index_drops_the_stale_suffix() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        wal.append(&batch(1, 8, 1)).expect("append");
+        // A snapshot at 5 of term 2 installed over entries of term 1 up to 8.
+        wal.append(&Batch {
+            compacted: Some(Compacted { index: 5, term: 2 }),
+            ..Batch::default()
+        })
+        .expect("install");
+        drop(wal);
+        let (_, recovered) = log().open(SMALL).expect("reopen");
+        assert_eq!(recovered.compacted, Compacted { index: 5, term: 2 });
+        assert!(
+            recovered.entries.is_empty(),
+            "{:?}",
+            indexes(&recovered.entries)
+        );
+    });
+}
+
+#[test]
+fn after_a_mark_over_another_history_the_log_continues_right_after_the_mark() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).expect("create");
+        wal.append(&batch(1, 8, 1)).expect("append");
+        wal.append(&Batch {
+            compacted: Some(Compacted { index: 5, term: 2 }),
+            ..Batch::default()
+        })
+        .expect("install");
+        assert_eq!(wal.last_index(), 5);
+        assert!(matches!(
+            wal.append(&batch(8, 8, 2)),
+            Err(WalError::NotContiguous { got: 8, .. })
+        ));
+        // A mark that agrees keeps what follows it.
+        wal.append(&batch(6, 9, 2)).expect("append after the mark");
+        wal.append(&Batch {
+            compacted: Some(Compacted { index: 7, term: 2 }),
+            ..Batch::default()
+        })
+        .expect("compact");
+        assert_eq!(wal.last_index(), 9);
+        drop(wal);
+        let (wal, recovered) = log().open(SMALL).expect("reopen");
+        assert_eq!(indexes(&recovered.entries), vec![(8, 2), (9, 2)]);
+        assert_eq!(wal.last_index(), 9);
+    });
+}

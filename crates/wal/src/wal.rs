@@ -1,0 +1,689 @@
+//! The log itself: a directory of segments, the last one written.
+//!
+//! Segment files are `{seq:016x}-{first_index:016x}.wal`: `seq` counts up from 0 with no gap,
+//! and `first_index` is the index the segment's first entry was expected to have when it was
+//! cut. Each is zero-filled to its full size before it gets a name, so an append changes no file
+//! size and `fdatasync` is enough; its first frame is a [`SegmentHeader`] holding the log's hard
+//! state and compaction mark at the cut, so older segments can go without taking them along.
+//!
+//! **Invariant:** every frame is synced before the next is written. So at most one frame, the
+//! last, can be torn by a crash, and any damage followed by an intact frame is not a torn write.
+
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use crate::error::WalError;
+use crate::frame::{self, BadFrame, Read};
+use crate::fs::{Fs, StdFs, WalFile};
+use crate::proto::{Batch, Compacted, Entry, Frame, FrameKind, HardState, SegmentHeader};
+
+/// The only format this build reads and writes.
+pub const WAL_FORMAT: u32 = 1;
+/// etcd's segment size.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+const ZEROS_CHUNK_BYTES: usize = 1024 * 1024;
+
+#[derive(Clone, Copy, Debug)]
+pub struct WalOptions {
+    /// The size each segment is preallocated to; a frame larger than that gets a segment of its
+    /// own size.
+    pub segment_bytes: u64,
+}
+
+impl Default for WalOptions {
+    fn default() -> WalOptions {
+        WalOptions {
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// What the log held when it was opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recovered {
+    /// The log is compacted up to here (0, 0 for a new log).
+    pub compacted: Compacted,
+    pub hard_state: HardState,
+    /// Every entry after `compacted.index`, in order, with no gap.
+    pub entries: Vec<Entry>,
+    /// Bytes of a torn last frame that were cleared (0 if the log ended cleanly).
+    pub torn_bytes_cleared: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Segment {
+    seq: u64,
+    path: PathBuf,
+    /// The highest entry index any frame of this segment holds (0: none).
+    max_index: u64,
+}
+
+/// The Raft log's write-ahead log. One writer; every append is one frame and one `fdatasync`.
+pub struct Wal<F: Fs = StdFs> {
+    fs: F,
+    dir: PathBuf,
+    segment_bytes: u64,
+    /// Oldest first; the last is being written.
+    segments: Vec<Segment>,
+    active: F::File,
+    /// Where the next frame goes in the active segment.
+    offset: u64,
+    /// The active segment's size.
+    active_bytes: u64,
+    last_index: u64,
+    /// The terms of the entries after the mark, as runs: `(first index, term)`, ascending.
+    terms: Vec<(u64, u64)>,
+    compacted: Compacted,
+    hard_state: HardState,
+    scratch: Vec<u8>,
+    /// A write or sync of the active segment failed: what reached the disk is unknown (a failed
+    /// `fdatasync` may have dropped the dirty pages), so no later append may be acknowledged.
+    /// Reopening replays what is really there.
+    poisoned: bool,
+}
+
+impl<F: Fs> std::fmt::Debug for Wal<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("dir", &self.dir)
+            .field("segments", &self.segments.len())
+            .field("offset", &self.offset)
+            .field("last_index", &self.last_index)
+            .field("compacted", &self.compacted)
+            .finish()
+    }
+}
+
+fn segment_name(seq: u64, first_index: u64) -> String {
+    format!("{seq:016x}-{first_index:016x}.wal")
+}
+
+fn parse_segment_name(name: &str) -> Option<(u64, u64)> {
+    let stem = name.strip_suffix(".wal")?;
+    let (seq, first) = stem.split_once('-')?;
+    if seq.len() != 16 || first.len() != 16 {
+        return None;
+    }
+    Some((
+        u64::from_str_radix(seq, 16).ok()?,
+        u64::from_str_radix(first, 16).ok()?,
+    ))
+}
+
+/// Replays frames into the state they describe.
+struct Replay {
+    compacted: Compacted,
+    hard_state: HardState,
+    entries: Vec<Entry>,
+}
+
+impl Replay {
+    fn last_index(&self) -> u64 {
+        self.entries
+            .last()
+            .map_or(self.compacted.index, |e| e.index)
+    }
+
+    /// The log is compacted up to `mark`. If the log holds another entry at the mark's index
+    /// (a snapshot installed over a stale suffix), the entries after it belong to that other
+    /// history and go too.
+    fn mark(&mut self, mark: Compacted) {
+        if mark.index > self.compacted.index {
+            let conflicts = self
+                .entries
+                .iter()
+                .any(|e| e.index == mark.index && e.term != mark.term);
+            self.compacted = mark;
+            if conflicts {
+                self.entries.clear();
+            } else {
+                self.entries.retain(|e| e.index > mark.index);
+            }
+        }
+    }
+
+    /// Applies `entries`; `Err` names what does not join up.
+    fn append(&mut self, entries: Vec<Entry>) -> Result<(), String> {
+        let Some(first) = entries.first().map(|e| e.index) else {
+            return Ok(());
+        };
+        for pair in entries.windows(2) {
+            if pair[1].index != pair[0].index + 1 {
+                return Err(format!(
+                    "entries {} and {} in one batch",
+                    pair[0].index, pair[1].index
+                ));
+            }
+        }
+        match self.entries.first().map(|e| e.index) {
+            None => {}
+            Some(start) if first <= start => self.entries.clear(),
+            Some(_) => {
+                let last = self.last_index();
+                if first > last + 1 {
+                    return Err(format!("entry {first} follows entry {last}"));
+                }
+                self.entries.retain(|e| e.index < first);
+            }
+        }
+        self.entries.extend(entries);
+        self.entries.retain(|e| e.index > self.compacted.index);
+        Ok(())
+    }
+}
+
+impl Wal<StdFs> {
+    /// Opens (or creates) the log in `dir` on the real file system.
+    pub fn open(dir: &Path, options: WalOptions) -> Result<(Wal<StdFs>, Recovered), WalError> {
+        Wal::open_on(StdFs, dir, options)
+    }
+}
+
+impl<F: Fs> Wal<F> {
+    /// Opens (or creates) the log in `dir` on `fs`: replays every segment, clears a torn last
+    /// frame, and refuses any other damage.
+    pub fn open_on(
+        fs: F,
+        dir: &Path,
+        options: WalOptions,
+    ) -> Result<(Wal<F>, Recovered), WalError> {
+        assert!(options.segment_bytes >= 4096, "segments of at least 4 KiB");
+        fs.create_dir_all(dir).map_err(WalError::io(dir))?;
+        let mut found: Vec<(u64, u64, String)> = fs
+            .list(dir)
+            .map_err(WalError::io(dir))?
+            .into_iter()
+            .filter_map(|name| parse_segment_name(&name).map(|(s, f)| (s, f, name)))
+            .collect();
+        found.sort();
+        for name in fs.list(dir).map_err(WalError::io(dir))? {
+            // A segment that was being prepared when the process stopped never got a name.
+            if name.ends_with(".wal.tmp") {
+                let _ = fs.remove(&dir.join(&name));
+            }
+        }
+        if found.is_empty() {
+            return Wal::create(fs, dir, options);
+        }
+        for pair in found.windows(2) {
+            if pair[1].0 != pair[0].0 + 1 {
+                return Err(WalError::Incomplete {
+                    dir: dir.to_path_buf(),
+                    what: format!("segment {} follows segment {}", pair[1].0, pair[0].0),
+                });
+            }
+        }
+        let mut replay: Option<Replay> = None;
+        let mut segments = Vec::with_capacity(found.len());
+        let mut torn_bytes_cleared = 0;
+        let mut tail = None;
+        let last_seq = found.last().map(|f| f.0);
+        for (seq, first_index, name) in found {
+            let path = dir.join(&name);
+            let mut file = fs.open(&path).map_err(WalError::io(&path))?;
+            let mut bytes = file.read_all().map_err(WalError::io(&path))?;
+            let is_last = Some(seq) == last_seq;
+            let (end, max_index, cleared) =
+                replay_segment(&path, &mut bytes, seq, first_index, is_last, &mut replay)?;
+            if cleared > 0 {
+                let zeros = vec![0u8; cleared as usize];
+                file.write_at(end, &zeros).map_err(WalError::io(&path))?;
+                file.sync_data().map_err(WalError::io(&path))?;
+                tracing::warn!(
+                    segment = %path.display(),
+                    offset = end,
+                    bytes = cleared,
+                    "write-ahead log: cleared a torn last frame (a write the crash interrupted)"
+                );
+                torn_bytes_cleared = cleared;
+            }
+            segments.push(Segment {
+                seq,
+                path: path.clone(),
+                max_index,
+            });
+            if is_last {
+                tail = Some((file, end, bytes.len() as u64));
+            }
+        }
+        let replay = replay.expect("at least one segment was replayed");
+        if let Some(first) = replay.entries.first()
+            && first.index > replay.compacted.index + 1
+        {
+            return Err(WalError::Incomplete {
+                dir: dir.to_path_buf(),
+                what: format!(
+                    "entries after {} are missing: the oldest segment begins at {}",
+                    replay.compacted.index, first.index
+                ),
+            });
+        }
+        let (active, offset, active_bytes) = tail.expect("the last segment was opened");
+        let recovered = Recovered {
+            compacted: replay.compacted,
+            hard_state: replay.hard_state,
+            entries: replay.entries,
+            torn_bytes_cleared,
+        };
+        let wal = Wal {
+            fs,
+            dir: dir.to_path_buf(),
+            segment_bytes: options.segment_bytes,
+            segments,
+            active,
+            offset,
+            active_bytes,
+            last_index: recovered
+                .entries
+                .last()
+                .map_or(recovered.compacted.index, |e| e.index),
+            terms: Vec::new(),
+            compacted: recovered.compacted,
+            hard_state: recovered.hard_state,
+            scratch: Vec::new(),
+            poisoned: false,
+        };
+        let mut wal = wal;
+        wal.note_terms(&recovered.entries);
+        Ok((wal, recovered))
+    }
+
+    fn create(fs: F, dir: &Path, options: WalOptions) -> Result<(Wal<F>, Recovered), WalError> {
+        let header = SegmentHeader {
+            format: WAL_FORMAT,
+            seq: 0,
+            first_index: 1,
+            compacted: Some(Compacted::default()),
+            hard_state: Some(HardState::default()),
+        };
+        let (active, path, offset) = new_segment(&fs, dir, &header, options.segment_bytes)?;
+        let wal = Wal {
+            fs,
+            dir: dir.to_path_buf(),
+            segment_bytes: options.segment_bytes,
+            segments: vec![Segment {
+                seq: 0,
+                path,
+                max_index: 0,
+            }],
+            active,
+            offset,
+            active_bytes: options.segment_bytes,
+            last_index: 0,
+            terms: Vec::new(),
+            compacted: Compacted::default(),
+            hard_state: HardState::default(),
+            scratch: Vec::new(),
+            poisoned: false,
+        };
+        let recovered = Recovered {
+            compacted: Compacted::default(),
+            hard_state: HardState::default(),
+            entries: Vec::new(),
+            torn_bytes_cleared: 0,
+        };
+        Ok((wal, recovered))
+    }
+
+    /// The last entry's index (the compaction mark's when no entry follows it).
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    pub fn hard_state(&self) -> HardState {
+        self.hard_state
+    }
+
+    pub fn compacted(&self) -> Compacted {
+        self.compacted
+    }
+
+    /// How many segment files the log has.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Writes `batch` as one frame and syncs it: when this returns `Ok`, the batch survives a
+    /// crash whole. Entries must start in `(compacted.index, last_index + 1]` (an earlier start
+    /// replaces the entries from there on) and be contiguous.
+    ///
+    /// A failed cut (no space for a new segment) leaves the log as it was, so the append can be
+    /// tried again; a failed write or sync of the segment in use fails every later append too.
+    pub fn append(&mut self, batch: &Batch) -> Result<(), WalError> {
+        if self.poisoned {
+            return Err(WalError::Poisoned);
+        }
+        if let Some(first) = batch.entries.first() {
+            let min = batch
+                .compacted
+                .map_or(self.compacted.index, |c| c.index.max(self.compacted.index))
+                + 1;
+            let max = if batch.compacted.is_some_and(|c| c.index > self.last_index) {
+                min
+            } else {
+                self.last_index + 1
+            };
+            if first.index < min || first.index > max {
+                return Err(WalError::NotContiguous {
+                    got: first.index,
+                    min,
+                    max,
+                });
+            }
+            for (i, e) in batch.entries.iter().enumerate() {
+                if e.index != first.index + i as u64 {
+                    return Err(WalError::NotContiguous {
+                        got: e.index,
+                        min: first.index + i as u64,
+                        max: first.index + i as u64,
+                    });
+                }
+            }
+        }
+        let frame = Frame {
+            kind: Some(FrameKind::Batch(batch.clone())),
+        };
+        let payload = frame.encode_to_vec();
+        self.scratch.clear();
+        frame::encode(&payload, &mut self.scratch);
+        let framed = self.scratch.len() as u64;
+        if self.offset + framed > self.active_bytes {
+            self.cut(framed)?;
+        }
+        let path = &self.segments.last().expect("an active segment").path;
+        let written = self
+            .active
+            .write_at(self.offset, &self.scratch)
+            .and_then(|()| self.active.sync_data());
+        if let Err(e) = written {
+            self.poisoned = true;
+            return Err(WalError::io(path)(e));
+        }
+        self.offset += framed;
+        if let Some(mark) = batch.compacted
+            && mark.index > self.compacted.index
+        {
+            let held = self.term_at(mark.index);
+            self.compacted = mark;
+            if held == Some(mark.term) {
+                // Runs wholly at or below the mark are no longer needed.
+                while self.terms.len() > 1 && self.terms[1].0 <= mark.index + 1 {
+                    self.terms.remove(0);
+                }
+            } else {
+                // Past the end, or another history's entry there: nothing follows the mark.
+                self.terms.clear();
+                self.last_index = mark.index;
+            }
+        }
+        if let Some(last) = batch.entries.last() {
+            self.note_terms(&batch.entries);
+            let active = self.segments.last_mut().expect("an active segment");
+            active.max_index = active.max_index.max(last.index);
+        }
+        if let Some(hs) = batch.hard_state {
+            self.hard_state = hs;
+        }
+        Ok(())
+    }
+
+    /// The term of the entry at `index`, if the log holds it (after the mark).
+    fn term_at(&self, index: u64) -> Option<u64> {
+        if index <= self.compacted.index || index > self.last_index {
+            return None;
+        }
+        self.terms
+            .iter()
+            .rev()
+            .find(|run| run.0 <= index)
+            .map(|run| run.1)
+    }
+
+    /// Notes the terms of `entries`, which replace any from their first index on.
+    fn note_terms(&mut self, entries: &[Entry]) {
+        let Some(first) = entries.first() else {
+            return;
+        };
+        self.terms.retain(|run| run.0 < first.index);
+        for e in entries {
+            if self.terms.last().is_none_or(|run| run.1 != e.term) {
+                self.terms.push((e.index, e.term));
+            }
+        }
+        self.last_index = entries.last().map_or(self.last_index, |e| e.index);
+    }
+
+    /// Marks the log compacted up to `mark` (durably, as an append) and deletes the segments
+    /// whose every entry is at or below it. The active segment always stays.
+    pub fn compact(&mut self, mark: Compacted) -> Result<(), WalError> {
+        if mark.index > self.compacted.index {
+            self.append(&Batch {
+                compacted: Some(mark),
+                ..Batch::default()
+            })?;
+        }
+        let keep_from = self
+            .segments
+            .iter()
+            .position(|s| s.max_index > self.compacted.index)
+            .unwrap_or(self.segments.len() - 1)
+            .min(self.segments.len() - 1);
+        if keep_from == 0 {
+            return Ok(());
+        }
+        // Oldest first, so that a crash part-way leaves the segments that remain contiguous.
+        for segment in &self.segments[..keep_from] {
+            self.fs
+                .remove(&segment.path)
+                .map_err(WalError::io(&segment.path))?;
+        }
+        self.fs
+            .sync_dir(&self.dir)
+            .map_err(WalError::io(&self.dir))?;
+        self.segments.drain(..keep_from);
+        Ok(())
+    }
+
+    /// Starts a new segment for a frame of `framed` bytes.
+    fn cut(&mut self, framed: u64) -> Result<(), WalError> {
+        let seq = self.segments.last().expect("an active segment").seq + 1;
+        let header = SegmentHeader {
+            format: WAL_FORMAT,
+            seq,
+            first_index: self.last_index + 1,
+            compacted: Some(self.compacted),
+            hard_state: Some(self.hard_state),
+        };
+        let header_bytes = encoded_header_len(&header);
+        let size = self.segment_bytes.max(header_bytes + framed);
+        let (active, path, offset) = new_segment(&self.fs, &self.dir, &header, size)?;
+        self.active = active;
+        self.offset = offset;
+        self.active_bytes = size;
+        self.segments.push(Segment {
+            seq,
+            path,
+            max_index: 0,
+        });
+        Ok(())
+    }
+}
+
+fn encoded_header_len(header: &SegmentHeader) -> u64 {
+    let frame = Frame {
+        kind: Some(FrameKind::Header(header.clone())),
+    };
+    frame::framed_len(frame.encoded_len()) as u64
+}
+
+/// Makes a zero-filled segment of `size` bytes holding `header`, synced, under its final name
+/// (made durable too); returns it open, its path, and where its first batch goes.
+fn new_segment<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    header: &SegmentHeader,
+    size: u64,
+) -> Result<(F::File, PathBuf, u64), WalError> {
+    let name = segment_name(header.seq, header.first_index);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let path = dir.join(&name);
+    let made = fill_segment(fs, &tmp, header, size);
+    let (file, header_bytes) = match made {
+        Ok(made) => made,
+        Err(e) => {
+            // Out of space, say: leave no half-made file behind, and the log as it was.
+            let _ = fs.remove(&tmp);
+            return Err(WalError::io(&tmp)(e));
+        }
+    };
+    fs.rename(&tmp, &path).map_err(WalError::io(&path))?;
+    fs.sync_dir(dir).map_err(WalError::io(dir))?;
+    Ok((file, path, header_bytes))
+}
+
+fn fill_segment<F: Fs>(
+    fs: &F,
+    tmp: &Path,
+    header: &SegmentHeader,
+    size: u64,
+) -> std::io::Result<(F::File, u64)> {
+    let mut file = fs.create(tmp)?;
+    let zeros = vec![0u8; ZEROS_CHUNK_BYTES];
+    let mut at = 0;
+    while at < size {
+        let n = (size - at).min(ZEROS_CHUNK_BYTES as u64);
+        file.write_at(at, &zeros[..n as usize])?;
+        at += n;
+    }
+    let mut bytes = Vec::new();
+    let payload = Frame {
+        kind: Some(FrameKind::Header(header.clone())),
+    }
+    .encode_to_vec();
+    frame::encode(&payload, &mut bytes);
+    file.write_at(0, &bytes)?;
+    file.sync_data()?;
+    Ok((file, bytes.len() as u64))
+}
+
+/// Replays one segment into `replay` (starting it from the first segment's header). Returns
+/// where its written frames end, the highest entry index it holds, and how many bytes of a torn
+/// last frame must be cleared from that end (only in the last segment).
+fn replay_segment(
+    path: &Path,
+    bytes: &mut [u8],
+    seq: u64,
+    first_index: u64,
+    is_last: bool,
+    replay: &mut Option<Replay>,
+) -> Result<(u64, u64, u64), WalError> {
+    let corrupt = |offset: usize, what: String| WalError::Corrupt {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        what,
+    };
+    let mut at = 0usize;
+    let mut max_index = 0;
+    loop {
+        match frame::read(bytes, at) {
+            Read::Frame { payload, next } => {
+                let frame = Frame::decode(payload)
+                    .map_err(|e| corrupt(at, format!("a frame that does not decode: {e}")))?;
+                match frame.kind {
+                    Some(FrameKind::Header(h)) if at == 0 => {
+                        if h.format != WAL_FORMAT {
+                            return Err(corrupt(
+                                at,
+                                format!(
+                                    "format {} (this build reads format {WAL_FORMAT})",
+                                    h.format
+                                ),
+                            ));
+                        }
+                        if h.seq != seq || h.first_index != first_index {
+                            return Err(corrupt(
+                                at,
+                                format!(
+                                    "the header says segment {} from index {}, the name {} from {}",
+                                    h.seq, h.first_index, seq, first_index
+                                ),
+                            ));
+                        }
+                        if replay.is_none() {
+                            *replay = Some(Replay {
+                                compacted: h.compacted.unwrap_or_default(),
+                                hard_state: h.hard_state.unwrap_or_default(),
+                                entries: Vec::new(),
+                            });
+                        }
+                    }
+                    Some(FrameKind::Batch(batch)) if at > 0 => {
+                        let state = replay.as_mut().expect("the header came first");
+                        if let Some(mark) = batch.compacted {
+                            state.mark(mark);
+                        }
+                        if let Some(last) = batch.entries.last() {
+                            max_index = max_index.max(last.index);
+                        }
+                        state
+                            .append(batch.entries)
+                            .map_err(|what| corrupt(at, what))?;
+                        if let Some(hs) = batch.hard_state {
+                            state.hard_state = hs;
+                        }
+                    }
+                    _ => return Err(corrupt(at, "a frame out of place".into())),
+                }
+                at = next;
+            }
+            Read::End => {
+                if at == 0 {
+                    return Err(corrupt(0, "a segment without its header".into()));
+                }
+                if let Some(later) = frame::intact_frame_after(bytes, at + frame::ALIGN_BYTES) {
+                    return Err(corrupt(
+                        at,
+                        format!("zeros where a frame was written (an intact frame at {later})"),
+                    ));
+                }
+                let cleared = if is_last {
+                    trailing_garbage(bytes, at)
+                } else {
+                    0
+                };
+                return Ok((at as u64, max_index, cleared));
+            }
+            Read::Bad(bad) => {
+                let torn = matches!(bad, BadFrame::Torn | BadFrame::Short);
+                if is_last && torn && at > 0 && frame::intact_frame_after(bytes, at + 8).is_none() {
+                    let cleared = trailing_garbage(bytes, at);
+                    return Ok((at as u64, max_index, cleared));
+                }
+                return Err(corrupt(at, format!("{bad:?} frame")));
+            }
+        }
+    }
+}
+
+/// How many bytes from `at` must be zeroed so the segment ends cleanly there.
+fn trailing_garbage(bytes: &[u8], at: usize) -> u64 {
+    bytes[at..]
+        .iter()
+        .rposition(|b| *b != 0)
+        .map_or(0, |last| last as u64 + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_parse_back() {
+        let name = segment_name(3, 0x1234);
+        assert_eq!(name, "0000000000000003-0000000000001234.wal");
+        assert_eq!(parse_segment_name(&name), Some((3, 0x1234)));
+        assert_eq!(parse_segment_name("3-1234.wal"), None);
+        assert_eq!(parse_segment_name(&format!("{name}.tmp")), None);
+    }
+}
