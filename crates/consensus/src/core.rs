@@ -1,0 +1,403 @@
+//! The one owner of the Raft node: it ticks, steps, proposes, and handles each `Ready` in the
+//! order raft-rs requires. It does no I/O but through the write-ahead log's [`Fs`] and the
+//! host's [`Host`], and reads no clock: time reaches it only as [`Core::tick`].
+//!
+//! One `Ready`, in order (raft-rs.md §1, thesis §10.2.1):
+//! 1. the leader's messages go out first, so followers write while the leader does;
+//! 2. a snapshot from the leader is installed by the host, durably, then marked in the log;
+//! 3. entries and the hard state are appended to the log in one frame and one `fdatasync`;
+//! 4. the messages that promise something about the disk (votes, append acks) go out;
+//! 5. committed entries are handed to the host, which applies them and reports back with
+//!    [`Core::applied_to`];
+//! 6. the light ready's commit index, messages and committed entries follow.
+
+use std::path::Path;
+
+use leasehold_wal::proto::{Batch, Compacted};
+use leasehold_wal::{Fs, Wal, WalError, WalOptions};
+use raft::eraftpb::{self, Entry, Snapshot};
+use raft::{RawNode, ReadState, StateRole};
+
+use crate::proto::{
+    conf_state_from_raft, conf_state_to_raft, entry_from_raft, entry_to_raft, hard_state_from_raft,
+    hard_state_to_raft,
+};
+use crate::storage::LogStorage;
+
+/// How a member runs Raft. The defaults are etcd's: a 100 ms tick as the heartbeat, an election
+/// after 10 ticks without a leader, PreVote and CheckQuorum on, 1 MiB messages, 512 in flight.
+#[derive(Clone, Debug)]
+pub struct CoreConfig {
+    /// This member's Raft ID (etcd's member ID); never 0.
+    pub id: u64,
+    pub election_tick: usize,
+    pub heartbeat_tick: usize,
+    pub pre_vote: bool,
+    pub max_size_per_msg: u64,
+    pub max_inflight_msgs: usize,
+    /// Entries kept in the log behind a snapshot, for followers that lag a little (etcd's
+    /// `SnapshotCatchUpEntries`).
+    pub catch_up_entries: u64,
+    pub wal: WalOptions,
+}
+
+impl CoreConfig {
+    pub fn new(id: u64) -> CoreConfig {
+        CoreConfig {
+            id,
+            election_tick: 10,
+            heartbeat_tick: 1,
+            pre_vote: true,
+            max_size_per_msg: 1024 * 1024,
+            max_inflight_msgs: 512,
+            catch_up_entries: 5000,
+            wal: WalOptions::default(),
+        }
+    }
+}
+
+/// What the host's state machine holds durably: the core starts from here and hands out the
+/// committed entries after `applied_index` again.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Checkpoint {
+    pub applied_index: u64,
+    pub applied_term: u64,
+    /// The membership as of `applied_index` (for a new cluster: its first voters).
+    pub conf_state: leasehold_wal::proto::ConfState,
+}
+
+/// What the core needs of the member around it.
+pub trait Host {
+    /// Sends messages to their members (best effort: Raft retries what is lost).
+    fn send(&mut self, messages: Vec<eraftpb::Message>);
+    /// Replaces the state machine with a snapshot from the leader, durably, before returning.
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), HostError>;
+}
+
+/// The host could not install a snapshot; the member must stop.
+#[derive(Debug, thiserror::Error)]
+#[error("installing a snapshot: {0}")]
+pub struct HostError(pub String);
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    /// The log and the state machine's checkpoint do not fit together.
+    #[error("the raft log does not fit the state machine: {0}")]
+    Mismatch(String),
+}
+
+/// What one round of [`Core::handle_ready`] produced for the host.
+#[derive(Debug, Default)]
+pub struct Handled {
+    /// Committed entries to apply, in order.
+    pub committed: Vec<Entry>,
+    /// Read indexes confirmed (ReadIndex), each with its request's context.
+    pub read_states: Vec<ReadState>,
+    /// The leader or this member's role changed.
+    pub role_changed: bool,
+}
+
+/// Raft's progress as the host reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreStatus {
+    pub id: u64,
+    pub term: u64,
+    /// 0: no leader known.
+    pub leader: u64,
+    pub is_leader: bool,
+    pub commit: u64,
+    pub applied: u64,
+    pub last_index: u64,
+}
+
+pub struct Core<F: Fs> {
+    node: RawNode<LogStorage>,
+    wal: Wal<F>,
+    catch_up_entries: u64,
+}
+
+impl<F: Fs> std::fmt::Debug for Core<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("status", &self.status())
+            .field("wal", &self.wal)
+            .finish()
+    }
+}
+
+impl<F: Fs> Core<F> {
+    /// Opens the log in `dir` and starts Raft from the host's checkpoint. A member that is the
+    /// only voter campaigns at once.
+    pub fn open(
+        fs: F,
+        dir: &Path,
+        config: &CoreConfig,
+        checkpoint: Checkpoint,
+        logger: &slog::Logger,
+    ) -> Result<Core<F>, CoreError> {
+        let (mut wal, recovered) = Wal::open_on(fs, dir, config.wal)?;
+        let applied = checkpoint.applied_index;
+        if recovered.compacted.index > applied {
+            return Err(CoreError::Mismatch(format!(
+                "the log is compacted to {} but the state machine has applied only {applied}",
+                recovered.compacted.index
+            )));
+        }
+        let mut entries: Vec<Entry> = recovered.entries.into_iter().map(entry_to_raft).collect();
+        let mut compacted = (recovered.compacted.index, recovered.compacted.term);
+        let held_term = if applied == compacted.0 {
+            Some(compacted.1)
+        } else {
+            entries.iter().find(|e| e.index == applied).map(|e| e.term)
+        };
+        if applied > 0 && held_term != Some(checkpoint.applied_term) {
+            // The host installed a snapshot and the process stopped before the log was marked:
+            // mark it now, dropping what does not agree with the snapshot.
+            let mark = Compacted {
+                index: applied,
+                term: checkpoint.applied_term,
+            };
+            wal.append(&Batch {
+                compacted: Some(mark),
+                ..Batch::default()
+            })?;
+            entries.clear();
+            compacted = (applied, checkpoint.applied_term);
+        }
+        let mut hard_state = hard_state_to_raft(recovered.hard_state);
+        // Applied entries were committed, whatever commit index last reached the disk.
+        hard_state.commit = hard_state.commit.max(applied);
+        let last = entries.last().map_or(compacted.0, |e| e.index);
+        if hard_state.commit > last {
+            return Err(CoreError::Mismatch(format!(
+                "commit index {} beyond the last entry {last}",
+                hard_state.commit
+            )));
+        }
+        let storage = LogStorage::new(
+            hard_state,
+            conf_state_to_raft(checkpoint.conf_state.clone()),
+            compacted.0,
+            compacted.1,
+            entries,
+        );
+        let raft_config = raft::Config {
+            id: config.id,
+            election_tick: config.election_tick,
+            heartbeat_tick: config.heartbeat_tick,
+            applied,
+            max_size_per_msg: config.max_size_per_msg,
+            max_inflight_msgs: config.max_inflight_msgs,
+            check_quorum: true,
+            pre_vote: config.pre_vote,
+            read_only_option: raft::ReadOnlyOption::Safe,
+            ..raft::Config::default()
+        };
+        raft_config.validate()?;
+        let mut node = RawNode::new(&raft_config, storage, logger)?;
+        let voters = &checkpoint.conf_state.voters;
+        if voters.len() == 1 && voters[0] == config.id && checkpoint.conf_state.learners.is_empty()
+        {
+            node.campaign()?;
+        }
+        Ok(Core {
+            node,
+            wal,
+            catch_up_entries: config.catch_up_entries,
+        })
+    }
+
+    /// One logical tick (a heartbeat interval of real time, counted by the host's clock).
+    pub fn tick(&mut self) {
+        self.node.tick();
+    }
+
+    /// A peer's message, decoded with [`crate::decode_peer_message`].
+    pub fn step(&mut self, message: eraftpb::Message) -> Result<(), CoreError> {
+        match self.node.step(message) {
+            // A response from a member no longer in the configuration, say: Raft ignores it.
+            Err(raft::Error::StepPeerNotFound) => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
+    /// Proposes one normal entry (only a leader takes it: `ProposalDropped` otherwise, and
+    /// while a leadership transfer runs).
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<(), CoreError> {
+        Ok(self.node.propose(Vec::new(), data)?)
+    }
+
+    /// Proposes a membership change, encoded by us (see [`crate::encode_conf_change`]).
+    pub fn propose_conf_change(&mut self, cc: &eraftpb::ConfChangeV2) -> Result<(), CoreError> {
+        let data = crate::proto::encode_conf_change(cc);
+        let mut entry = eraftpb::Message::default();
+        entry.set_msg_type(eraftpb::MessageType::MsgPropose);
+        entry.from = self.node.raft.id;
+        let mut e = Entry::default();
+        e.set_entry_type(eraftpb::EntryType::EntryConfChangeV2);
+        e.data = data.into();
+        entry.entries.push(e);
+        Ok(self.node.step(entry)?)
+    }
+
+    /// Applies a committed membership change; returns the membership to persist with the
+    /// state machine.
+    pub fn apply_conf_change(
+        &mut self,
+        entry: &Entry,
+    ) -> Result<leasehold_wal::proto::ConfState, CoreError> {
+        let cc = crate::proto::decode_conf_change(entry)
+            .map_err(|e| CoreError::Mismatch(format!("conf change at {}: {e}", entry.index)))?;
+        let cs = self.node.apply_conf_change(&cc)?;
+        self.node.mut_store().set_conf_state(cs.clone());
+        Ok(conf_state_from_raft(&cs))
+    }
+
+    /// Asks for a read index; it comes back in [`Handled::read_states`] with `context`.
+    pub fn read_index(&mut self, context: Vec<u8>) {
+        self.node.read_index(context);
+    }
+
+    /// Hands leadership to `to` (ignored unless this member leads and `to` is a voter).
+    pub fn transfer_leader(&mut self, to: u64) {
+        self.node.transfer_leader(to);
+    }
+
+    pub fn campaign(&mut self) -> Result<(), CoreError> {
+        Ok(self.node.campaign()?)
+    }
+
+    /// A peer could not be reached: Raft stops sending it appends optimistically.
+    pub fn report_unreachable(&mut self, id: u64) {
+        self.node.report_unreachable(id);
+    }
+
+    /// The host applied everything up to `index`.
+    pub fn applied_to(&mut self, index: u64) {
+        self.node.advance_apply_to(index);
+    }
+
+    /// Whether [`Core::handle_ready`] has work.
+    pub fn has_ready(&self) -> bool {
+        self.node.has_ready()
+    }
+
+    pub fn status(&self) -> CoreStatus {
+        let raft = &self.node.raft;
+        CoreStatus {
+            id: raft.id,
+            term: raft.term,
+            leader: raft.leader_id,
+            is_leader: raft.state == StateRole::Leader,
+            commit: raft.raft_log.committed,
+            applied: raft.raft_log.applied,
+            last_index: raft.raft_log.last_index(),
+        }
+    }
+
+    /// The index up to which the log holds the host's snapshot (and no entries).
+    pub fn compacted_index(&self) -> u64 {
+        self.node.store().compacted().0
+    }
+
+    /// Whether a leader needs a snapshot at or beyond this index to catch a follower up.
+    pub fn snapshot_wanted(&self) -> Option<u64> {
+        self.node.store().snapshot_wanted()
+    }
+
+    /// The host made `snapshot` durable (its data is the state machine at the snapshot's
+    /// index): followers that lag get it, and the log keeps only
+    /// [`CoreConfig::catch_up_entries`] entries behind it.
+    pub fn compact(&mut self, snapshot: Snapshot) -> Result<(), CoreError> {
+        let index = snapshot.get_metadata().index;
+        if index > self.node.raft.raft_log.applied {
+            return Err(CoreError::Mismatch(format!(
+                "a snapshot at {index} beyond the applied index {}",
+                self.node.raft.raft_log.applied
+            )));
+        }
+        self.node.mut_store().set_snapshot(snapshot);
+        let keep_from = index.saturating_sub(self.catch_up_entries);
+        let store = self.node.store();
+        if keep_from > store.compacted().0 {
+            let term = store
+                .term_of(keep_from)
+                .ok_or_else(|| CoreError::Mismatch(format!("no entry at {keep_from}")))?;
+            self.wal.compact(Compacted {
+                index: keep_from,
+                term,
+            })?;
+            self.node.mut_store().compact(keep_from);
+        }
+        Ok(())
+    }
+
+    /// Handles one `Ready`, if there is one: see the module docs for the order.
+    pub fn handle_ready(&mut self, host: &mut impl Host) -> Result<Handled, CoreError> {
+        let mut handled = Handled::default();
+        if !self.node.has_ready() {
+            return Ok(handled);
+        }
+        let mut ready = self.node.ready();
+        if !ready.messages().is_empty() {
+            host.send(ready.take_messages());
+        }
+        if ready.ss().is_some() {
+            handled.role_changed = true;
+        }
+        if !ready.snapshot().is_empty() {
+            let snapshot = ready.snapshot().clone();
+            host.install_snapshot(&snapshot)?;
+            let meta = snapshot.get_metadata();
+            let mut hs = self.node.store().hard_state().clone();
+            hs.term = hs.term.max(meta.term);
+            hs.commit = hs.commit.max(meta.index);
+            self.wal.append(&Batch {
+                compacted: Some(Compacted {
+                    index: meta.index,
+                    term: meta.term,
+                }),
+                hard_state: Some(hard_state_from_raft(&hs)),
+                ..Batch::default()
+            })?;
+            self.node.mut_store().apply_snapshot(&snapshot);
+            self.node.mut_store().set_snapshot(snapshot);
+        }
+        let entries = ready.take_entries();
+        let hard_state = ready.hs().cloned();
+        if !entries.is_empty() || (hard_state.is_some() && ready.must_sync()) {
+            self.wal.append(&Batch {
+                compacted: None,
+                entries: entries.iter().map(entry_from_raft).collect(),
+                hard_state: hard_state.as_ref().map(hard_state_from_raft),
+            })?;
+        }
+        self.node.mut_store().append(entries);
+        if let Some(hs) = hard_state {
+            self.node.mut_store().set_hard_state(hs);
+        }
+        if !ready.persisted_messages().is_empty() {
+            host.send(ready.take_persisted_messages());
+        }
+        handled.committed = ready.take_committed_entries();
+        handled.read_states = ready.take_read_states();
+        let mut light = self.node.advance_append(ready);
+        if let Some(commit) = light.commit_index() {
+            // Not written on its own: a restart takes the commit index from the last hard state
+            // written, raised to what the state machine applied (see `Core::open`).
+            self.node.mut_store().set_commit(commit);
+        }
+        if !light.messages().is_empty() {
+            host.send(light.take_messages());
+        }
+        handled.committed.extend(light.take_committed_entries());
+        Ok(handled)
+    }
+}

@@ -1,0 +1,553 @@
+//! Whole clusters of cores in one thread: members on [`MemFs`], a message queue as the network,
+//! ticks as the only clock. Every loop is bounded in steps.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use leasehold_wal::proto::ConfState;
+use leasehold_wal::{Crash, MemFs, WalOptions};
+use raft::eraftpb::{self, Snapshot};
+
+use crate::{Checkpoint, Core, CoreConfig, Host, HostError, decode_peer_message, encode_message};
+
+/// A state machine that keeps the data of every normal entry applied, and a checkpoint of
+/// itself that survives a crash.
+#[derive(Clone, Debug, Default)]
+struct Machine {
+    applied: Vec<Bytes>,
+    applied_index: u64,
+    applied_term: u64,
+    conf_state: ConfState,
+    /// Snapshots installed from a leader.
+    installs: usize,
+    /// What a crash leaves: the last checkpoint.
+    durable: Option<Box<Machine>>,
+}
+
+impl Machine {
+    fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            applied_index: self.applied_index,
+            applied_term: self.applied_term,
+            conf_state: self.conf_state.clone(),
+        }
+    }
+
+    fn save(&mut self) {
+        let mut copy = self.clone();
+        copy.durable = None;
+        self.durable = Some(Box::new(copy));
+    }
+
+    fn encode(&self) -> Bytes {
+        let mut out = Vec::new();
+        for data in &self.applied {
+            out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            out.extend_from_slice(data);
+        }
+        Bytes::from(out)
+    }
+
+    fn decode(bytes: &[u8]) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            out.push(Bytes::copy_from_slice(&bytes[at + 4..at + 4 + len]));
+            at += 4 + len;
+        }
+        out
+    }
+}
+
+struct Member {
+    fs: MemFs,
+    core: Option<Core<MemFs>>,
+    machine: Machine,
+    read_states: Vec<(u64, Vec<u8>)>,
+}
+
+struct MemberHost<'a> {
+    id: u64,
+    outbox: &'a mut VecDeque<(u64, u64, Vec<u8>)>,
+    machine: &'a mut Machine,
+}
+
+impl Host for MemberHost<'_> {
+    fn send(&mut self, messages: Vec<eraftpb::Message>) {
+        for m in messages {
+            self.outbox.push_back((self.id, m.to, encode_message(&m)));
+        }
+    }
+
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), HostError> {
+        let meta = snapshot.get_metadata();
+        self.machine.applied = Machine::decode(&snapshot.data);
+        self.machine.applied_index = meta.index;
+        self.machine.applied_term = meta.term;
+        self.machine.conf_state = crate::proto::conf_state_from_raft(meta.get_conf_state());
+        self.machine.installs += 1;
+        self.machine.save();
+        Ok(())
+    }
+}
+
+struct Cluster {
+    members: BTreeMap<u64, Member>,
+    network: VecDeque<(u64, u64, Vec<u8>)>,
+    /// Links that drop everything, both ways.
+    cut: HashSet<(u64, u64)>,
+    /// Every (term, leader) seen, to check one leader per term.
+    leaders: BTreeMap<u64, u64>,
+    catch_up_entries: u64,
+}
+
+fn config(id: u64, catch_up_entries: u64) -> CoreConfig {
+    let mut c = CoreConfig::new(id);
+    c.catch_up_entries = catch_up_entries;
+    c.wal = WalOptions {
+        segment_bytes: 64 * 1024,
+    };
+    // Distinct election timeouts keep the tests from depending on raft-rs's unseeded draws
+    // deciding who campaigns first (raft-rs.md §11).
+    c
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from("/member/wal")
+}
+
+impl Cluster {
+    fn new(ids: &[u64]) -> Cluster {
+        Cluster::with_catch_up(ids, 5000)
+    }
+
+    fn with_catch_up(ids: &[u64], catch_up_entries: u64) -> Cluster {
+        let mut cluster = Cluster {
+            members: BTreeMap::new(),
+            network: VecDeque::new(),
+            cut: HashSet::new(),
+            leaders: BTreeMap::new(),
+            catch_up_entries,
+        };
+        for &id in ids {
+            let machine = Machine {
+                conf_state: ConfState {
+                    voters: ids.to_vec(),
+                    ..ConfState::default()
+                },
+                ..Machine::default()
+            };
+            let mut member = Member {
+                fs: MemFs::new(),
+                core: None,
+                machine,
+                read_states: Vec::new(),
+            };
+            member.machine.save();
+            cluster.members.insert(id, member);
+            cluster.start(id);
+        }
+        cluster
+    }
+
+    /// (Re)starts member `id` from what its disk and its checkpoint hold.
+    fn start(&mut self, id: u64) {
+        let cfg = config(id, self.catch_up_entries);
+        let member = self.members.get_mut(&id).expect("member");
+        let durable = member.machine.durable.clone().expect("a saved checkpoint");
+        member.machine = *durable;
+        member.machine.save();
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let core = Core::open(
+            member.fs.clone(),
+            &dir(),
+            &cfg,
+            member.machine.checkpoint(),
+            &logger,
+        )
+        .expect("core opens");
+        member.core = Some(core);
+    }
+
+    /// The power goes at member `id`: unsynced writes are lost and the machine reverts to its
+    /// checkpoint.
+    fn crash(&mut self, id: u64) {
+        let member = self.members.get_mut(&id).expect("member");
+        member.core = None;
+        member.fs.crash(Crash::LoseUnsynced);
+        self.network
+            .retain(|(from, to, _)| *from != id && *to != id);
+    }
+
+    fn core(&mut self, id: u64) -> &mut Core<MemFs> {
+        self.members
+            .get_mut(&id)
+            .and_then(|m| m.core.as_mut())
+            .expect("a running member")
+    }
+
+    /// Handles every ready and delivers every message until nothing moves; `true` if anything
+    /// did.
+    fn settle(&mut self) -> bool {
+        let mut moved = false;
+        for _ in 0..10_000 {
+            let mut progress = false;
+            let ids: Vec<u64> = self.members.keys().copied().collect();
+            for id in ids {
+                progress |= self.handle(id);
+            }
+            while let Some((from, to, bytes)) = self.network.pop_front() {
+                progress = true;
+                if self.cut.contains(&(from, to)) || self.cut.contains(&(to, from)) {
+                    continue;
+                }
+                let Some(member) = self.members.get_mut(&to) else {
+                    continue;
+                };
+                let Some(core) = member.core.as_mut() else {
+                    continue;
+                };
+                let message = decode_peer_message(&bytes, to).expect("a message we encoded");
+                core.step(message).expect("step");
+            }
+            if !progress {
+                return moved;
+            }
+            moved = true;
+        }
+        panic!("the cluster never settled");
+    }
+
+    fn handle(&mut self, id: u64) -> bool {
+        let member = self.members.get_mut(&id).expect("member");
+        let Some(core) = member.core.as_mut() else {
+            return false;
+        };
+        if !core.has_ready() {
+            return false;
+        }
+        let mut host = MemberHost {
+            id,
+            outbox: &mut self.network,
+            machine: &mut member.machine,
+        };
+        let handled = core.handle_ready(&mut host).expect("ready handled");
+        for entry in handled.committed {
+            assert_eq!(
+                entry.index,
+                member.machine.applied_index + 1,
+                "member {id} applies in order"
+            );
+            match entry.get_entry_type() {
+                eraftpb::EntryType::EntryNormal => {
+                    if !entry.data.is_empty() {
+                        member.machine.applied.push(entry.data.clone());
+                    }
+                }
+                _ => {
+                    member.machine.conf_state = core.apply_conf_change(&entry).expect("conf");
+                }
+            }
+            member.machine.applied_index = entry.index;
+            member.machine.applied_term = entry.term;
+            core.applied_to(entry.index);
+        }
+        for rs in handled.read_states {
+            member.read_states.push((rs.index, rs.request_ctx));
+        }
+        let status = core.status();
+        if status.is_leader {
+            let seen = self.leaders.entry(status.term).or_insert(id);
+            assert_eq!(*seen, id, "two leaders in term {}", status.term);
+        }
+        true
+    }
+
+    fn tick_all(&mut self) {
+        for member in self.members.values_mut() {
+            if let Some(core) = member.core.as_mut() {
+                core.tick();
+            }
+        }
+    }
+
+    /// Ticks until `done` holds, settling after each tick; panics after `ticks` ticks.
+    fn run_until(&mut self, ticks: usize, mut done: impl FnMut(&mut Cluster) -> bool) {
+        for _ in 0..ticks {
+            self.settle();
+            if done(self) {
+                return;
+            }
+            self.tick_all();
+        }
+        panic!("not done within {ticks} ticks");
+    }
+
+    fn leader(&self) -> Option<u64> {
+        self.members.iter().find_map(|(id, m)| {
+            m.core
+                .as_ref()
+                .filter(|c| c.status().is_leader)
+                .map(|_| *id)
+        })
+    }
+
+    fn elect(&mut self) -> u64 {
+        self.run_until(200, |c| c.leader().is_some());
+        self.leader().expect("a leader")
+    }
+
+    fn applied(&self, id: u64) -> &[Bytes] {
+        &self.members[&id].machine.applied
+    }
+
+    /// Every member's applied data is a prefix of the longest.
+    fn check_prefixes(&self) {
+        let longest = self
+            .members
+            .values()
+            .map(|m| &m.machine.applied)
+            .max_by_key(|a| a.len())
+            .expect("members");
+        for (id, m) in &self.members {
+            assert_eq!(
+                &longest[..m.machine.applied.len()],
+                &m.machine.applied[..],
+                "member {id} applied something else"
+            );
+        }
+    }
+
+    fn propose(&mut self, id: u64, data: &str) {
+        self.core(id)
+            .propose(data.as_bytes().to_vec())
+            .expect("the leader takes a proposal");
+    }
+}
+
+fn data(items: &[Bytes]) -> Vec<String> {
+    items
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect()
+}
+
+#[test]
+fn a_single_member_leads_at_once_and_commits_alone() {
+    let mut c = Cluster::new(&[1]);
+    c.settle();
+    assert_eq!(c.leader(), Some(1), "a lone voter campaigns at start");
+    c.propose(1, "a");
+    c.propose(1, "b");
+    c.settle();
+    assert_eq!(data(c.applied(1)), ["a", "b"]);
+}
+
+#[test]
+fn three_members_elect_one_leader_and_apply_the_same_entries() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    for i in 0..50 {
+        c.propose(leader, &format!("put {i}"));
+        if i % 7 == 0 {
+            c.settle();
+        }
+    }
+    c.run_until(50, |c| {
+        c.members.keys().all(|id| c.applied(*id).len() == 50)
+    });
+    c.check_prefixes();
+    assert_eq!(data(c.applied(2))[49], "put 49");
+}
+
+#[test]
+fn a_follower_that_crashes_loses_nothing_it_acknowledged_and_catches_up() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    let follower = *c.members.keys().find(|id| **id != leader).unwrap();
+    for i in 0..20 {
+        c.propose(leader, &format!("a{i}"));
+    }
+    c.run_until(50, |c| c.applied(follower).len() == 20);
+    c.crash(follower);
+    for i in 0..20 {
+        c.propose(leader, &format!("b{i}"));
+    }
+    c.settle();
+    c.start(follower);
+    c.run_until(100, |c| c.applied(follower).len() == 40);
+    c.check_prefixes();
+}
+
+#[test]
+fn a_new_leader_is_elected_after_the_leader_crashes_and_committed_entries_survive() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let old = c.elect();
+    for i in 0..10 {
+        c.propose(old, &format!("x{i}"));
+    }
+    c.run_until(50, |c| {
+        c.members.keys().all(|id| c.applied(*id).len() == 10)
+    });
+    c.crash(old);
+    c.run_until(300, |c| c.leader().is_some_and(|l| l != old));
+    let new = c.leader().unwrap();
+    c.propose(new, "after");
+    c.run_until(50, |c| c.applied(new).len() == 11);
+    c.start(old);
+    c.run_until(200, |c| c.applied(old).len() == 11);
+    c.check_prefixes();
+    assert_eq!(data(c.applied(old))[10], "after");
+}
+
+#[test]
+fn a_whole_cluster_restart_keeps_every_committed_entry() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    for i in 0..30 {
+        c.propose(leader, &format!("k{i}"));
+    }
+    c.run_until(50, |c| {
+        c.members.keys().all(|id| c.applied(*id).len() == 30)
+    });
+    for id in [1, 2, 3] {
+        // Half the members checkpointed their machine on the way; the others replay it all.
+        if id % 2 == 0 {
+            c.members.get_mut(&id).unwrap().machine.save();
+        }
+        c.crash(id);
+    }
+    for id in [1, 2, 3] {
+        c.start(id);
+    }
+    let leader = c.elect();
+    c.propose(leader, "again");
+    c.run_until(100, |c| {
+        c.members.keys().all(|id| c.applied(*id).len() == 31)
+    });
+    c.check_prefixes();
+}
+
+#[test]
+fn linearizable_reads_get_a_read_index_on_the_leader_and_on_a_follower() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    c.propose(leader, "v");
+    c.settle();
+    let follower = *c.members.keys().find(|id| **id != leader).unwrap();
+    c.core(leader).read_index(b"r1".to_vec());
+    c.core(follower).read_index(b"r2".to_vec());
+    c.run_until(20, |c| {
+        !c.members[&leader].read_states.is_empty() && !c.members[&follower].read_states.is_empty()
+    });
+    let commit = c.core(leader).status().commit;
+    assert_eq!(
+        c.members[&leader].read_states,
+        vec![(commit, b"r1".to_vec())]
+    );
+    assert_eq!(
+        c.members[&follower].read_states,
+        vec![(commit, b"r2".to_vec())]
+    );
+}
+
+#[test]
+fn leadership_moves_to_the_member_asked_for() {
+    let mut c = Cluster::new(&[1, 2, 3, 4, 5]);
+    let leader = c.elect();
+    let target = *c.members.keys().rev().find(|id| **id != leader).unwrap();
+    c.core(leader).transfer_leader(target);
+    c.run_until(30, |c| c.leader() == Some(target));
+    c.propose(target, "from the new leader");
+    c.run_until(30, |c| c.members.keys().all(|id| c.applied(*id).len() == 1));
+}
+
+#[test]
+fn a_minority_cut_off_cannot_elect_and_the_majority_goes_on() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    let lone = *c.members.keys().find(|id| **id != leader).unwrap();
+    for other in [1, 2, 3] {
+        if other != lone {
+            c.cut.insert((lone, other));
+        }
+    }
+    for _ in 0..100 {
+        c.tick_all();
+        c.settle();
+    }
+    assert!(
+        !c.core(lone).status().is_leader,
+        "a member alone never leads"
+    );
+    assert_eq!(
+        c.leader(),
+        Some(leader),
+        "PreVote: the cut-off member disturbed nobody"
+    );
+    c.propose(leader, "while cut");
+    c.settle();
+    c.cut.clear();
+    c.run_until(50, |c| c.applied(lone).len() == 1);
+    c.check_prefixes();
+}
+
+#[test]
+fn a_follower_far_behind_is_caught_up_with_a_snapshot() {
+    let mut c = Cluster::with_catch_up(&[1, 2, 3], 5);
+    let leader = c.elect();
+    let behind = *c.members.keys().find(|id| **id != leader).unwrap();
+    c.crash(behind);
+    for i in 0..40 {
+        c.propose(leader, &format!("s{i}"));
+    }
+    c.settle();
+    // The leader checkpoints and compacts: the entries the crashed member lacks are gone.
+    let machine = c.members[&leader].machine.clone();
+    let mut snapshot = Snapshot {
+        data: machine.encode(),
+        ..Default::default()
+    };
+    snapshot.mut_metadata().index = machine.applied_index;
+    snapshot.mut_metadata().term = machine.applied_term;
+    snapshot
+        .mut_metadata()
+        .set_conf_state(crate::proto::conf_state_to_raft(machine.conf_state.clone()));
+    c.core(leader).compact(snapshot).expect("compact");
+    assert!(c.core(leader).compacted_index() > 1);
+    c.start(behind);
+    c.run_until(100, |c| c.applied(behind).len() == 40);
+    assert_eq!(
+        c.members[&behind].machine.installs, 1,
+        "caught up through the snapshot"
+    );
+    c.check_prefixes();
+    // And it restarts from the installed snapshot.
+    c.crash(behind);
+    c.start(behind);
+    assert_eq!(c.applied(behind).len(), 40);
+}
+
+#[test]
+fn membership_changes_through_conf_change_v2() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    let mut remove = eraftpb::ConfChangeV2::default();
+    let mut single = eraftpb::ConfChangeSingle::default();
+    let gone = *c.members.keys().find(|id| **id != leader).unwrap();
+    single.set_change_type(eraftpb::ConfChangeType::RemoveNode);
+    single.node_id = gone;
+    remove.mut_changes().push(single);
+    c.core(leader)
+        .propose_conf_change(&remove)
+        .expect("propose");
+    c.run_until(30, |c| {
+        !c.members[&leader].machine.conf_state.voters.contains(&gone)
+    });
+    assert_eq!(c.members[&leader].machine.conf_state.voters.len(), 2);
+    c.crash(gone);
+    c.propose(leader, "two voters");
+    c.run_until(30, |c| c.applied(leader).len() == 1);
+}
