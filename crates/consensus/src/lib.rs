@@ -16,6 +16,7 @@
 //! ```
 
 mod core;
+pub mod driver;
 mod logger;
 pub mod proto;
 mod storage;
