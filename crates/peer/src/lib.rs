@@ -12,6 +12,9 @@
 //! transport failure is "unreachable", so openraft backs off and retries, and a forwarded client
 //! request fails with the transient "no leader" that clients retry. Every request names the
 //! sender's cluster, and a member refuses another cluster's (`cluster_id.rs`).
+//!
+//! `raft_link.rs` is the raft-rs engine's transport (not yet used by the server): `Raft/Messages`,
+//! one stream per peer of opaque message bytes, fed from the Raft thread without waiting.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,7 +43,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 mod cluster_id;
 mod line;
+mod raft_link;
 mod tls_connector;
+
+pub use raft_link::{LINK_QUEUE_LEN, OnUnreachable, RaftInbox, RaftLinks, RaftService};
 
 /// The answers on a `Forwarding` stream, as the generated server trait names them.
 type AnswerStream =
@@ -136,6 +142,32 @@ impl PeerNetwork {
     }
 
     fn client(&self, addr: &str) -> Result<GrpcClient<Stamped>, TransportError> {
+        Ok(GrpcClient::with_interceptor(
+            self.channel(addr)?,
+            cluster_id::Stamp::new(self.cluster_id),
+        )
+        .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX))
+    }
+
+    /// A client of the raft-rs engine's `Raft` service at `addr`, on the shared connection.
+    fn raft_client(
+        &self,
+        addr: &str,
+    ) -> Result<leasehold_api::leaseholdpeerpb::raft_client::RaftClient<Stamped>, TransportError>
+    {
+        Ok(
+            leasehold_api::leaseholdpeerpb::raft_client::RaftClient::with_interceptor(
+                self.channel(addr)?,
+                cluster_id::Stamp::new(self.cluster_id),
+            )
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
+        )
+    }
+
+    /// The connection to `addr`, made (lazily) on first use and shared after.
+    fn channel(&self, addr: &str) -> Result<Channel, TransportError> {
         let mut channels = self.channels.lock().expect("peer channels lock poisoned");
         let channel = match channels.get(addr) {
             Some(channel) => channel.clone(),
@@ -182,11 +214,7 @@ impl PeerNetwork {
                 channel
             }
         };
-        Ok(
-            GrpcClient::with_interceptor(channel, cluster_id::Stamp::new(self.cluster_id))
-                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
-        )
+        Ok(channel)
     }
 
     /// One unary call to `addr`, bounded by `timeout`; returns the answer's payload.

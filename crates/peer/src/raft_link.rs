@@ -1,0 +1,372 @@
+//! The raft-rs engine's messages between members (`Raft/Messages`): one long-lived stream from
+//! each member to each peer, fed by a bounded queue, so the Raft thread hands a message over
+//! without waiting and the link sends it while that thread writes its log. Bytes only: this
+//! module neither encodes nor decodes Raft messages (leasehold-consensus does, with its own
+//! types), so it knows no engine.
+//!
+//! ```text
+//!   Raft thread ─► RaftLinks::send(to, bytes) ─► queue(to) ─► link task ═stream═► RaftService
+//!                                                                         ─► RaftInbox::deliver
+//! ```
+//!
+//! A link that cannot deliver (no connection, a full queue, a stream that broke) reports the
+//! peer unreachable, so Raft stops sending it appends optimistically; what was in flight is
+//! lost and Raft sends it again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_api::leaseholdpeerpb::Payload;
+use leasehold_api::leaseholdpeerpb::raft_server::{Raft, RaftServer};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::{PEER_MESSAGE_BYTES_MAX, PeerNetwork, cluster_id};
+
+/// Messages waiting for one peer at most; past it a message is dropped and the peer reported
+/// unreachable (a peer that slow is better caught up by Raft's probing than by a backlog).
+pub const LINK_QUEUE_LEN: usize = 4096;
+/// Messages handed to the stream but not yet sent.
+const LINK_STREAM_LEN: usize = 256;
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Where a member's incoming Raft messages go.
+pub trait RaftInbox: Send + Sync + 'static {
+    /// One message from a peer, as it was sent; `Err` ends the stream with `INVALID_ARGUMENT`
+    /// (bytes that are not a message for this member).
+    fn deliver(&self, message: Vec<u8>) -> Result<(), String>;
+}
+
+/// Called with a peer's ID when a message to it could not be delivered.
+pub type OnUnreachable = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// The sending side: a link per peer.
+pub struct RaftLinks {
+    network: PeerNetwork,
+    runtime: tokio::runtime::Handle,
+    on_unreachable: OnUnreachable,
+    links: Mutex<HashMap<u64, Link>>,
+}
+
+struct Link {
+    addr: String,
+    queue: mpsc::Sender<Vec<u8>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl std::fmt::Debug for RaftLinks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let links = self.links.lock().expect("raft links lock poisoned");
+        f.debug_struct("RaftLinks")
+            .field("peers", &links.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl RaftLinks {
+    /// Links over `network`; their tasks run on the current Tokio runtime.
+    pub fn new(network: PeerNetwork, on_unreachable: OnUnreachable) -> RaftLinks {
+        RaftLinks {
+            network,
+            runtime: tokio::runtime::Handle::current(),
+            on_unreachable,
+            links: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The peers to link to, by ID and peer URL: links to others close, a peer whose URL
+    /// changed is linked anew.
+    pub fn set_peers(&self, peers: impl IntoIterator<Item = (u64, String)>) {
+        let peers: HashMap<u64, String> = peers.into_iter().collect();
+        let mut links = self.links.lock().expect("raft links lock poisoned");
+        links.retain(|id, link| peers.get(id) == Some(&link.addr));
+        for (id, addr) in peers {
+            if links.contains_key(&id) {
+                continue;
+            }
+            let (queue, queued) = mpsc::channel(LINK_QUEUE_LEN);
+            let task = self.runtime.spawn(run_link(
+                self.network.clone(),
+                id,
+                addr.clone(),
+                queued,
+                self.on_unreachable.clone(),
+            ));
+            links.insert(id, Link { addr, queue, task });
+        }
+    }
+
+    /// Queues `message` for peer `to` without waiting (callable from any thread).
+    pub fn send(&self, to: u64, message: Vec<u8>) {
+        let queued = {
+            let links = self.links.lock().expect("raft links lock poisoned");
+            match links.get(&to) {
+                Some(link) => link.queue.try_send(message).is_ok(),
+                None => false,
+            }
+        };
+        if !queued {
+            (self.on_unreachable)(to);
+        }
+    }
+}
+
+/// One peer's link: connects when there is something to send, pumps the queue into a stream,
+/// and after a failure reports the peer and tries again, backing off up to a second.
+async fn run_link(
+    network: PeerNetwork,
+    id: u64,
+    addr: String,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    on_unreachable: OnUnreachable,
+) {
+    let mut retry = RETRY_MIN;
+    loop {
+        let Some(first) = queue.recv().await else {
+            return;
+        };
+        let mut client = match network.raft_client(&addr) {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::warn!(peer = %format!("{id:x}"), "raft link: {e}");
+                on_unreachable(id);
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(RETRY_MAX);
+                continue;
+            }
+        };
+        let (stream, outgoing) = mpsc::channel(LINK_STREAM_LEN);
+        let _ = stream.try_send(Payload { data: first });
+        let call = client.messages(ReceiverStream::new(outgoing));
+        tokio::pin!(call);
+        let ended = loop {
+            tokio::select! {
+                ended = &mut call => break ended.err(),
+                next = queue.recv() => {
+                    let Some(message) = next else { return };
+                    if stream.send(Payload { data: message }).await.is_err() {
+                        break None;
+                    }
+                    // Delivered to the stream: the link works.
+                    retry = RETRY_MIN;
+                }
+            }
+        };
+        tracing::debug!(
+            peer = %format!("{id:x}"),
+            status = ?ended,
+            "raft link broke; reconnecting"
+        );
+        on_unreachable(id);
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(RETRY_MAX);
+    }
+}
+
+/// The receiving side.
+pub struct RaftService {
+    inbox: Arc<dyn RaftInbox>,
+}
+
+impl RaftService {
+    /// The service, refusing streams stamped with another cluster's ID.
+    pub fn server(
+        inbox: Arc<dyn RaftInbox>,
+        cluster_id: u64,
+    ) -> tonic::service::interceptor::InterceptedService<
+        RaftServer<RaftService>,
+        impl tonic::service::Interceptor + Clone,
+    > {
+        tonic::service::interceptor::InterceptedService::new(
+            RaftServer::new(RaftService { inbox })
+                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
+            cluster_id::Check::new(cluster_id),
+        )
+    }
+}
+
+#[tonic::async_trait]
+impl Raft for RaftService {
+    async fn messages(
+        &self,
+        request: Request<Streaming<Payload>>,
+    ) -> Result<Response<Payload>, Status> {
+        let mut messages = request.into_inner();
+        while let Some(payload) = messages.message().await? {
+            self.inbox
+                .deliver(payload.data)
+                .map_err(|e| Status::invalid_argument(format!("raft message refused: {e}")))?;
+        }
+        Ok(Response::new(Payload::default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Collect {
+        got: Mutex<Vec<Vec<u8>>>,
+        arrived: tokio::sync::Notify,
+    }
+
+    impl RaftInbox for Collect {
+        fn deliver(&self, message: Vec<u8>) -> Result<(), String> {
+            if message == b"poison" {
+                return Err("not a raft message".into());
+            }
+            self.got.lock().unwrap().push(message);
+            self.arrived.notify_waiters();
+            Ok(())
+        }
+    }
+
+    async fn serve(
+        inbox: Arc<Collect>,
+        cluster_id: u64,
+    ) -> (String, tokio::sync::oneshot::Sender<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = format!("http://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RaftService::server(inbox, cluster_id))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                ),
+        );
+        (addr, stop)
+    }
+
+    async fn wait_for(inbox: &Collect, count: usize) {
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let arrived = inbox.arrived.notified();
+                if inbox.got.lock().unwrap().len() >= count {
+                    return;
+                }
+                arrived.await;
+            }
+        })
+        .await;
+        assert!(
+            waited.is_ok(),
+            "{} of {count} arrived",
+            inbox.got.lock().unwrap().len()
+        );
+    }
+
+    fn counting() -> (OnUnreachable, Arc<AtomicUsize>) {
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = count.clone();
+        (
+            Arc::new(move |_| {
+                c.fetch_add(1, Ordering::SeqCst);
+            }),
+            count,
+        )
+    }
+
+    #[tokio::test]
+    async fn messages_arrive_in_order_over_one_stream() {
+        let inbox = Arc::new(Collect::default());
+        let (addr, _stop) = serve(inbox.clone(), 0xc1).await;
+        let (unreachable, reported) = counting();
+        let links = RaftLinks::new(PeerNetwork::new().for_cluster(0xc1), unreachable);
+        links.set_peers([(2, addr)]);
+        // Sent from a thread that is not the runtime's, as the Raft thread sends.
+        let links = Arc::new(links);
+        let sender = links.clone();
+        std::thread::spawn(move || {
+            for i in 0u32..1000 {
+                sender.send(2, i.to_be_bytes().to_vec());
+            }
+        })
+        .join()
+        .expect("sender thread");
+        wait_for(&inbox, 1000).await;
+        let got = inbox.got.lock().unwrap().clone();
+        let expected: Vec<Vec<u8>> = (0u32..1000).map(|i| i.to_be_bytes().to_vec()).collect();
+        assert_eq!(got, expected);
+        assert_eq!(reported.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_peer_nobody_serves_is_reported_unreachable_and_unknown_peers_too() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = format!("http://{}", listener.local_addr().expect("addr"));
+        drop(listener);
+        let (unreachable, reported) = counting();
+        let links = RaftLinks::new(PeerNetwork::new(), unreachable);
+        links.set_peers([(2, addr)]);
+        links.send(2, b"hello".to_vec());
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while reported.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "the dead peer was never reported");
+        let before = reported.load(Ordering::SeqCst);
+        links.send(9, b"to nobody".to_vec());
+        assert_eq!(reported.load(Ordering::SeqCst), before + 1);
+    }
+
+    #[tokio::test]
+    async fn another_clusters_stream_and_bytes_the_inbox_refuses_deliver_nothing_after_them() {
+        let inbox = Arc::new(Collect::default());
+        let (addr, _stop) = serve(inbox.clone(), 0xc1).await;
+        let (unreachable, reported) = counting();
+        let stranger = RaftLinks::new(PeerNetwork::new().for_cluster(0xd2), unreachable);
+        stranger.set_peers([(2, addr.clone())]);
+        stranger.send(2, b"from another cluster".to_vec());
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while reported.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "the refused stream was never reported");
+        assert!(inbox.got.lock().unwrap().is_empty());
+
+        let (unreachable, broke) = counting();
+        let member = RaftLinks::new(PeerNetwork::new().for_cluster(0xc1), unreachable);
+        member.set_peers([(2, addr)]);
+        member.send(2, b"one".to_vec());
+        member.send(2, b"poison".to_vec());
+        wait_for(&inbox, 1).await;
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while broke.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "the refused stream was never reported");
+        // The stream broke on the poison (what followed it on that stream is lost, as Raft
+        // expects); the link reconnects for what comes next.
+        member.send(2, b"two".to_vec());
+        wait_for(&inbox, 2).await;
+        assert_eq!(
+            *inbox.got.lock().unwrap(),
+            vec![b"one".to_vec(), b"two".to_vec()]
+        );
+    }
+}
