@@ -6,7 +6,7 @@
 //! shows verbatim, are in [`goparse`]. docs/cli.md lists the commands and where we differ.
 
 pub mod elect;
-pub mod goparse;
+pub use leasehold_types::go as goparse;
 pub mod kv;
 pub mod lease;
 pub mod lock;
@@ -314,9 +314,10 @@ pub fn int_flag(s: &str) -> Result<i64, String> {
     goparse::parse_int(s, 0)
 }
 
-/// Go's `time.Duration` flags.
+/// Go's `time.Duration` flags. A negative duration is valid in Go; etcdctl's timeouts then run
+/// out at once, so it is zero here.
 pub fn duration_flag(s: &str) -> Result<Duration, String> {
-    goparse::parse_duration(s)
+    goparse::parse_duration(s).map(|ns| Duration::from_nanos(u64::try_from(ns).unwrap_or(0)))
 }
 
 /// Names of the client subcommands (the first argument that selects them).
@@ -524,5 +525,20 @@ mod tests {
         assert_eq!(flag_long_name("--write-out <WRITE_OUT>"), "write-out");
         assert_eq!(flag_long_name("-w, --write-out <WRITE_OUT>"), "write-out");
         assert_eq!(flag_long_name("--prefix[=<PREFIX>]"), "prefix");
+    }
+}
+
+#[cfg(test)]
+mod duration_flag_tests {
+    use super::*;
+
+    #[test]
+    fn a_negative_duration_flag_is_zero_and_bad_ones_get_gos_text() {
+        assert_eq!(duration_flag("-3s"), Ok(Duration::ZERO));
+        assert_eq!(duration_flag("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(
+            duration_flag("1q"),
+            Err(r#"time: unknown unit "q" in duration "1q""#.to_string())
+        );
     }
 }

@@ -534,71 +534,21 @@ pub(crate) fn parse_listen_url(url: &str) -> anyhow::Result<ListenUrl> {
     Ok(ListenUrl { addr, tls })
 }
 
-/// Go's `strconv.ParseBool`, as Go's flag package parses a bool flag's value.
+/// Go's `strconv.ParseBool`, as Go's flag package parses a bool flag's value (and words its
+/// refusal).
 pub(crate) fn parse_go_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!("parse error: {s:?} is not a boolean")),
-    }
+    leasehold_types::go::parse_bool(s).map_err(|_| format!("parse error: {s:?} is not a boolean"))
 }
 
-/// Durations as etcd's flags take them (Go's `time.ParseDuration`): `0`, or a sequence of
-/// decimal numbers, each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), such as `1m30s`,
-/// `1.5h` or `500ms`. Negative durations are refused.
+/// Durations as etcd's flags take them (Go's `time.ParseDuration`, with Go's error text): `0`,
+/// or a sequence of decimal numbers, each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`),
+/// such as `1m30s`, `1.5h` or `500ms`. Negative durations, which Go takes, are refused: no
+/// flag of etcd's means anything by one.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let invalid = || format!("invalid duration {s:?}");
-    let mut rest = s.strip_prefix('+').unwrap_or(s);
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() || rest.starts_with('-') {
-        return Err(invalid());
-    }
-    let mut total_nanos: u128 = 0;
-    while !rest.is_empty() {
-        let whole_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let (whole, after) = rest.split_at(whole_len);
-        let (fraction, after) = match after.strip_prefix('.') {
-            Some(after) => after.split_at(after.bytes().take_while(u8::is_ascii_digit).count()),
-            None => ("", after),
-        };
-        if whole.is_empty() && fraction.is_empty() {
-            return Err(invalid());
-        }
-        let unit_len = after
-            .find(|c: char| c == '.' || c.is_ascii_digit())
-            .unwrap_or(after.len());
-        let (unit, after) = after.split_at(unit_len);
-        let unit_nanos: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            "" => return Err(format!("missing unit in duration {s:?}")),
-            _ => return Err(format!("unknown unit {unit:?} in duration {s:?}")),
-        };
-        // Go keeps nanosecond precision: the fraction's digits beyond that are dropped.
-        let whole: u128 = if whole.is_empty() {
-            0
-        } else {
-            whole.parse().map_err(|_| invalid())?
-        };
-        let mut nanos = whole.checked_mul(unit_nanos).ok_or_else(invalid)?;
-        let mut scale = unit_nanos;
-        for digit in fraction.bytes() {
-            scale /= 10;
-            nanos += u128::from(digit - b'0') * scale;
-        }
-        total_nanos = total_nanos.checked_add(nanos).ok_or_else(invalid)?;
-        if total_nanos > i64::MAX as u128 {
-            return Err(invalid());
-        }
-        rest = after;
-    }
-    Ok(Duration::from_nanos(total_nanos as u64))
+    let nanos = leasehold_types::go::parse_duration(s)?;
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| format!("a negative duration is not allowed here: {s:?}"))
 }
 
 /// [`parse_duration`], refusing zero.
@@ -746,6 +696,17 @@ mod tests {
         for bad in ["5", "", "s", "-1s", "1x", "1.s5", "9999999999999h"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(
+            parse_duration("1"),
+            Err(r#"time: missing unit in duration "1""#.to_string()),
+            "Go's own error text"
+        );
+        assert_eq!(
+            parse_duration("-1s"),
+            Err(r#"a negative duration is not allowed here: "-1s""#.to_string())
+        );
+        assert_eq!(parse_go_bool("T"), Ok(true));
+        assert!(parse_go_bool("yes").is_err());
         assert!(parse_positive_duration("0s").is_err());
         assert_eq!(parse_positive_duration("5s"), Ok(Duration::from_secs(5)));
     }

@@ -1,6 +1,9 @@
 //! The vocabulary shared by leasehold's layers, servers and clients: identifiers, limits and
-//! etcd's key-range rule that several crates name. Nothing here has behaviour beyond conversion;
-//! it must never depend on another leasehold crate.
+//! etcd's key-range rule that several crates name, and ([`go`]) the pieces of Go's standard
+//! library whose answers etcd's flags and etcdctl show. Nothing here has behaviour beyond
+//! conversion; it must never depend on another leasehold crate.
+
+pub mod go;
 
 use std::num::NonZeroI64;
 use std::sync::Arc;

@@ -1,0 +1,3 @@
+module leasehold.invalid/goanswers
+
+go 1.22
