@@ -219,9 +219,7 @@ fn a_frame_larger_than_a_segment_gets_a_segment_of_its_own() {
 fn compaction_deletes_whole_segments_below_the_mark_and_keeps_the_state() {
     on_both(|log| {
         let (mut wal, _) = log().open(SMALL).expect("create");
-        for i in 1..=200 {
-            wal.append(&batch(i, i, 1)).expect("append");
-        }
+        append_one_by_one(wal.as_mut(), 200);
         let before = wal.segment_count();
         wal.compact(Compacted {
             index: 150,
@@ -278,41 +276,29 @@ fn a_mark_beyond_the_last_entry_empties_the_log_for_an_installed_snapshot() {
 }
 
 #[test]
-fn a_missing_middle_segment_is_refused() {
-    on_both(|log| {
-        let (mut wal, _) = log().open(SMALL).expect("create");
-        for i in 1..=200 {
-            wal.append(&batch(i, i, 1)).expect("append");
-        }
-        drop(wal);
-        let names = log().list();
-        log().remove(&names[1]);
-        let opened = log().open(SMALL);
-        assert!(
-            matches!(opened, Err(WalError::Incomplete { .. })),
-            "{:?}",
-            opened.map(|_| ())
-        );
-    });
+fn a_missing_segment_is_refused_whether_in_the_middle_or_the_oldest_without_a_mark() {
+    for missing in [1, 0] {
+        on_both(|log| {
+            let (mut wal, _) = log().open(SMALL).expect("create");
+            append_one_by_one(wal.as_mut(), 200);
+            drop(wal);
+            let names = log().list();
+            log().remove(&names[missing]);
+            let opened = log().open(SMALL);
+            assert!(
+                matches!(opened, Err(WalError::Incomplete { .. })),
+                "segment {missing} missing: {:?}",
+                opened.map(|_| ())
+            );
+        });
+    }
 }
 
-#[test]
-fn a_missing_oldest_segment_without_a_mark_is_refused() {
-    on_both(|log| {
-        let (mut wal, _) = log().open(SMALL).expect("create");
-        for i in 1..=200 {
-            wal.append(&batch(i, i, 1)).expect("append");
-        }
-        drop(wal);
-        let names = log().list();
-        log().remove(&names[0]);
-        let opened = log().open(SMALL);
-        assert!(
-            matches!(opened, Err(WalError::Incomplete { .. })),
-            "{:?}",
-            opened.map(|_| ())
-        );
-    });
+/// Appends entries 1..=`count` of term 1, one batch each.
+fn append_one_by_one(wal: &mut dyn Log, count: u64) {
+    for i in 1..=count {
+        wal.append(&batch(i, i, 1)).expect("append");
+    }
 }
 
 fn mem_log() -> (MemFs, PathBuf) {
@@ -397,42 +383,27 @@ fn some_crash_tears_the_last_frame_and_the_tear_is_cleared() {
 }
 
 #[test]
-fn a_flipped_bit_inside_the_log_is_refused_not_repaired() {
-    let (fs, dir) = mem_log();
-    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
-    wal.append(&batch(1, 1, 1)).expect("append");
-    wal.append(&batch(2, 2, 1)).expect("append");
-    drop(wal);
-    let path = only_segment(&fs, &dir);
-    let bytes = fs.contents(&path).expect("segment");
-    // The second frame's payload (the first is the header): find "entry 1" and flip a bit in it.
-    let at = bytes
-        .windows(7)
-        .position(|w| w == b"entry 1")
-        .expect("entry 1 is in the segment");
-    fs.flip_bit(&path, at + 2, 3);
-    let opened = open_mem(&fs, &dir);
-    assert!(
-        matches!(opened, Err(WalError::Corrupt { .. })),
-        "{:?}",
-        opened.map(|_| ())
-    );
+fn a_flipped_bit_in_an_acknowledged_frame_is_refused_inside_the_log_and_in_its_last_frame() {
+    // One batch: the damaged frame is the last; two: another, intact, follows it.
+    for batches in [2, 1] {
+        let (fs, dir) = mem_log();
+        let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+        for i in 1..=batches {
+            wal.append(&batch(i, i, 1)).expect("append");
+        }
+        drop(wal);
+        let path = only_segment(&fs, &dir);
+        let bytes = fs.contents(&path).expect("segment");
+        let at = bytes
+            .windows(7)
+            .position(|w| w == b"entry 1")
+            .expect("entry 1 is in the segment");
+        fs.flip_bit(&path, at + 2, 3);
+        assert_corrupt(open_mem(&fs, &dir));
+    }
 }
 
-#[test]
-fn a_flipped_bit_in_the_last_frame_is_damage_too() {
-    let (fs, dir) = mem_log();
-    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
-    wal.append(&batch(1, 1, 1)).expect("append");
-    drop(wal);
-    let path = only_segment(&fs, &dir);
-    let bytes = fs.contents(&path).expect("segment");
-    let at = bytes
-        .windows(7)
-        .position(|w| w == b"entry 1")
-        .expect("entry 1 is in the segment");
-    fs.flip_bit(&path, at, 0);
-    let opened = open_mem(&fs, &dir);
+fn assert_corrupt(opened: Result<(Wal<MemFs>, crate::Recovered), WalError>) {
     assert!(
         matches!(opened, Err(WalError::Corrupt { .. })),
         "{:?}",
@@ -471,21 +442,14 @@ fn a_zeroed_frame_followed_by_intact_frames_is_refused() {
             }
         }
     }
-    let opened = open_mem(&fs, &dir);
-    assert!(
-        matches!(opened, Err(WalError::Corrupt { .. })),
-        "{:?}",
-        opened.map(|_| ())
-    );
+    assert_corrupt(open_mem(&fs, &dir));
 }
 
 #[test]
 fn a_crash_during_compaction_leaves_a_log_that_opens() {
     let (fs, dir) = mem_log();
     let (mut wal, _) = open_mem(&fs, &dir).expect("create");
-    for i in 1..=200 {
-        wal.append(&batch(i, i, 1)).expect("append");
-    }
+    append_one_by_one(&mut wal, 200);
     wal.compact(Compacted {
         index: 120,
         term: 1,
@@ -587,7 +551,7 @@ fn a_torn_tail_on_the_real_file_system_is_cleared() {
 }
 
 #[test]
-fn a_mark_that_disagrees_with_the_entry_at_its_index_drops_the_stale_suffix() {
+fn a_mark_over_another_history_drops_its_suffix_and_the_log_continues_right_after_it() {
     on_both(|log| {
         let (mut wal, _) = log().open(SMALL).expect("create");
         wal.append(&batch(1, 8, 1)).expect("append");
@@ -597,27 +561,15 @@ fn a_mark_that_disagrees_with_the_entry_at_its_index_drops_the_stale_suffix() {
             ..Batch::default()
         })
         .expect("install");
+        assert_eq!(wal.last_index(), 5);
         drop(wal);
-        let (_, recovered) = log().open(SMALL).expect("reopen");
+        let (mut wal, recovered) = log().open(SMALL).expect("reopen");
         assert_eq!(recovered.compacted, Compacted { index: 5, term: 2 });
         assert!(
             recovered.entries.is_empty(),
             "{:?}",
             indexes(&recovered.entries)
         );
-    });
-}
-
-#[test]
-fn after_a_mark_over_another_history_the_log_continues_right_after_the_mark() {
-    on_both(|log| {
-        let (mut wal, _) = log().open(SMALL).expect("create");
-        wal.append(&batch(1, 8, 1)).expect("append");
-        wal.append(&Batch {
-            compacted: Some(Compacted { index: 5, term: 2 }),
-            ..Batch::default()
-        })
-        .expect("install");
         assert_eq!(wal.last_index(), 5);
         assert!(matches!(
             wal.append(&batch(8, 8, 2)),
