@@ -52,7 +52,6 @@ impl Machine for Member {
             let _ = self.applied.send((self.id, last.entry().index));
         }
     }
-    fn read_states(&mut self, _: Vec<raft::ReadState>) {}
     fn status(&mut self, status: CoreStatus) {
         if status.is_leader {
             self.leader
@@ -102,7 +101,12 @@ fn main() {
             applied: applied_tx.clone(),
             leader: leader.clone(),
         };
-        let driver = Driver::start(core, member, Duration::from_millis(10));
+        let driver = Driver::start(
+            core,
+            member,
+            Duration::from_millis(10),
+            leasehold_consensus::reads::ReadBatcher::new(5, 500),
+        );
         peers.lock().unwrap().insert(id, driver.inputs());
         drivers.push(driver);
     }

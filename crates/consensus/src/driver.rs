@@ -14,6 +14,7 @@ use leasehold_wal::Fs;
 use raft::eraftpb::{self, ConfChangeV2, Entry, Snapshot};
 
 use crate::core::{Core, CoreError, CoreStatus, Host};
+use crate::reads::{ReadBatcher, ReadWaiter};
 
 /// Where a proposal landed: the entry is the one at `index` only if it still has `term` when it
 /// is applied (a leader change may replace it).
@@ -34,7 +35,8 @@ pub enum Input<F: Fs> {
     Step(eraftpb::Message),
     Propose(Vec<u8>, Reply<Result<Proposed, CoreError>>),
     ProposeConfChange(ConfChangeV2, Reply<Result<Proposed, CoreError>>),
-    ReadIndex(Vec<u8>),
+    /// A linearizable read: answered with the read index to wait for (see [`crate::reads`]).
+    Read(ReadWaiter),
     TransferLeader(u64),
     Campaign,
     Unreachable(u64),
@@ -72,8 +74,6 @@ impl Committed {
 pub trait Machine: Host + Send + 'static {
     /// Applies committed entries, in order.
     fn apply(&mut self, committed: Vec<Committed>);
-    /// Read indexes confirmed, each with its request's context.
-    fn read_states(&mut self, states: Vec<raft::ReadState>);
     /// Raft's progress after each round that changed the leader or the role.
     fn status(&mut self, _status: CoreStatus) {}
     /// The core stopped on an error (the log could not be written): this member must stop.
@@ -99,12 +99,18 @@ impl<F: Fs> Driver<F>
 where
     F::File: Send,
 {
-    /// Starts the thread; `tick` is the heartbeat interval (one Raft tick).
-    pub fn start(core: Core<F>, machine: impl Machine, tick: Duration) -> Driver<F> {
+    /// Starts the thread; `tick` is the heartbeat interval (one Raft tick), `reads` how
+    /// linearizable reads are batched and retried (in ticks).
+    pub fn start(
+        core: Core<F>,
+        machine: impl Machine,
+        tick: Duration,
+        reads: ReadBatcher,
+    ) -> Driver<F> {
         let (inputs, queue) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("leasehold-raft".into())
-            .spawn(move || run(core, machine, queue, tick))
+            .spawn(move || run(core, machine, reads, queue, tick))
             .expect("spawn the raft thread");
         Driver {
             inputs,
@@ -135,6 +141,7 @@ impl<F: Fs> Drop for Driver<F> {
 fn run<F: Fs>(
     mut core: Core<F>,
     mut machine: impl Machine,
+    mut reads: ReadBatcher,
     queue: mpsc::Receiver<Input<F>>,
     tick: Duration,
 ) {
@@ -143,28 +150,35 @@ fn run<F: Fs>(
         let wait = next_tick.saturating_duration_since(Instant::now());
         let mut taken = 0;
         match queue.recv_timeout(wait) {
-            Ok(Input::Stop) => return,
+            Ok(Input::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // Stopped, or every sender is gone, the handle's too.
+                reads.stop();
+                return;
+            }
             Ok(input) => {
-                take(&mut core, input);
+                take(&mut core, &mut reads, input);
                 taken += 1;
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
-            // Every sender is gone, the handle's too.
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
         while taken < INPUTS_PER_ROUND_MAX {
             match queue.try_recv() {
-                Ok(Input::Stop) => return,
+                Ok(Input::Stop) => {
+                    reads.stop();
+                    return;
+                }
                 Ok(input) => {
-                    take(&mut core, input);
+                    take(&mut core, &mut reads, input);
                     taken += 1;
                 }
                 Err(_) => break,
             }
         }
+        reads.send(&mut core);
         let now = Instant::now();
         if now >= next_tick {
             core.tick();
+            reads.tick(&mut core);
             next_tick += tick;
             if next_tick < now {
                 // The thread was held up (a slow fsync): skip the ticks it missed rather than
@@ -173,8 +187,9 @@ fn run<F: Fs>(
             }
         }
         while core.has_ready() {
-            if let Err(e) = round(&mut core, &mut machine) {
+            if let Err(e) = round(&mut core, &mut machine, &mut reads) {
                 tracing::error!("raft core stopped: {e}");
+                reads.stop();
                 machine.failed(e);
                 return;
             }
@@ -182,7 +197,7 @@ fn run<F: Fs>(
     }
 }
 
-fn take<F: Fs>(core: &mut Core<F>, input: Input<F>) {
+fn take<F: Fs>(core: &mut Core<F>, reads: &mut ReadBatcher, input: Input<F>) {
     match input {
         Input::Step(m) => {
             if let Err(e) = core.step(m) {
@@ -197,7 +212,7 @@ fn take<F: Fs>(core: &mut Core<F>, input: Input<F>) {
             let proposed = core.propose_conf_change(&cc).map(|()| landed(core));
             reply(proposed);
         }
-        Input::ReadIndex(ctx) => core.read_index(ctx),
+        Input::Read(answer) => reads.add(answer),
         Input::TransferLeader(to) => core.transfer_leader(to),
         Input::Campaign => {
             if let Err(e) = core.campaign() {
@@ -224,7 +239,11 @@ fn landed<F: Fs>(core: &Core<F>) -> Proposed {
     }
 }
 
-fn round<F: Fs>(core: &mut Core<F>, machine: &mut impl Machine) -> Result<(), CoreError> {
+fn round<F: Fs>(
+    core: &mut Core<F>,
+    machine: &mut impl Machine,
+    reads: &mut ReadBatcher,
+) -> Result<(), CoreError> {
     let handled = core.handle_ready(machine)?;
     if !handled.committed.is_empty() {
         let last = handled.committed.last().map(|e| e.index);
@@ -250,7 +269,9 @@ fn round<F: Fs>(core: &mut Core<F>, machine: &mut impl Machine) -> Result<(), Co
         }
     }
     if !handled.read_states.is_empty() {
-        machine.read_states(handled.read_states);
+        reads.confirmed(&handled.read_states);
+        // A round may have ended: the readers waiting behind it go next.
+        reads.send(core);
     }
     if handled.role_changed {
         machine.status(core.status());

@@ -19,6 +19,7 @@ mod core;
 pub mod driver;
 mod logger;
 pub mod proto;
+pub mod reads;
 mod storage;
 
 pub use crate::core::{

@@ -603,7 +603,6 @@ mod driver {
                 }
             }
         }
-        fn read_states(&mut self, _: Vec<raft::ReadState>) {}
         fn status(&mut self, status: CoreStatus) {
             if status.is_leader {
                 let _ = self.leader.send(status.id);
@@ -643,7 +642,12 @@ mod driver {
                 id,
                 leader: leader_tx.clone(),
             };
-            let driver = Driver::start(core, member, Duration::from_millis(10));
+            let driver = Driver::start(
+                core,
+                member,
+                Duration::from_millis(10),
+                crate::reads::ReadBatcher::new(5, 500),
+            );
             peers.lock().unwrap().insert(id, driver.inputs());
             drivers.push(driver);
         }
@@ -708,6 +712,30 @@ mod driver {
         let prefix = |id: u64| per_member.get(&id).map_or(&[][..], |v| &v[..shortest]);
         for id in 2..=3u64 {
             assert_eq!(prefix(id), prefix(1), "member {id} applied something else");
+        }
+        // Linearizable reads on every member: a read index at or past every entry the leader
+        // had taken before the reads were asked for.
+        let (read_tx, read_answers) = mpsc::channel();
+        for id in 1..=3u64 {
+            for _ in 0..3 {
+                let tx = read_tx.clone();
+                peers.lock().unwrap()[&id]
+                    .send(Input::Read(Box::new(move |r| {
+                        let _ = tx.send((id, r));
+                    })))
+                    .expect("member alive");
+            }
+        }
+        let last_taken = indexes.last().copied().unwrap_or(0);
+        for _ in 0..9 {
+            let (id, answer) = read_answers
+                .recv_timeout(Duration::from_secs(20))
+                .expect("a read answered within 20 s");
+            match answer {
+                Ok(index) => assert!(index >= last_taken, "member {id}: {index} < {last_taken}"),
+                // Only if leadership moved meanwhile (see above).
+                Err(e) => assert!(leaders.try_recv().is_ok(), "member {id}: {e}"),
+            }
         }
         peers.lock().unwrap().clear();
         drop(to_leader);
