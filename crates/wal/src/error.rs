@@ -22,6 +22,9 @@ pub enum WalError {
     /// The segments do not join up (one missing, or entries missing between two).
     #[error("write-ahead log incomplete in {dir}: {what}")]
     Incomplete { dir: PathBuf, what: String },
+    /// One append larger than a frame may be (refused before writing; the log is unchanged).
+    #[error("an append of {bytes} bytes is larger than a write-ahead log frame may be")]
+    TooLarge { bytes: usize },
     /// An earlier write or sync failed; the log takes no more appends until it is reopened.
     #[error("write-ahead log stopped after a failed write or sync; reopen it to go on")]
     Poisoned,

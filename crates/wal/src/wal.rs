@@ -385,6 +385,11 @@ impl<F: Fs> Wal<F> {
             kind: Some(FrameKind::Batch(batch.clone())),
         };
         let payload = frame.encode_to_vec();
+        if payload.len() > frame::FRAME_PAYLOAD_BYTES_MAX {
+            return Err(WalError::TooLarge {
+                bytes: payload.len(),
+            });
+        }
         self.scratch.clear();
         frame::encode(&payload, &mut self.scratch);
         let framed = self.scratch.len() as u64;
