@@ -19,11 +19,19 @@ use leasehold_wal::proto::ConfState;
 
 type Inputs = Arc<Mutex<HashMap<u64, mpsc::Sender<Input<StdFs>>>>>;
 
+/// What the client waits for.
+enum Event {
+    /// Proposal `seq` became the entry at `index`.
+    Proposed { seq: usize, index: u64 },
+    /// `member` applied everything up to `upto`.
+    Applied { member: u64, upto: u64 },
+}
+
 struct Member {
     id: u64,
     peers: Inputs,
-    /// (index applied, leader or not) to the client.
-    applied: mpsc::Sender<(u64, u64)>,
+    /// What the leader applied, to the client.
+    applied: mpsc::Sender<Event>,
     leader: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -49,7 +57,10 @@ impl Host for Member {
 impl Machine for Member {
     fn apply(&mut self, committed: Vec<Committed>) {
         if let Some(last) = committed.last() {
-            let _ = self.applied.send((self.id, last.entry().index));
+            let _ = self.applied.send(Event::Applied {
+                member: self.id,
+                upto: last.entry().index,
+            });
         }
     }
     fn status(&mut self, status: CoreStatus) {
@@ -124,39 +135,46 @@ fn main() {
     std::thread::sleep(Duration::from_millis(100));
     while applied_rx.try_recv().is_ok() {}
 
-    let propose = |i: usize| {
-        let (tx, rx) = mpsc::channel();
+    // Proposals go out without waiting for the Raft thread: each answer comes back on the
+    // same channel as the leader's applies, from the same thread, so in order.
+    let propose = |seq: usize| {
+        let tx = applied_tx.clone();
         to_leader
             .send(Input::Propose(
-                format!("put {i}").into_bytes(),
+                format!("put {seq}").into_bytes(),
                 Box::new(move |r| {
-                    let _ = tx.send(r);
+                    let index = r.expect("the leader takes the proposal").index;
+                    let _ = tx.send(Event::Proposed { seq, index });
                 }),
             ))
             .expect("leader thread alive");
-        rx.recv().expect("answer").expect("accepted").index
     };
     let mut latencies = Vec::with_capacity(proposals);
-    let mut in_flight: HashMap<u64, Instant> = HashMap::new();
+    let mut sent_at: HashMap<usize, Instant> = HashMap::new();
+    let mut landed: HashMap<u64, usize> = HashMap::new();
     let start = Instant::now();
     let mut sent = 0;
     let mut done = 0;
     while done < proposals {
-        while in_flight.len() < clients && sent < proposals {
-            let at = Instant::now();
-            let index = propose(sent);
-            in_flight.insert(index, at);
+        while sent_at.len() < clients && sent < proposals {
+            sent_at.insert(sent, Instant::now());
+            propose(sent);
             sent += 1;
         }
-        let (id, upto) = applied_rx.recv().expect("applied");
-        if id != lead {
-            continue;
-        }
-        let finished: Vec<u64> = in_flight.keys().copied().filter(|i| *i <= upto).collect();
-        for index in finished {
-            let at = in_flight.remove(&index).expect("in flight");
-            latencies.push(at.elapsed());
-            done += 1;
+        match applied_rx.recv().expect("events") {
+            Event::Proposed { seq, index } => {
+                landed.insert(index, seq);
+            }
+            Event::Applied { member, upto } if member == lead => {
+                let finished: Vec<u64> = landed.keys().copied().filter(|i| *i <= upto).collect();
+                for index in finished {
+                    let seq = landed.remove(&index).expect("landed");
+                    let at = sent_at.remove(&seq).expect("in flight");
+                    latencies.push(at.elapsed());
+                    done += 1;
+                }
+            }
+            Event::Applied { .. } => {}
         }
     }
     let elapsed = start.elapsed();
