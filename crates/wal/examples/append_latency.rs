@@ -1,6 +1,8 @@
 //! One append at a time, each made durable before the next, as a leader with one client in
 //! flight does: this log's `append` (one frame, one `fdatasync`) against a redb commit of the
-//! same bytes with `Durability::Immediate` (what the openraft engine's log store pays per batch).
+//! same bytes with `Durability::Immediate` (what the openraft engine's log store pays per batch),
+//! and a redb commit with `Durability::None` (what applying an entry will cost the raft-rs
+//! engine's state machine, which the log makes durable instead).
 //!
 //! `cargo run --release -p leasehold-wal --example append_latency -- [DIR] [APPENDS] [BYTES]`
 //! DIR defaults to a temporary directory under the current one (the disk being measured).
@@ -56,8 +58,23 @@ fn main() {
         redb_times.push(start.elapsed());
     }
 
+    let db = redb::Database::create(dir.path().join("state.redb")).expect("redb");
+    let mut none_times = Vec::with_capacity(appends as usize);
+    for i in 1..=appends {
+        let start = Instant::now();
+        let mut txn = db.begin_write().expect("begin");
+        txn.set_durability(redb::Durability::None).expect("durability");
+        {
+            let mut t = txn.open_table(table).expect("table");
+            t.insert(i, payload.as_ref()).expect("insert");
+        }
+        txn.commit().expect("commit");
+        none_times.push(start.elapsed());
+    }
+
     report("wal append + fdatasync", &mut wal_times);
     report("redb commit (Immediate)", &mut redb_times);
+    report("redb commit (None)", &mut none_times);
 }
 
 fn report(what: &str, times: &mut [Duration]) {
