@@ -131,28 +131,26 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Returns on SIGINT/SIGTERM, or once every member has exited; reports members that exit.
+/// Returns on SIGINT/SIGTERM, or once every member has exited; reports each member as it
+/// exits (woken by the exit itself, not by looking every so often).
 async fn wait_until_stopped(children: &mut [(String, Child)]) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let mut running = vec![true; children.len()];
+    let mut exits: futures::stream::FuturesUnordered<_> = children
+        .iter_mut()
+        .map(|(name, child)| async move { (name.as_str(), child.wait().await) })
+        .collect();
     loop {
         tokio::select! {
             _ = term.recv() => return Ok(()),
             _ = int.recv() => return Ok(()),
-            () = tokio::time::sleep(Duration::from_millis(200)) => {}
-        }
-        for (i, (name, child)) in children.iter_mut().enumerate() {
-            if running[i]
-                && let Some(status) = child.try_wait()?
-            {
-                running[i] = false;
-                eprintln!("member {name} exited: {status}");
-            }
-        }
-        if running.iter().all(|r| !r) {
-            bail!("every member has exited");
+            exited = exits.next() => match exited {
+                Some((name, Ok(status))) => eprintln!("member {name} exited: {status}"),
+                Some((name, Err(e))) => eprintln!("member {name}: waiting for it failed: {e}"),
+                None => bail!("every member has exited"),
+            },
         }
     }
 }
