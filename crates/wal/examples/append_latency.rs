@@ -63,7 +63,8 @@ fn main() {
     for i in 1..=appends {
         let start = Instant::now();
         let mut txn = db.begin_write().expect("begin");
-        txn.set_durability(redb::Durability::None).expect("durability");
+        txn.set_durability(redb::Durability::None)
+            .expect("durability");
         {
             let mut t = txn.open_table(table).expect("table");
             t.insert(i, payload.as_ref()).expect("insert");
