@@ -247,17 +247,17 @@ impl<F: Fs> Core<F> {
         Ok(self.node.step(entry)?)
     }
 
-    /// Applies a committed membership change; returns the membership to persist with the
-    /// state machine.
+    /// Applies a committed membership change; returns the change (decoded by us, never by
+    /// rust-protobuf) and the membership to persist with the state machine.
     pub fn apply_conf_change(
         &mut self,
         entry: &Entry,
-    ) -> Result<leasehold_wal::proto::ConfState, CoreError> {
+    ) -> Result<(eraftpb::ConfChangeV2, leasehold_wal::proto::ConfState), CoreError> {
         let cc = crate::proto::decode_conf_change(entry)
             .map_err(|e| CoreError::Mismatch(format!("conf change at {}: {e}", entry.index)))?;
         let cs = self.node.apply_conf_change(&cc)?;
         self.node.mut_store().set_conf_state(cs.clone());
-        Ok(conf_state_from_raft(&cs))
+        Ok((cc, conf_state_from_raft(&cs)))
     }
 
     /// Asks for a read index; it comes back in [`Handled::read_states`] with `context`.

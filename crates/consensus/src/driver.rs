@@ -252,10 +252,7 @@ fn round<F: Fs>(
             if entry.get_entry_type() == eraftpb::EntryType::EntryNormal {
                 committed.push(Committed::Normal(entry));
             } else {
-                let change = crate::proto::decode_conf_change(&entry).map_err(|e| {
-                    CoreError::Mismatch(format!("conf change at {}: {e}", entry.index))
-                })?;
-                let conf_state = core.apply_conf_change(&entry)?;
+                let (change, conf_state) = core.apply_conf_change(&entry)?;
                 committed.push(Committed::ConfChange {
                     entry,
                     change,

@@ -247,7 +247,7 @@ impl Cluster {
                     }
                 }
                 _ => {
-                    member.machine.conf_state = core.apply_conf_change(&entry).expect("conf");
+                    member.machine.conf_state = core.apply_conf_change(&entry).expect("conf").1;
                 }
             }
             member.machine.applied_index = entry.index;

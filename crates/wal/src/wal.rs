@@ -190,19 +190,16 @@ impl<F: Fs> Wal<F> {
     ) -> Result<(Wal<F>, Recovered), WalError> {
         assert!(options.segment_bytes >= 4096, "segments of at least 4 KiB");
         fs.create_dir_all(dir).map_err(WalError::io(dir))?;
-        let mut found: Vec<(u64, u64, String)> = fs
-            .list(dir)
-            .map_err(WalError::io(dir))?
-            .into_iter()
-            .filter_map(|name| parse_segment_name(&name).map(|(s, f)| (s, f, name)))
-            .collect();
-        found.sort();
+        let mut found: Vec<(u64, u64, String)> = Vec::new();
         for name in fs.list(dir).map_err(WalError::io(dir))? {
-            // A segment that was being prepared when the process stopped never got a name.
-            if name.ends_with(".wal.tmp") {
+            if let Some((seq, first_index)) = parse_segment_name(&name) {
+                found.push((seq, first_index, name));
+            } else if name.ends_with(".wal.tmp") {
+                // A segment that was being prepared when the process stopped never got a name.
                 let _ = fs.remove(&dir.join(&name));
             }
         }
+        found.sort();
         if found.is_empty() {
             return Wal::create(fs, dir, options);
         }
