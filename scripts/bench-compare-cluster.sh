@@ -9,6 +9,8 @@
 # Workloads name where the clients connect: `leader` (the current leader only), `all` (every
 # member; followers forward), `followers` (the two followers only).
 # Build first: cargo build --release -p leasehold
+# LEASEHOLD_ARGS adds flags to leasehold's command line, e.g.
+#   LEASEHOLD_ARGS='--experimental-raft-engine raft-rs'
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-1}
@@ -37,7 +39,8 @@ start() {
     if [ "$target" = etcd ]; then
       etcd "${args[@]}" >"$work/$target-m$i.log" 2>&1 &
     else
-      LEASEHOLD_LOG=warn "$bin" "${args[@]}" >"$work/$target-m$i.log" 2>&1 &
+      # shellcheck disable=SC2086 # LEASEHOLD_ARGS is a list of flags
+      LEASEHOLD_LOG=warn "$bin" "${args[@]}" ${LEASEHOLD_ARGS:-} >"$work/$target-m$i.log" 2>&1 &
     fi
     pids+=($!)
   done

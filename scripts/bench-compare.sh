@@ -6,6 +6,8 @@
 #   scripts/bench-compare.sh [rounds]      (default 3 rounds; needs `etcd` on PATH)
 #
 # Build first: cargo build --release -p leasehold
+# LEASEHOLD_ARGS adds flags to leasehold's command line, e.g.
+#   LEASEHOLD_ARGS='--experimental-raft-engine raft-rs'
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -28,7 +30,7 @@ etcd --name e --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$ec
 pids+=($!)
 LEASEHOLD_LOG=warn "$bin" --name l --data-dir "$work/leasehold" --listen-client-urls "http://127.0.0.1:$lc" --listen-peer-urls "http://127.0.0.1:$lp" \
   --initial-advertise-peer-urls "http://127.0.0.1:$lp" --initial-cluster "l=http://127.0.0.1:$lp" \
-  >"$work/leasehold.log" 2>&1 &
+  ${LEASEHOLD_ARGS:-} >"$work/leasehold.log" 2>&1 &
 pids+=($!)
 for port in "$ec" "$lc"; do
   for _ in $(seq 1 100); do

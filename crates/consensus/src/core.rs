@@ -102,6 +102,8 @@ pub struct Handled {
     pub read_states: Vec<ReadState>,
     /// The leader or this member's role changed.
     pub role_changed: bool,
+    /// The round appended to the log (and so waited for its `fdatasync`).
+    pub wrote_log: bool,
 }
 
 /// Raft's progress as the host reports it.
@@ -172,8 +174,10 @@ impl<F: Fs> Core<F> {
             compacted = (applied, checkpoint.applied_term);
         }
         let mut hard_state = hard_state_to_raft(recovered.hard_state);
-        // Applied entries were committed, whatever commit index last reached the disk.
+        // Applied entries were committed, whatever commit index last reached the disk; and no
+        // term is older than the log's.
         hard_state.commit = hard_state.commit.max(applied);
+        hard_state.term = hard_state.term.max(compacted.1);
         let last = entries.last().map_or(compacted.0, |e| e.index);
         if hard_state.commit > last {
             return Err(CoreError::Mismatch(format!(
@@ -324,6 +328,15 @@ impl<F: Fs> Core<F> {
             )));
         }
         self.node.mut_store().set_snapshot(snapshot);
+        self.compact_log(index)
+    }
+
+    /// The host's state at `index` (at most what it applied) is durable: the log keeps only
+    /// [`CoreConfig::catch_up_entries`] entries behind it. A follower that falls further behind
+    /// needs a snapshot, which the host offers ([`Core::compact`]) once
+    /// [`Core::snapshot_wanted`] says one is.
+    pub fn compact_log(&mut self, index: u64) -> Result<(), CoreError> {
+        let index = index.min(self.node.raft.raft_log.applied);
         let keep_from = index.saturating_sub(self.catch_up_entries);
         let store = self.node.store();
         if keep_from > store.compacted().0 {
@@ -378,6 +391,7 @@ impl<F: Fs> Core<F> {
                 entries: entries.iter().map(entry_from_raft).collect(),
                 hard_state: hard_state.as_ref().map(hard_state_from_raft),
             })?;
+            handled.wrote_log = true;
         }
         self.node.mut_store().append(entries);
         if let Some(hs) = hard_state {

@@ -78,6 +78,9 @@ pub trait Machine: Host + Send + 'static {
     fn status(&mut self, _status: CoreStatus) {}
     /// The core stopped on an error (the log could not be written): this member must stop.
     fn failed(&mut self, error: CoreError);
+    /// A round appended to the log and took `took`, its `fdatasync` included (for the
+    /// member's disk metrics).
+    fn log_written(&mut self, _took: Duration) {}
 }
 
 /// The handle on a running thread; dropping it stops the thread and waits for it.
@@ -244,7 +247,11 @@ fn round<F: Fs>(
     machine: &mut impl Machine,
     reads: &mut ReadBatcher,
 ) -> Result<(), CoreError> {
+    let started = Instant::now();
     let handled = core.handle_ready(machine)?;
+    if handled.wrote_log {
+        machine.log_written(started.elapsed());
+    }
     if !handled.committed.is_empty() {
         let last = handled.committed.last().map(|e| e.index);
         let mut committed = Vec::with_capacity(handled.committed.len());

@@ -219,9 +219,22 @@ impl raft::Storage for LogStorage {
         Ok(self.last())
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        let names = |s: &Snapshot| {
+            let cs = s.get_metadata().get_conf_state();
+            cs.voters.contains(&to) || cs.learners.contains(&to)
+        };
         match &self.snapshot {
-            Some(s) if s.get_metadata().index >= request_index => Ok(s.clone()),
+            // One that no longer reaches the log (compacted since) would leave the follower
+            // with a gap, and one from before the follower was added is ignored by it: a newer
+            // one is wanted then.
+            Some(s)
+                if s.get_metadata().index >= request_index
+                    && s.get_metadata().index >= self.compacted_index
+                    && names(s) =>
+            {
+                Ok(s.clone())
+            }
             _ => {
                 self.snapshot_wanted.set(Some(
                     request_index.max(self.snapshot_wanted.get().unwrap_or(0)),

@@ -65,6 +65,11 @@ pub struct NodeConfig {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "true", value_parser = parse_go_bool)]
     pub enable_grpc_gateway: bool,
+    /// The Raft engine: `openraft` (the default) or `raft-rs` (experimental: the consensus
+    /// core that is replacing openraft; no membership changes yet). A data dir keeps the engine
+    /// it was made with.
+    #[arg(long, default_value = "openraft")]
+    pub experimental_raft_engine: leasehold_raft::EngineKind,
     /// Before serving clients, compare this member's KV hash with every reachable peer's and
     /// refuse to start if one with the same compaction point differs.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",

@@ -104,24 +104,43 @@ impl Node {
             network.clone(),
             std::time::Duration::from_millis(config.election_timeout),
         ));
-        let replica = Replica::start_with(
-            ReplicaConfig {
-                member_id: identity.member_id,
-                peer_url: identity.peer_urls[0].clone(),
-                initial_peers: identity.peers.clone(),
-                // A fresh member of an existing cluster waits for the leader to add it.
-                bootstrap: config.initial_cluster_state == "new",
-                data_dir: data_dir.clone(),
-                heartbeat_interval_ms: config.heartbeat_interval,
-                election_timeout_ms: config.election_timeout,
-                snapshot_log_entries_max: config.snapshot_count,
-                quota_bytes: config.quota_bytes(),
-                auth_token_ttl: config.auth_token_ttl(),
-            },
-            network,
-            forwarder,
-        )
-        .await
+        let replica_config = ReplicaConfig {
+            member_id: identity.member_id,
+            peer_url: identity.peer_urls[0].clone(),
+            initial_peers: identity.peers.clone(),
+            // A fresh member of an existing cluster waits for the leader to add it.
+            bootstrap: config.initial_cluster_state == "new",
+            data_dir: data_dir.clone(),
+            heartbeat_interval_ms: config.heartbeat_interval,
+            election_timeout_ms: config.election_timeout,
+            snapshot_log_entries_max: config.snapshot_count,
+            quota_bytes: config.quota_bytes(),
+            auth_token_ttl: config.auth_token_ttl(),
+        };
+        let replica = match config.experimental_raft_engine {
+            leasehold_raft::EngineKind::Openraft => {
+                Replica::start_with(replica_config, network, forwarder).await
+            }
+            leasehold_raft::EngineKind::RaftRs => {
+                // The links report a peer they cannot reach to the replica, which starts after
+                // them (its Raft thread sends through them from the start).
+                let started: Arc<std::sync::OnceLock<std::sync::Weak<Replica>>> = Arc::default();
+                let unreachable = {
+                    let started = started.clone();
+                    Arc::new(move |id: u64| {
+                        if let Some(replica) = started.get().and_then(std::sync::Weak::upgrade) {
+                            replica.report_unreachable(id);
+                        }
+                    })
+                };
+                let links = Arc::new(leasehold_peer::RaftLinks::new(network, unreachable));
+                let replica = Replica::start_raft_rs(replica_config, links, forwarder).await;
+                if let Ok(replica) = &replica {
+                    let _ = started.set(Arc::downgrade(replica));
+                }
+                replica
+            }
+        }
         .with_context(|| format!("open data dir {}", data_dir.display()))?;
         let client_addrs = listeners
             .client

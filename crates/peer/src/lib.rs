@@ -600,13 +600,34 @@ where
     IO::ConnectInfo: Clone + Send + Sync + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
+    let inbox = Arc::new(ReplicaInbox(replica.clone()));
     tonic::transport::Server::builder()
         .add_service(tonic::service::interceptor::InterceptedService::new(
             PeerService::new(replica).into_server(),
             cluster_id::Check::new(cluster_id),
         ))
+        .add_service(RaftService::server(inbox, cluster_id))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+/// A replica as the raft-rs engine's inbox.
+struct ReplicaInbox(Arc<Replica>);
+
+impl RaftInbox for ReplicaInbox {
+    fn deliver(&self, message: Vec<u8>) -> Result<(), String> {
+        self.0.deliver_raft_message(&message)
+    }
+}
+
+impl leasehold_raft::RaftTransport for RaftLinks {
+    fn set_peers(&self, peers: Vec<(u64, String)>) {
+        RaftLinks::set_peers(self, peers);
+    }
+
+    fn send(&self, to: u64, message: Vec<u8>) {
+        RaftLinks::send(self, to, message);
+    }
 }
 
 #[cfg(test)]

@@ -34,8 +34,9 @@ pub use leasehold_lease::{
 };
 pub use network::NoPeers;
 pub use replica::{
-    BoxFuture, Fatal, Forwarded, Forwarder, MemberChange, MemberHash, MemberInfo, MembershipError,
-    NoForwarding, RaftStatus, ReadIndex, Replica, ReplicaConfig, ReplicaError, StartError,
+    BoxFuture, EngineKind, Fatal, Forwarded, Forwarder, MemberChange, MemberHash, MemberInfo,
+    MembershipError, NoForwarding, NoTransport, RaftStatus, RaftTransport, ReadIndex, Replica,
+    ReplicaConfig, ReplicaError, StartError,
 };
 pub use state_machine::rebind;
 pub use storage::{Defragmented, StorageError};

@@ -884,6 +884,179 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
     }
 }
 
+/// A committed entry as [`apply_entries`] takes it, whichever engine committed it.
+pub(crate) enum Applying {
+    /// A new leader's first entry.
+    Blank,
+    /// A new membership (its members' attributes are kept, the others' dropped).
+    Membership(openraft::Membership<u64, BasicNode>),
+    Normal(Proposal),
+}
+
+/// Applies committed entries, in order, to the state machine: one reply per entry (one
+/// `Applied` per command). The changes are staged (`Db::stage_sm`), not written: the log holds
+/// the entries durably, and the staged rows reach the file with the next log commit (openraft)
+/// or checkpoint (raft-rs). `dated` tells when an entry reached this member, if known, which
+/// dates the replicated lease time it carries (now, if not).
+pub(crate) fn apply_entries(
+    shared: &Shared,
+    db: &Db,
+    entries: impl IntoIterator<Item = (LogId<u64>, Applying)>,
+    dated: impl Fn(u64) -> Option<std::time::Instant>,
+) -> Vec<Vec<Applied>> {
+    let mut replies = Vec::new();
+    let mut fx = Effects::default();
+    let (meta, lease_rows, lease_clock_ms, clock_moved_at) = {
+        let mut guard = shared.state.write().expect("state lock poisoned");
+        let state = &mut *guard;
+        // The last entry that moved the lease clock.
+        let mut clock_moved_at = None;
+        for (log_id, payload) in entries {
+            let clock_before = state.leases.clock_ms();
+            state.last_applied = Some(log_id);
+            let reply = match payload {
+                Applying::Blank => Vec::new(),
+                Applying::Membership(m) => {
+                    // A removed member's attributes go with it.
+                    state
+                        .member_attrs
+                        .retain(|id, _| m.nodes().any(|(n, _)| n == id));
+                    state.membership = StoredMembership::new(Some(log_id), m);
+                    Vec::new()
+                }
+                Applying::Normal(Proposal { commands }) => commands
+                    .iter()
+                    .map(|cmd| apply_command(state, cmd, &mut fx))
+                    .collect(),
+            };
+            replies.push(reply);
+            if state.leases.clock_ms() > clock_before {
+                clock_moved_at = Some(log_id.index);
+            }
+        }
+        if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
+            state.leases.validate();
+        }
+        state.publish_flags(shared);
+        let lease_rows: Vec<(LeaseId, Option<LeaseRecord>)> = fx
+            .leases_touched
+            .iter()
+            .map(|id| (*id, state.leases.record(*id)))
+            .collect();
+        (
+            state.meta(),
+            lease_rows,
+            state.leases.clock_ms(),
+            clock_moved_at,
+        )
+    };
+    let dated = clock_moved_at
+        .and_then(dated)
+        .unwrap_or_else(std::time::Instant::now);
+    shared.note_lease_time(lease_clock_ms, dated);
+    if !lease_rows.is_empty() {
+        shared.leases_changed.notify_one();
+    }
+    shared.publish_revision(meta.current_revision);
+    shared
+        .key_deletes
+        .deleted(fx.changes.iter().filter_map(|change| match change {
+            Change::Write {
+                record: Record::Tombstone { key },
+                ..
+            } => Some(key.as_slice()),
+            Change::Write { .. } | Change::Remove { .. } => None,
+        }));
+    db.stage_sm(fx.changes, lease_rows, meta);
+    replies
+}
+
+/// Where a state is: its applied log id and membership.
+pub(crate) type AppliedAt = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
+
+/// Replaces the state machine with a leader's snapshot (`bytes`, as [`snapshot_bytes_from_file`]
+/// makes them) at `at` (the applied log id and membership; `None`: the ones the bytes hold),
+/// durably: the file first, then the applied state. Blocking.
+pub(crate) fn install_snapshot_bytes(
+    shared: &Shared,
+    db: &Db,
+    bytes: &[u8],
+    at: Option<AppliedAt>,
+) -> Result<(), StorageError> {
+    const WHAT: &str = "a snapshot";
+    let payload: SnapshotPayload = decode(WHAT, bytes)?;
+    let (last_log_id, membership) =
+        at.unwrap_or_else(|| (payload.last_applied, payload.membership.clone()));
+    tracing::info!(
+        last_log_id = ?last_log_id,
+        bytes = bytes.len(),
+        revision = payload.current_revision,
+        "installing a snapshot from the leader"
+    );
+    let store = Store::restore(
+        payload.current_revision,
+        payload.compact_revision,
+        payload.records.clone(),
+    );
+    let mut state = SmState::assemble(
+        store,
+        payload.lease_clock_ms,
+        payload.leases.clone(),
+        last_log_id,
+        membership,
+    );
+    state.alarms = payload.alarms.iter().copied().collect();
+    state.member_attrs = by_id(payload.member_attrs.clone());
+    state.auth = payload.auth.clone();
+    let row = state.meta();
+    // Staged changes predate the snapshot and must never be written over it.
+    db.discard_staged_sm();
+    let changes: Vec<Change> = payload
+        .records
+        .into_iter()
+        .map(|(rev, record)| Change::Write { rev, record })
+        .collect();
+    let leases: BTreeMap<LeaseId, Option<LeaseRecord>> = payload
+        .leases
+        .into_iter()
+        .map(|(id, r)| (id, Some(r)))
+        .collect();
+    let txn = db.begin_write().map_err(StorageError::write(WHAT))?;
+    {
+        let mut kv = txn.open_table(KV).map_err(StorageError::write(WHAT))?;
+        kv.retain(|_, _| false).map_err(StorageError::write(WHAT))?;
+        let mut lease_table = txn.open_table(LEASES).map_err(StorageError::write(WHAT))?;
+        lease_table
+            .retain(|_, _| false)
+            .map_err(StorageError::write(WHAT))?;
+    }
+    write_sm(&txn, &changes, &leases, &row)?;
+    let started = std::time::Instant::now();
+    txn.commit().map_err(StorageError::commit(WHAT))?;
+    db.telemetry().state_commit.observe(started.elapsed());
+    let revision = state.store.current_revision();
+    {
+        let mut current = shared.state.write().expect("state lock poisoned");
+        // Tokens are this member's, not the snapshot's: they stay.
+        state.tokens = std::mem::take(&mut current.tokens);
+        *current = state;
+        current.publish_flags(shared);
+    }
+    // The state it replaced is freed; give its memory back to the OS.
+    leasehold_alloc::release_soon();
+    shared.leases_changed.notify_one();
+    shared.publish_revision(revision);
+    shared.key_deletes.replaced();
+    Ok(())
+}
+
+/// The state machine as its file holds it, as a snapshot's bytes, with the metadata they are
+/// at: the staged changes are written first (durably), so nothing applied is missing. Blocking.
+pub(crate) fn snapshot_bytes_from_file(db: &Db) -> Result<(SmMeta, Vec<u8>), StorageError> {
+    db.flush_staged_sm()?;
+    SnapshotPayload::encode_from_file(db)
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
         let built = self.build_snapshot_off_runtime().await?;
@@ -911,73 +1084,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
-        let mut replies = Vec::new();
-        let mut fx = Effects::default();
-        let (meta, lease_rows, lease_clock_ms, clock_moved_at) = {
-            let mut guard = self.shared.state.write().expect("state lock poisoned");
-            let state = &mut *guard;
-            // The last entry that moved the lease clock.
-            let mut clock_moved_at = None;
-            for entry in entries {
-                let clock_before = state.leases.clock_ms();
-                state.last_applied = Some(entry.log_id);
-                let reply = match entry.payload {
-                    EntryPayload::Blank => Vec::new(),
-                    EntryPayload::Membership(m) => {
-                        // A removed member's attributes go with it.
-                        state
-                            .member_attrs
-                            .retain(|id, _| m.nodes().any(|(n, _)| n == id));
-                        state.membership = StoredMembership::new(Some(entry.log_id), m);
-                        Vec::new()
-                    }
-                    EntryPayload::Normal(Proposal { commands }) => commands
-                        .iter()
-                        .map(|cmd| apply_command(state, cmd, &mut fx))
-                        .collect(),
-                };
-                replies.push(reply);
-                if state.leases.clock_ms() > clock_before {
-                    clock_moved_at = Some(entry.log_id.index);
-                }
-            }
-            if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
-                state.leases.validate();
-            }
-            state.publish_flags(&self.shared);
-            let lease_rows: Vec<(LeaseId, Option<LeaseRecord>)> = fx
-                .leases_touched
-                .iter()
-                .map(|id| (*id, state.leases.record(*id)))
-                .collect();
-            (
-                state.meta(),
-                lease_rows,
-                state.leases.clock_ms(),
-                clock_moved_at,
-            )
-        };
-        let dated = clock_moved_at
-            .and_then(|index| self.shared.append_times.appended_at(index))
-            .unwrap_or_else(std::time::Instant::now);
-        self.shared.note_lease_time(lease_clock_ms, dated);
-        if !lease_rows.is_empty() {
-            self.shared.leases_changed.notify_one();
-        }
-        self.shared.publish_revision(meta.current_revision);
-        self.shared
-            .key_deletes
-            .deleted(fx.changes.iter().filter_map(|change| match change {
-                Change::Write {
-                    record: Record::Tombstone { key },
-                    ..
-                } => Some(key.as_slice()),
-                Change::Write { .. } | Change::Remove { .. } => None,
-            }));
-        // No commit of its own: the log already holds these entries durably, and the changes are
-        // written with the next log commit (see `Db::stage_sm`).
-        self.db.stage_sm(fx.changes, lease_rows, meta);
-        Ok(replies)
+        let append_times = self.shared.append_times.clone();
+        let entries = entries.into_iter().map(|entry| {
+            let payload = match entry.payload {
+                EntryPayload::Blank => Applying::Blank,
+                EntryPayload::Membership(m) => Applying::Membership(m),
+                EntryPayload::Normal(proposal) => Applying::Normal(proposal),
+            };
+            (entry.log_id, payload)
+        });
+        Ok(apply_entries(&self.shared, &self.db, entries, |index| {
+            append_times.appended_at(index)
+        }))
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -998,85 +1116,27 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), RaftStorageError> {
         let failure = self.db.failure().clone();
-        let payload: SnapshotPayload = decode("a snapshot", snapshot.get_ref()).map_err(|e| {
-            failure.to_raft(e, |e| {
-                StorageIOError::read_snapshot(Some(meta.signature()), e)
-            })
-        })?;
-        tracing::info!(
-            last_log_id = ?meta.last_log_id,
-            bytes = snapshot.get_ref().len(),
-            revision = payload.current_revision,
-            "installing a snapshot from the leader"
-        );
-        let store = Store::restore(
-            payload.current_revision,
-            payload.compact_revision,
-            payload.records.clone(),
-        );
-        let mut state = SmState::assemble(
-            store,
-            payload.lease_clock_ms,
-            payload.leases.clone(),
-            meta.last_log_id,
-            meta.last_membership.clone(),
-        );
-        state.alarms = payload.alarms.iter().copied().collect();
-        state.member_attrs = by_id(payload.member_attrs.clone());
-        state.auth = payload.auth.clone();
-        let row = state.meta();
-        // Staged changes predate the snapshot and must never be written over it.
-        self.db.discard_staged_sm();
-        let db = self.db.clone();
-        let changes: Vec<Change> = payload
-            .records
-            .into_iter()
-            .map(|(rev, record)| Change::Write { rev, record })
-            .collect();
-        let leases = payload
-            .leases
-            .into_iter()
-            .map(|(id, r)| (id, Some(r)))
-            .collect();
-        const WHAT: &str = "a snapshot";
+        let (shared, db) = (self.shared.clone(), self.db.clone());
+        let (last_log_id, membership) = (meta.last_log_id, meta.last_membership.clone());
         tokio::task::spawn_blocking(move || {
-            let txn = db.begin_write().map_err(StorageError::write(WHAT))?;
-            {
-                let mut kv = txn.open_table(KV).map_err(StorageError::write(WHAT))?;
-                kv.retain(|_, _| false).map_err(StorageError::write(WHAT))?;
-                let mut lease_table = txn.open_table(LEASES).map_err(StorageError::write(WHAT))?;
-                lease_table
-                    .retain(|_, _| false)
-                    .map_err(StorageError::write(WHAT))?;
-            }
-            write_sm(&txn, &changes, &leases, &row)?;
-            let started = std::time::Instant::now();
-            txn.commit().map_err(StorageError::commit(WHAT))?;
-            db.telemetry().state_commit.observe(started.elapsed());
-            Ok(())
+            install_snapshot_bytes(
+                &shared,
+                &db,
+                snapshot.get_ref(),
+                Some((last_log_id, membership)),
+            )
         })
         .await
-        .map_err(|error| StorageError::Thread { what: WHAT, error })
+        .map_err(|error| StorageError::Thread {
+            what: "a snapshot",
+            error,
+        })
         .and_then(|r| r)
         .map_err(|e| {
             failure.to_raft(e, |e| {
                 StorageIOError::write_snapshot(Some(meta.signature()), e)
             })
         })?;
-        let revision = state.store.current_revision();
-        {
-            let mut current = self.shared.state.write().expect("state lock poisoned");
-            // Tokens are this member's, not the snapshot's: they stay.
-            let mut state = state;
-            state.tokens = std::mem::take(&mut current.tokens);
-            *current = state;
-            current.publish_flags(&self.shared);
-        }
-        // The state it replaced is freed; give its memory back to the OS.
-        leasehold_alloc::release_soon();
-        self.shared.leases_changed.notify_one();
-        self.shared.publish_revision(revision);
-        self.shared.key_deletes.replaced();
         self.sent
             .lock()
             .expect("snapshot lock poisoned")

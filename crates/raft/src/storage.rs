@@ -338,6 +338,41 @@ impl Db {
         Ok(())
     }
 
+    /// The raft-rs engine's checkpoint: writes the staged state-machine changes durably, and
+    /// returns the applied log id they bring the file to (`None`: nothing was staged). The Raft
+    /// log may be compacted up to it. Blocking.
+    pub(crate) fn checkpoint(&self) -> Result<Option<LogId<u64>>, StorageError> {
+        const WHAT: &str = "the state machine's checkpoint";
+        // Taken once the write transaction has begun: transactions run one at a time, so what
+        // is staged later lands in a later one, never under an older checkpoint.
+        let mut txn = self.begin_write().map_err(StorageError::write(WHAT))?;
+        let staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
+        let Some(meta) = staged.meta else {
+            return Ok(None);
+        };
+        txn.set_durability(Durability::Immediate)
+            .map_err(StorageError::write(WHAT))?;
+        write_sm(&txn, &staged.changes, &staged.leases, &meta)?;
+        let started = std::time::Instant::now();
+        txn.commit().map_err(StorageError::commit(WHAT))?;
+        self.telemetry.state_commit.observe(started.elapsed());
+        Ok(meta.last_applied)
+    }
+
+    /// Whether openraft has written its log or vote here (a data dir of the openraft engine).
+    pub(crate) fn has_openraft_log(&self) -> Result<bool, StorageError> {
+        use redb::ReadableTableMetadata;
+        const WHAT: &str = "the raft log";
+        let txn = self.begin_read().map_err(StorageError::read(WHAT))?;
+        let log = txn.open_table(RAFT_LOG).map_err(StorageError::read(WHAT))?;
+        let meta = txn
+            .open_table(RAFT_META)
+            .map_err(StorageError::read(WHAT))?;
+        let entries = log.len().map_err(StorageError::read(WHAT))?;
+        let vote = meta.get(VOTE.name).map_err(StorageError::read(WHAT))?;
+        Ok(entries > 0 || vote.is_some())
+    }
+
     pub(crate) fn telemetry(&self) -> &Arc<Telemetry> {
         &self.telemetry
     }

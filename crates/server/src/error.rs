@@ -274,6 +274,10 @@ impl From<ApiError> for Status {
                     tracing::error!("state machine answered with the wrong reply kind: {reply}");
                     Status::new(Code::Internal, "etcdserver: unexpected apply result")
                 }
+                ReplicaError::Unsupported(what) => Status::new(
+                    Code::Unimplemented,
+                    format!("not supported by this member's raft engine: {what}"),
+                ),
                 ReplicaError::Membership(m) => {
                     let code = match m {
                         MembershipError::NotFound => Code::NotFound,

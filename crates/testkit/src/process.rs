@@ -360,6 +360,16 @@ impl Server {
         settings.push(("initial-cluster-token", token));
         settings.push(("heartbeat-interval", "100".to_owned()));
         settings.push(("election-timeout", "1000".to_owned()));
+        let engine_named = self
+            .extra_args
+            .iter()
+            .any(|a| a.starts_with("--experimental-raft-engine"));
+        if self.kind == Kind::Leasehold
+            && !engine_named
+            && let Some(engine) = raft_engine_under_test()
+        {
+            settings.push(("experimental-raft-engine", engine));
+        }
         let mut command = Command::new(self.kind.binary());
         match self.setup.style {
             ConfigStyle::Flags => {
@@ -759,4 +769,12 @@ pub(crate) async fn probe(endpoint: &str, tls: Option<&TlsSetup>) -> Result<(), 
     let mut client = Client::connect([endpoint], Some(options)).await?;
     client.get("leasehold-test-readiness-probe", None).await?;
     Ok(())
+}
+
+/// The Raft engine the suite's leasehold members run: `LEASEHOLD_TEST_RAFT_ENGINE` (`openraft`
+/// or `raft-rs`), or the binary's default when unset.
+pub fn raft_engine_under_test() -> Option<String> {
+    std::env::var("LEASEHOLD_TEST_RAFT_ENGINE")
+        .ok()
+        .filter(|e| !e.is_empty())
 }

@@ -3,14 +3,12 @@
 
 use std::sync::Arc;
 
-use openraft::Raft;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
+use super::engine::{Engine, EngineStatus};
 use super::error::ReplicaError;
 use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere, wait_applied};
 use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
-use super::transfer::ProposalGate;
-use crate::TypeConfig;
 use crate::command::{Applied, Proposal, Write};
 use crate::log_store::LogFlushes;
 use crate::storage::FirstFailure;
@@ -63,8 +61,8 @@ pub(super) struct Committed {
 /// On a follower the batch goes to the leader, up to [`FORWARDS_IN_FLIGHT_MAX`] batches at
 /// once, and the callers are answered once this member has applied it too.
 pub(super) async fn propose_batches(
-    raft: Raft<TypeConfig>,
-    gate: Arc<ProposalGate>,
+    engine: Engine,
+    status: watch::Receiver<EngineStatus>,
     member_id: u64,
     clock: SharedClock,
     failure: Arc<FirstFailure>,
@@ -94,7 +92,7 @@ pub(super) async fn propose_batches(
             }
             batch
         };
-        match leader_elsewhere(&raft, member_id) {
+        match leader_elsewhere(&status, member_id) {
             Some((leader, addr)) => {
                 drop(held);
                 let (from_peers, own): (Vec<Pending>, Vec<Pending>) =
@@ -108,16 +106,36 @@ pub(super) async fn propose_batches(
                 let Ok(permit) = forwards.clone().acquire_owned().await else {
                     return;
                 };
-                let (raft, forwarder) = (raft.clone(), forwarder.clone());
+                let (status, forwarder) = (status.clone(), forwarder.clone());
                 tokio::spawn(async move {
                     let (writes, replies): (Vec<Write>, Vec<_>) =
                         own.into_iter().map(|p| (p.write, p.reply)).unzip();
                     let at_commit: Vec<bool> =
                         writes.iter().map(Write::answered_at_commit).collect();
-                    let result = forward(&raft, &*forwarder, leader, addr, writes).await;
+                    let result = forward(&status, &*forwarder, leader, addr, writes).await;
                     drop(permit);
-                    answer_forwarded(&raft, replies, &at_commit, result).await;
+                    answer_forwarded(&status, replies, &at_commit, result).await;
                 });
+            }
+            None if matches!(engine, Engine::RaftRs(_)) => {
+                // raft-rs takes proposals without waiting for the last one's fsync (the Raft
+                // thread puts whatever arrived together into one append): submit this batch,
+                // in order, and let the next one form at once.
+                drop(held);
+                let (writes, replies): (Vec<Write>, Vec<_>) =
+                    batch.into_iter().map(|p| (p.write, p.reply)).unzip();
+                let submitted = match ready_to_stamp(&status, &clock, &writes).await {
+                    Ok(()) => {
+                        stamp_lease_times(&clock, writes).map(|proposal| engine.submit(proposal))
+                    }
+                    Err(e) => Err(e),
+                };
+                match submitted {
+                    Ok(committed) => {
+                        tokio::spawn(async move { answer(replies, committed.await) });
+                    }
+                    Err(e) => answer(replies, Err(e)),
+                }
             }
             None => {
                 let (writes, replies): (Vec<Write>, Vec<_>) =
@@ -127,7 +145,7 @@ pub(super) async fn propose_batches(
                 // election's blank entry, a membership change, an expiry), which at worst lets
                 // the next batch go a little early, as a second entry behind this one.
                 let flushed = flushes.count();
-                let committing = commit(&raft, &gate, &clock, &failure, &telemetry, writes);
+                let committing = commit(&engine, &status, &clock, &failure, &telemetry, writes);
                 tokio::pin!(committing);
                 let result = tokio::select! {
                     result = &mut committing => Some(result),
@@ -147,7 +165,7 @@ pub(super) async fn propose_batches(
 /// Answers a forwarded batch: renewals at once (see [`Write::answered_at_commit`]), every other
 /// write once this member has applied the entry that holds it.
 async fn answer_forwarded(
-    raft: &Raft<TypeConfig>,
+    status: &watch::Receiver<EngineStatus>,
     replies: Vec<oneshot::Sender<Result<Committed, ReplicaError>>>,
     at_commit: &[bool],
     result: Result<Forwarded, ReplicaError>,
@@ -172,7 +190,7 @@ async fn answer_forwarded(
         return;
     }
     let (replies, applied): (Vec<_>, Vec<_>) = after_apply.into_iter().unzip();
-    let result = wait_applied(raft, log_index)
+    let result = wait_applied(status, log_index)
         .await
         .map(|()| Forwarded { log_index, applied });
     answer(replies, result);
@@ -198,41 +216,53 @@ fn answer(
     }
 }
 
-/// Commits `writes` as one log entry through this member's Raft (which must lead).
-pub(super) async fn commit(
-    raft: &Raft<TypeConfig>,
-    gate: &ProposalGate,
+/// A leader times leases only once it has promoted itself (milliseconds after its election):
+/// grants and renewals that arrive before then wait for it, bounded. Only a leader is ever
+/// promoted: a member that does not lead (an election is under way, so no leader is known)
+/// answers "no leader" at once, and its caller waits for the next leader. Waiting here instead
+/// held this member's only proposer for the whole bound, and a renewal retried after the
+/// election missed its lease's grace (a cluster test lost a kept lease).
+async fn ready_to_stamp(
+    status: &watch::Receiver<EngineStatus>,
     clock: &SharedClock,
-    failure: &FirstFailure,
-    telemetry: &Telemetry,
-    writes: Vec<Write>,
-) -> Result<Forwarded, ReplicaError> {
-    // A leader times leases only once it has promoted itself (milliseconds after its
-    // election): grants and renewals that arrive before then wait for it, bounded. Only a
-    // leader is ever promoted: a member that does not lead (an election is under way, so no
-    // leader is known) answers "no leader" at once, and its caller waits for the next leader.
-    // Waiting here instead held this member's only proposer for the whole bound, and a renewal
-    // retried after the election missed its lease's grace (a cluster test lost a kept lease).
+    writes: &[Write],
+) -> Result<(), ReplicaError> {
     if writes.iter().any(Write::is_lease_timed) && clock.get().is_none() {
-        if !raft.metrics().borrow().state.is_leader() {
+        if !status.borrow().is_leader {
             return Err(ReplicaError::NoLeader);
         }
         // Woken by the promotion; gives up (and answers "no leader") after the bound.
         clock.wait_timing(PROMOTION_WAIT_MAX).await;
     }
-    let proposal = stamp_lease_times(clock, writes)?;
-    commit_proposal(raft, gate, failure, telemetry, proposal).await
+    Ok(())
 }
 
-/// Commits a log entry of stamped commands through this member's Raft (which must lead), once
-/// the gate is open (a leadership transfer closes it).
+/// Commits `writes` as one log entry through this member's Raft (which must lead).
+pub(super) async fn commit(
+    engine: &Engine,
+    status: &watch::Receiver<EngineStatus>,
+    clock: &SharedClock,
+    failure: &FirstFailure,
+    telemetry: &Telemetry,
+    writes: Vec<Write>,
+) -> Result<Forwarded, ReplicaError> {
+    ready_to_stamp(status, clock, &writes).await?;
+    let proposal = stamp_lease_times(clock, writes)?;
+    commit_proposal(engine, failure, telemetry, proposal).await
+}
+
+/// Commits a log entry of stamped commands through this member's Raft (which must lead); on
+/// openraft once the gate is open (a leadership transfer closes it).
 pub(super) async fn commit_proposal(
-    raft: &Raft<TypeConfig>,
-    gate: &ProposalGate,
+    engine: &Engine,
     failure: &FirstFailure,
     telemetry: &Telemetry,
     proposal: Proposal,
 ) -> Result<Forwarded, ReplicaError> {
+    let (raft, gate) = match engine {
+        Engine::Openraft { raft, gate } => (raft, gate),
+        Engine::RaftRs(_) => return engine.submit(proposal).await,
+    };
     let _open = gate.open().await;
     let _pending = telemetry.proposing();
     match raft.client_write(proposal).await {

@@ -66,6 +66,10 @@ pub enum ReplicaError {
     /// client's doing. Found in one place, [`crate::Replica::propose`].
     #[error("the state machine answered with another command's reply: {0}")]
     WrongReply(String),
+    /// What the engine this member runs cannot do yet (the raft-rs engine while it is
+    /// experimental).
+    #[error("not supported by this member's raft engine: {0}")]
+    Unsupported(String),
 }
 
 /// Why this member's Raft core stopped on its own (openraft's `Fatal`, apart from the orderly
@@ -85,6 +89,9 @@ pub enum Fatal {
     /// The Raft core exited without saying why.
     #[error("the raft core exited")]
     Exited,
+    /// The raft-rs core stopped: its log could not be written, or a snapshot not installed.
+    #[error("the raft core stopped: {0}")]
+    Core(String),
 }
 
 impl FirstFailure {
@@ -143,6 +150,7 @@ enum WireError {
     NotLeader,
     BadLeaderTransferee,
     LeaderTransferTimeout,
+    Unsupported(String),
 }
 
 impl From<ReplicaError> for WireError {
@@ -162,6 +170,7 @@ impl From<ReplicaError> for WireError {
             ReplicaError::NotLeader => WireError::NotLeader,
             ReplicaError::BadLeaderTransferee => WireError::BadLeaderTransferee,
             ReplicaError::LeaderTransferTimeout => WireError::LeaderTransferTimeout,
+            ReplicaError::Unsupported(e) => WireError::Unsupported(e),
         }
     }
 }
@@ -183,6 +192,7 @@ impl From<WireError> for ReplicaError {
             WireError::NotLeader => ReplicaError::NotLeader,
             WireError::BadLeaderTransferee => ReplicaError::BadLeaderTransferee,
             WireError::LeaderTransferTimeout => ReplicaError::LeaderTransferTimeout,
+            WireError::Unsupported(e) => ReplicaError::Unsupported(e),
         }
     }
 }
@@ -218,6 +228,9 @@ pub enum StartError {
     /// Bootstrapping the initial membership.
     #[error("bootstrapping the cluster: {0}")]
     Initialize(#[from] RaftError<u64, InitializeError<u64, BasicNode>>),
+    /// The raft-rs core could not open its log or start.
+    #[error("starting raft: {0}")]
+    Core(String),
     /// A single new member did not come to lead within the bound.
     #[error("no leadership within {0:?}")]
     NoLeadership(Duration),

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use openraft::Raft;
+use tokio::sync::watch;
 
+use super::engine::EngineStatus;
 use super::error::ReplicaError;
 use super::hashes::MemberHash;
 use super::membership::MemberChange;
-use crate::TypeConfig;
 use crate::command::{Applied, Write};
 
 /// A boxed future, for the object-safe [`Forwarder`].
@@ -112,46 +112,43 @@ impl Forwarder for NoForwarding {
 pub(super) const APPLY_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// The leader and its peer URL, if another member leads.
-pub(super) fn leader_elsewhere(raft: &Raft<TypeConfig>, member_id: u64) -> Option<(u64, String)> {
-    let m = raft.metrics().borrow().clone();
-    let leader = m.current_leader.filter(|l| *l != member_id)?;
-    let addr = m
-        .membership_config
-        .nodes()
-        .find(|(id, _)| **id == leader)?
-        .1
-        .addr
-        .clone();
+pub(super) fn leader_elsewhere(
+    status: &watch::Receiver<EngineStatus>,
+    member_id: u64,
+) -> Option<(u64, String)> {
+    let status = status.borrow();
+    let leader = status.leader.filter(|l| *l != member_id)?;
+    let addr = status.peer_url(leader)?.to_owned();
     Some((leader, addr))
 }
 
 /// Has the leader commit `writes`. The answer comes before this member has applied them: a
 /// caller whose client may read here next waits for that with [`wait_applied`].
 pub(super) async fn forward(
-    raft: &Raft<TypeConfig>,
+    status: &watch::Receiver<EngineStatus>,
     forwarder: &dyn Forwarder,
     leader: u64,
     addr: String,
     writes: Vec<Write>,
 ) -> Result<Forwarded, ReplicaError> {
-    unless_leader_changes(raft, leader, forwarder.forward(leader, addr, writes)).await
+    unless_leader_changes(status, leader, forwarder.forward(leader, addr, writes)).await
 }
 
 /// Runs a request to `leader`, but gives up with "no leader" as soon as this member learns of
 /// another leader (or none): a leader that was cut off may never answer, and the client should
 /// retry against the new one at once rather than after a time-out.
 pub(super) async fn unless_leader_changes<T>(
-    raft: &Raft<TypeConfig>,
+    status: &watch::Receiver<EngineStatus>,
     leader: u64,
     request: impl std::future::Future<Output = Result<T, ReplicaError>>,
 ) -> Result<T, ReplicaError> {
-    let mut metrics = raft.metrics();
+    let mut status = status.clone();
     let deposed = async move {
         loop {
-            if metrics.borrow_and_update().current_leader != Some(leader) {
+            if status.borrow_and_update().leader != Some(leader) {
                 return;
             }
-            if metrics.changed().await.is_err() {
+            if status.changed().await.is_err() {
                 return;
             }
         }
@@ -162,13 +159,16 @@ pub(super) async fn unless_leader_changes<T>(
     }
 }
 
-pub(super) async fn wait_applied(raft: &Raft<TypeConfig>, index: u64) -> Result<(), ReplicaError> {
-    raft.wait(Some(APPLY_WAIT_MAX))
-        .applied_index_at_least(Some(index), "apply what the leader committed")
-        .await
-        .map(|_| ())
-        .map_err(|e| match e {
-            openraft::metrics::WaitError::Timeout(..) => ReplicaError::NoLeader,
-            openraft::metrics::WaitError::ShuttingDown => ReplicaError::Stopped,
-        })
+/// Waits (at most [`APPLY_WAIT_MAX`]) until this member has applied `index`.
+pub(super) async fn wait_applied(
+    status: &watch::Receiver<EngineStatus>,
+    index: u64,
+) -> Result<(), ReplicaError> {
+    let mut status = status.clone();
+    let applied = status.wait_for(|s| s.applied_index >= index || s.stopped);
+    match tokio::time::timeout(APPLY_WAIT_MAX, applied).await {
+        Ok(Ok(s)) if s.applied_index >= index => Ok(()),
+        Ok(_) => Err(ReplicaError::Stopped),
+        Err(_) => Err(ReplicaError::NoLeader),
+    }
 }

@@ -72,41 +72,41 @@ pub(super) fn stamp_lease_times(
 /// Promotes this member when it becomes leader (once it has applied everything committed
 /// before, so it inherits the latest lease deadlines) and demotes it as soon as it is not.
 pub(super) async fn follow_leadership(replica: std::sync::Weak<Replica>) {
-    let (mut metrics, me) = match replica.upgrade() {
-        Some(r) => (r.raft.metrics(), r.member_id),
+    let (mut status, me) = match replica.upgrade() {
+        Some(r) => (r.status.clone(), r.member_id),
         None => return,
     };
     let mut promoted_term: Option<u64> = None;
     loop {
-        let (leading, term) = {
-            let m = metrics.borrow_and_update();
-            (
-                m.current_leader == Some(me) && m.state == openraft::ServerState::Leader,
-                m.current_term,
-            )
+        let (leading, term, stopped) = {
+            let s = status.borrow_and_update();
+            (s.leader == Some(me) && s.is_leader, s.term, s.stopped)
         };
+        if stopped {
+            // The Raft core has stopped (shutdown, or a fatal storage error that
+            // `Replica::failed` reports): nothing to promote any more.
+            return;
+        }
         let Some(r) = replica.upgrade() else {
             return;
         };
         if leading && promoted_term != Some(term) {
-            let promoted = match r.raft.ensure_linearizable().await {
+            let promoted = match r.leader_read_index().await {
                 Ok(_) => r.promote().await,
-                Err(_) => Err(ReplicaError::NoLeader),
+                Err(e) => Err(e),
             };
             match promoted {
                 Ok(()) => promoted_term = Some(term),
                 Err(e) => {
-                    if r.raft.metrics().borrow().running_state.is_err() {
-                        // The Raft core has stopped (shutdown, or a fatal storage error that
-                        // `Replica::failed` reports): nothing to promote any more.
-                        return;
+                    if status.borrow().stopped {
+                        continue;
                     }
                     tracing::warn!("promotion at term {term} failed: {e}; retrying");
                     drop(r);
                     // Again after a pause, or at once when leadership or the term moves.
                     tokio::select! {
                         () = tokio::time::sleep(PROMOTION_RETRY) => {}
-                        changed = metrics.changed() => if changed.is_err() { return; },
+                        changed = status.changed() => if changed.is_err() { return; },
                     }
                     continue;
                 }
@@ -116,7 +116,7 @@ pub(super) async fn follow_leadership(replica: std::sync::Weak<Replica>) {
             promoted_term = None;
         }
         drop(r);
-        if metrics.changed().await.is_err() {
+        if status.changed().await.is_err() {
             return;
         }
     }

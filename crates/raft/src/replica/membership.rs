@@ -4,6 +4,7 @@
 use openraft::BasicNode;
 
 use super::Replica;
+use super::engine::Engine;
 use super::error::{MembershipError, ReplicaError};
 use super::forward::leader_elsewhere;
 use crate::command::MemberAttrs;
@@ -43,16 +44,21 @@ pub struct MemberInfo {
 impl Replica {
     /// The current members, voters and learners, in id order.
     pub fn members(&self) -> Vec<MemberInfo> {
-        let m = self.raft.metrics().borrow().clone();
-        let membership = m.membership_config.membership();
-        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        // openraft's metrics themselves, not their copy in the status (which a task makes, so
+        // it may lag a change that has just returned).
+        let members = match &self.engine {
+            Engine::Openraft { raft, .. } => {
+                super::engine::from_openraft(&raft.metrics().borrow()).members
+            }
+            Engine::RaftRs(_) => self.status.borrow().members.clone(),
+        };
         let state = self.shared.state.read().expect("state lock poisoned");
-        membership
-            .nodes()
-            .map(|(id, node)| MemberInfo {
+        members
+            .iter()
+            .map(|(id, m)| MemberInfo {
                 id: *id,
-                peer_url: node.addr.clone(),
-                learner: !voters.contains(id),
+                peer_url: m.peer_url.clone(),
+                learner: m.learner,
                 published: state.member_attrs.get(id).cloned(),
             })
             .collect()
@@ -61,17 +67,63 @@ impl Replica {
     /// Makes a membership change, on the leader (forwarded there from a follower); returns once
     /// the new configuration is committed.
     pub async fn change_members(&self, change: MemberChange) -> Result<(), ReplicaError> {
-        match leader_elsewhere(&self.raft, self.member_id) {
+        match leader_elsewhere(&self.status, self.member_id) {
             Some((leader, addr)) => self.forwarder.change_members(leader, addr, change).await,
             None => self.leader_change_members(change).await,
         }
     }
 
-    /// The leader's side of [`Replica::change_members`].
+    /// The leader's side of [`Replica::change_members`]: etcd's checks, then the engine's
+    /// change.
     pub async fn leader_change_members(&self, change: MemberChange) -> Result<(), ReplicaError> {
-        use openraft::ChangeMembers;
         let members = self.members();
         let find = |id: u64| members.iter().find(|m| m.id == id);
+        let mut learner_now = false;
+        match &change {
+            MemberChange::Add { id, peer_url, .. } => {
+                if find(*id).is_some() {
+                    return Err(MembershipError::IdExists.into());
+                }
+                if members.iter().any(|m| m.peer_url == *peer_url) {
+                    return Err(MembershipError::PeerUrlExists.into());
+                }
+            }
+            MemberChange::Remove { id } => {
+                learner_now = find(*id).ok_or(MembershipError::NotFound)?.learner;
+            }
+            MemberChange::Promote { id } => {
+                if !find(*id).ok_or(MembershipError::NotFound)?.learner {
+                    return Err(MembershipError::NotLearner.into());
+                }
+                learner_now = true;
+            }
+            MemberChange::Update { id, peer_url } => {
+                learner_now = find(*id).ok_or(MembershipError::NotFound)?.learner;
+                if members
+                    .iter()
+                    .any(|m| m.id != *id && m.peer_url == *peer_url)
+                {
+                    return Err(MembershipError::PeerUrlExists.into());
+                }
+            }
+        }
+        match &self.engine {
+            Engine::RaftRs(rs) => rs.change_members(&change, learner_now).await,
+            Engine::Openraft { raft, .. } => {
+                self.openraft_change_members(raft, change, learner_now)
+                    .await
+            }
+        }
+    }
+
+    /// A checked membership change through openraft's joint consensus.
+    async fn openraft_change_members(
+        &self,
+        raft: &openraft::Raft<crate::TypeConfig>,
+        change: MemberChange,
+        learner_now: bool,
+    ) -> Result<(), ReplicaError> {
+        use openraft::ChangeMembers;
         let to_replica_error = |e| self.failure.client_write_error(e);
         match change {
             MemberChange::Add {
@@ -79,53 +131,33 @@ impl Replica {
                 peer_url,
                 learner,
             } => {
-                if find(id).is_some() {
-                    return Err(MembershipError::IdExists.into());
-                }
-                if members.iter().any(|m| m.peer_url == peer_url) {
-                    return Err(MembershipError::PeerUrlExists.into());
-                }
-                self.raft
-                    .add_learner(id, BasicNode::new(&peer_url), false)
+                raft.add_learner(id, BasicNode::new(&peer_url), false)
                     .await
                     .map_err(to_replica_error)?;
                 if !learner {
-                    self.raft
-                        .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
+                    raft.change_membership(ChangeMembers::AddVoterIds([id].into()), false)
                         .await
                         .map_err(to_replica_error)?;
                 }
             }
             MemberChange::Remove { id } => {
-                let member = find(id).ok_or(MembershipError::NotFound)?;
-                let change = if member.learner {
+                let change = if learner_now {
                     ChangeMembers::RemoveNodes([id].into())
                 } else {
                     ChangeMembers::RemoveVoters([id].into())
                 };
-                self.raft
-                    .change_membership(change, false)
+                raft.change_membership(change, false)
                     .await
                     .map_err(to_replica_error)?;
             }
             MemberChange::Promote { id } => {
-                let member = find(id).ok_or(MembershipError::NotFound)?;
-                if !member.learner {
-                    return Err(MembershipError::NotLearner.into());
-                }
-                self.raft
-                    .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
+                raft.change_membership(ChangeMembers::AddVoterIds([id].into()), false)
                     .await
                     .map_err(to_replica_error)?;
             }
             MemberChange::Update { id, peer_url } => {
-                find(id).ok_or(MembershipError::NotFound)?;
-                if members.iter().any(|m| m.id != id && m.peer_url == peer_url) {
-                    return Err(MembershipError::PeerUrlExists.into());
-                }
                 let nodes = [(id, BasicNode::new(&peer_url))].into();
-                self.raft
-                    .change_membership(ChangeMembers::SetNodes(nodes), false)
+                raft.change_membership(ChangeMembers::SetNodes(nodes), false)
                     .await
                     .map_err(to_replica_error)?;
             }

@@ -16,17 +16,22 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 mod batch;
 mod config;
+mod engine;
 mod error;
 mod forward;
 mod hashes;
 mod lease_time;
 mod membership;
 mod read_index;
+mod rs;
 mod transfer;
+
+pub use engine::EngineKind;
+pub use rs::{NoTransport, RaftTransport};
 
 pub use config::ReplicaConfig;
 pub use error::{Fatal, MembershipError, ReplicaError, StartError};
@@ -35,6 +40,7 @@ pub use hashes::MemberHash;
 pub use membership::{MemberChange, MemberInfo};
 
 use batch::{Committed, PROPOSERS, Pending, QUEUE_LEN_MAX, commit_proposal, propose_batches};
+use engine::{Engine, EngineStatus};
 use forward::{leader_elsewhere, wait_applied};
 use lease_time::{SharedClock, follow_leadership};
 use read_index::ReadIndexRounds;
@@ -58,7 +64,9 @@ pub struct RaftStatus {
 }
 
 pub struct Replica {
-    raft: Raft<TypeConfig>,
+    engine: Engine,
+    /// Raft's progress, whichever engine runs.
+    status: watch::Receiver<EngineStatus>,
     /// This member's mapping from real time to lease time; `Some` while it leads (and so times
     /// leases). A single member leads from start-up on.
     lease_clock: SharedClock,
@@ -88,8 +96,6 @@ pub struct Replica {
     quota_bytes: Option<u64>,
     /// The file size as the quota check last read it (see [`Replica::db_size_for_quota`]).
     quota_size: QuotaSize,
-    /// Closed while a leadership transfer waits for its transferee (see `transfer.rs`).
-    gate: Arc<transfer::ProposalGate>,
     /// When this member was promoted, while it leads.
     leading_since: std::sync::Mutex<Option<std::time::Instant>>,
 }
@@ -150,6 +156,7 @@ impl Replica {
         forwarder: Arc<dyn Forwarder>,
     ) -> Result<Arc<Replica>, StartError> {
         let db = storage::open(&cfg.data_dir)?;
+        refuse_other_engine(&cfg.data_dir, EngineKind::Openraft, &db)?;
         let sm = StateMachine::open(db.clone())?;
         let shared = sm.shared();
         shared
@@ -184,14 +191,111 @@ impl Replica {
             }
             raft.initialize(members).await?;
         }
+        let status = engine::follow_openraft(&raft);
+        let engine = Engine::Openraft {
+            raft,
+            gate: Arc::new(transfer::ProposalGate::default()),
+        };
+        let parts = Parts {
+            engine,
+            status,
+            shared,
+            db_closed,
+            db: db_weak,
+            failure,
+            telemetry,
+            flushes,
+        };
+        Replica::assemble(cfg, parts, forwarder).await
+    }
+
+    /// Like [`Replica::start_with`], on the raft-rs engine (`--experimental-raft-engine
+    /// raft-rs`): `transport` carries its messages to the peers, whose messages arrive through
+    /// [`Replica::deliver_raft_message`].
+    pub async fn start_raft_rs(
+        cfg: ReplicaConfig,
+        transport: Arc<dyn RaftTransport>,
+        forwarder: Arc<dyn Forwarder>,
+    ) -> Result<Arc<Replica>, StartError> {
+        let db = storage::open(&cfg.data_dir)?;
+        refuse_other_engine(&cfg.data_dir, EngineKind::RaftRs, &db)?;
+        let sm = StateMachine::open(db.clone())?;
+        let shared = sm.shared();
+        drop(sm);
+        shared
+            .state
+            .write()
+            .expect("state lock poisoned")
+            .tokens
+            .set_ttl(cfg.auth_token_ttl);
+        let db_closed = db.closed();
+        let db_weak = Arc::downgrade(&db);
+        let failure = db.failure().clone();
+        let telemetry = db.telemetry().clone();
+        let bootstrap = cfg.bootstrap.then(|| {
+            let mut members = cfg.initial_peers.clone();
+            members.insert(cfg.member_id, cfg.peer_url.clone());
+            members
+        });
+        let data_dir = cfg.data_dir.clone();
+        let start = rs::RsStart {
+            member_id: cfg.member_id,
+            data_dir,
+            heartbeat_interval_ms: cfg.heartbeat_interval_ms,
+            election_timeout_ms: cfg.election_timeout_ms,
+            catch_up_entries: cfg.snapshot_log_entries_max,
+            bootstrap,
+            initial_peers: cfg.initial_peers.clone(),
+            shared: shared.clone(),
+            db,
+            telemetry: telemetry.clone(),
+            transport,
+        };
+        let (rs, status) = tokio::task::spawn_blocking(move || rs::RsEngine::start(start))
+            .await
+            .map_err(|e| StartError::Core(e.to_string()))?
+            .map_err(StartError::Core)?;
+        let parts = Parts {
+            engine: Engine::RaftRs(rs),
+            status,
+            shared,
+            db_closed,
+            db: db_weak,
+            failure,
+            telemetry,
+            flushes: Arc::default(),
+        };
+        Replica::assemble(cfg, parts, forwarder).await
+    }
+
+    /// What both engines share: the proposers, the read rounds, leadership following.
+    async fn assemble(
+        cfg: ReplicaConfig,
+        parts: Parts,
+        forwarder: Arc<dyn Forwarder>,
+    ) -> Result<Arc<Replica>, StartError> {
+        let Parts {
+            engine,
+            status,
+            shared,
+            db_closed,
+            db,
+            failure,
+            telemetry,
+            flushes,
+        } = parts;
         let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
         let queue = Arc::new(tokio::sync::Mutex::new(queue));
         let lease_clock = SharedClock::new();
-        let gate = Arc::new(transfer::ProposalGate::default());
-        for _ in 0..PROPOSERS {
+        let proposers = match engine {
+            Engine::Openraft { .. } => PROPOSERS,
+            // raft-rs takes the next proposal without waiting for the last: one proposer.
+            Engine::RaftRs(_) => 1,
+        };
+        for _ in 0..proposers {
             tokio::spawn(propose_batches(
-                raft.clone(),
-                gate.clone(),
+                engine.clone(),
+                status.clone(),
                 cfg.member_id,
                 lease_clock.clone(),
                 failure.clone(),
@@ -201,12 +305,17 @@ impl Replica {
                 flushes.clone(),
             ));
         }
-        let leader_reads =
-            ReadIndexRounds::leader(raft.clone(), lease_clock.clone(), failure.clone());
+        let leader_reads = ReadIndexRounds::leader(
+            engine.clone(),
+            status.clone(),
+            lease_clock.clone(),
+            failure.clone(),
+        );
         let follower_reads =
-            ReadIndexRounds::follower(raft.clone(), cfg.member_id, forwarder.clone());
+            ReadIndexRounds::follower(status.clone(), cfg.member_id, forwarder.clone());
         let replica = Arc::new(Replica {
-            raft,
+            engine,
+            status,
             lease_clock,
             leader_reads,
             follower_reads,
@@ -218,17 +327,19 @@ impl Replica {
             shared,
             member_id: cfg.member_id,
             db_path: cfg.data_dir.join("leasehold.redb"),
-            db: db_weak,
+            db,
             forwarder,
             stopping: tokio::sync::watch::Sender::new(false),
             quota_bytes: cfg.quota_bytes,
             quota_size: QuotaSize::new(),
-            gate,
             leading_since: std::sync::Mutex::new(None),
         });
         replica.warn_if_not_a_member();
         tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
-        tokio::spawn(count_leader_changes(replica.raft.metrics(), telemetry));
+        if let Engine::Openraft { .. } = replica.engine {
+            // raft-rs's machine counts leader changes itself.
+            tokio::spawn(count_leader_changes(replica.status.clone(), telemetry));
+        }
         if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
             let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
             if !replica.lease_clock.wait_timing(bound).await {
@@ -342,9 +453,9 @@ impl Replica {
     /// applied; on a follower, asks the leader for its read index and waits to apply that far.
     /// Returns the leader's lease time at that point, if it has one.
     async fn read_index(&self) -> Result<Option<u64>, ReplicaError> {
-        if leader_elsewhere(&self.raft, self.member_id).is_some() {
+        if leader_elsewhere(&self.status, self.member_id).is_some() {
             let read = self.follower_reads.join().await?;
-            wait_applied(&self.raft, read.index).await?;
+            wait_applied(&self.status, read.index).await?;
             return Ok(read.lease_now_ms);
         }
         self.leader_read_index().await.map(|read| read.lease_now_ms)
@@ -389,7 +500,7 @@ impl Replica {
     /// client's; answered with the replies and the last log index that held them. A member that
     /// does not lead answers "no leader" (it never forwards a forwarded write again).
     pub async fn leader_commit(&self, writes: Vec<Write>) -> Result<Forwarded, ReplicaError> {
-        if leader_elsewhere(&self.raft, self.member_id).is_some() {
+        if leader_elsewhere(&self.status, self.member_id).is_some() {
             return Err(ReplicaError::NoLeader);
         }
         let mut waits = Vec::with_capacity(writes.len());
@@ -413,12 +524,12 @@ impl Replica {
         &self,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> Result<AppendEntriesResponse<u64>, RaftError<u64>> {
-        self.raft.append_entries(rpc).await
+        self.openraft_rpc()?.append_entries(rpc).await
     }
 
     /// The peer transport's server side: a candidate's vote request.
     pub async fn vote(&self, rpc: VoteRequest<u64>) -> Result<VoteResponse<u64>, RaftError<u64>> {
-        self.raft.vote(rpc).await
+        self.openraft_rpc()?.vote(rpc).await
     }
 
     /// The peer transport's server side: one chunk of the leader's snapshot.
@@ -426,7 +537,33 @@ impl Replica {
         &self,
         rpc: InstallSnapshotRequest<TypeConfig>,
     ) -> Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>> {
-        self.raft.install_snapshot(rpc).await
+        match self.engine.openraft() {
+            Some(raft) => raft.install_snapshot(rpc).await,
+            None => Err(RaftError::Fatal(openraft::error::Fatal::Stopped)),
+        }
+    }
+
+    /// openraft, for its RPCs from peers; a member on raft-rs answers them as stopped.
+    fn openraft_rpc(&self) -> Result<&Raft<TypeConfig>, RaftError<u64>> {
+        self.engine
+            .openraft()
+            .ok_or(RaftError::Fatal(openraft::error::Fatal::Stopped))
+    }
+
+    /// A peer's raft-rs message, as the peer transport carried it; `Err` names why it was
+    /// refused (bytes that are not a message for this member, or this member runs openraft).
+    pub fn deliver_raft_message(&self, bytes: &[u8]) -> Result<(), String> {
+        match &self.engine {
+            Engine::RaftRs(rs) => rs.deliver(bytes),
+            Engine::Openraft { .. } => Err("this member runs the openraft engine".into()),
+        }
+    }
+
+    /// The transport could not deliver a raft-rs message to `id`.
+    pub fn report_unreachable(&self, id: u64) {
+        if let Engine::RaftRs(rs) = &self.engine {
+            rs.unreachable(id);
+        }
     }
 
     /// Follows this member's lease clock: `Some` while it leads and times leases. For drivers
@@ -597,24 +734,27 @@ impl Replica {
     /// long without a quorum; openraft's stays leader until it hears of a newer term, so a
     /// leader cut off from every peer would otherwise go on naming itself (in Status, to
     /// `hasleader` streams and to `/health`).
-    fn counted_leader(&self, m: &openraft::RaftMetrics<u64, BasicNode>) -> Option<u64> {
-        let leader = m.current_leader?;
+    fn counted_leader(&self, s: &EngineStatus) -> Option<u64> {
+        let leader = s.leader?;
         if leader != self.member_id {
             return Some(leader);
         }
-        let alone = m.membership_config.membership().voter_ids().count() <= 1;
+        let alone = s.members.values().filter(|m| !m.learner).count() <= 1;
+        let raft_rs = matches!(self.engine, Engine::RaftRs(_));
         let window = u64::try_from(self.election_timeout().as_millis()).unwrap_or(u64::MAX);
-        let heard_from_quorum = m.millis_since_quorum_ack.is_some_and(|ms| ms <= window);
-        (alone || heard_from_quorum).then_some(leader)
+        let heard_from_quorum = s.millis_since_quorum_ack.is_some_and(|ms| ms <= window);
+        // raft-rs's leader steps down by itself after an election timeout without a quorum
+        // (CheckQuorum).
+        (alone || raft_rs || heard_from_quorum).then_some(leader)
     }
 
     pub fn status(&self) -> RaftStatus {
-        let m = self.raft.metrics().borrow().clone();
+        let s = self.status.borrow().clone();
         RaftStatus {
-            term: m.current_term,
-            leader: self.counted_leader(&m),
-            last_log_index: m.last_log_index.unwrap_or(0),
-            applied_index: m.last_applied.map_or(0, |l| l.index),
+            term: s.term,
+            leader: self.counted_leader(&s),
+            last_log_index: s.last_log_index,
+            applied_index: s.applied_index,
         }
     }
 
@@ -650,7 +790,8 @@ impl Replica {
     /// Commits a leader-only command on this member's Raft, never forwarded; `NoLeader` unless
     /// this member leads and times leases.
     async fn propose_as_leader(&self, command: Command) -> Result<Applied, ReplicaError> {
-        if leader_elsewhere(&self.raft, self.member_id).is_some() || self.lease_clock().is_none() {
+        if leader_elsewhere(&self.status, self.member_id).is_some() || self.lease_clock().is_none()
+        {
             return Err(ReplicaError::NoLeader);
         }
         self.commit_here(command).await
@@ -662,14 +803,8 @@ impl Replica {
         let proposal = Proposal {
             commands: vec![command],
         };
-        let mut done = commit_proposal(
-            &self.raft,
-            &self.gate,
-            &self.failure,
-            &self.telemetry,
-            proposal,
-        )
-        .await?;
+        let mut done =
+            commit_proposal(&self.engine, &self.failure, &self.telemetry, proposal).await?;
         done.applied.pop().ok_or(ReplicaError::Stopped)
     }
 
@@ -680,27 +815,27 @@ impl Replica {
 
     /// Waits (at most `bound`) until this member knows a leader; whether it does.
     pub async fn wait_for_leader(&self, bound: Duration) -> bool {
-        let mut metrics = self.raft.metrics();
-        let known = metrics.wait_for(|m| m.current_leader.is_some());
+        let mut status = self.status.clone();
+        let known = status.wait_for(|s| s.leader.is_some());
         matches!(tokio::time::timeout(bound, known).await, Ok(Ok(_)))
     }
 
     /// Completes once this member has known no leader for `period` without a break (etcd's
     /// condition for failing streams that require a leader). Never completes after shutdown.
     pub async fn leader_lost_for(&self, period: Duration) {
-        let mut metrics = self.raft.metrics();
+        let mut status = self.status.clone();
         loop {
-            while self.counted_leader(&metrics.borrow_and_update()).is_some() {
-                if metrics.changed().await.is_err() {
+            while self.counted_leader(&status.borrow_and_update()).is_some() {
+                if status.changed().await.is_err() {
                     return std::future::pending().await;
                 }
             }
             let leader_back = async {
                 loop {
-                    if metrics.changed().await.is_err() {
+                    if status.changed().await.is_err() {
                         return std::future::pending::<()>().await;
                     }
-                    if self.counted_leader(&metrics.borrow_and_update()).is_some() {
+                    if self.counted_leader(&status.borrow_and_update()).is_some() {
                         return;
                     }
                 }
@@ -717,7 +852,11 @@ impl Replica {
     /// nothing any more, reads included: whoever runs it should end the process, so that a
     /// supervisor restarts it (etcd exits too).
     pub async fn failed(&self) -> Fatal {
-        let mut metrics = self.raft.metrics();
+        let raft = match &self.engine {
+            Engine::Openraft { raft, .. } => raft,
+            Engine::RaftRs(rs) => return rs.failed().await,
+        };
+        let mut metrics = raft.metrics();
         loop {
             // The metrics guard is dropped before any await (it is not Send).
             let state = metrics.borrow_and_update().running_state.clone();
@@ -750,7 +889,7 @@ impl Replica {
 
     /// Whether this member leads (openraft's view, as etcd's `is_leader` gauge).
     pub fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().state.is_leader()
+        self.status.borrow().is_leader
     }
 
     /// Size of the database file in bytes.
@@ -808,8 +947,21 @@ impl Replica {
     /// new replica can open the same data dir at once.
     pub async fn shutdown(&self) {
         self.stop_waiters();
-        if let Err(e) = self.raft.shutdown().await {
-            tracing::warn!("raft shutdown: {e}");
+        match &self.engine {
+            Engine::Openraft { raft, .. } => {
+                if let Err(e) = raft.shutdown().await {
+                    tracing::warn!("raft shutdown: {e}");
+                }
+            }
+            Engine::RaftRs(rs) => {
+                let rs = rs.clone();
+                if tokio::task::spawn_blocking(move || rs.stop())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("stopping the raft thread panicked");
+                }
+            }
         }
         let mut closed = self.db_closed.clone();
         let wait = closed.changed();
@@ -831,18 +983,52 @@ impl Replica {
 /// included, and a leader found again after an election without one), as etcd counts
 /// `leader_changes_seen`. Ends with the Raft core.
 async fn count_leader_changes(
-    mut metrics: tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, BasicNode>>,
+    mut status: watch::Receiver<EngineStatus>,
     telemetry: Arc<Telemetry>,
 ) {
     let mut last = None;
     loop {
-        let leader = metrics.borrow_and_update().current_leader;
+        let leader = status.borrow_and_update().leader;
         if leader.is_some() && leader != last {
             telemetry.leader_changed();
         }
         last = leader;
-        if metrics.changed().await.is_err() {
+        if status.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// What one engine's start hands the other parts of a replica.
+struct Parts {
+    engine: Engine,
+    status: watch::Receiver<EngineStatus>,
+    shared: Shared,
+    db_closed: watch::Receiver<()>,
+    db: std::sync::Weak<storage::Db>,
+    failure: Arc<FirstFailure>,
+    telemetry: Arc<Telemetry>,
+    flushes: Arc<crate::log_store::LogFlushes>,
+}
+
+/// Refuses a data dir the other engine wrote: its Raft log is in another place and format.
+fn refuse_other_engine(
+    dir: &std::path::Path,
+    running: EngineKind,
+    db: &storage::Db,
+) -> Result<(), StartError> {
+    let has_wal = dir.join("wal").is_dir();
+    match running {
+        EngineKind::Openraft if has_wal => Err(StartError::Core(format!(
+            "{} holds a raft-rs log (wal/): start it with --experimental-raft-engine raft-rs",
+            dir.display()
+        ))),
+        EngineKind::RaftRs if !has_wal && db.has_openraft_log()? => Err(StartError::Core(format!(
+            "{} was written by the openraft engine: start it without \
+                 --experimental-raft-engine, or move its data across with `etcdctl snapshot save` \
+                 there and `leasehold snapshot restore` into a new data dir",
+            dir.display()
+        ))),
+        _ => Ok(()),
     }
 }

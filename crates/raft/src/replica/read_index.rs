@@ -9,14 +9,15 @@
 
 use std::sync::{Arc, Mutex};
 
-use openraft::Raft;
 use openraft::error::RaftError;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
+use super::engine::{Engine, EngineStatus};
 use super::error::ReplicaError;
-use super::forward::{BoxFuture, Forwarder, ReadIndex, leader_elsewhere, unless_leader_changes};
+use super::forward::{
+    BoxFuture, Forwarder, ReadIndex, leader_elsewhere, unless_leader_changes, wait_applied,
+};
 use super::lease_time::SharedClock;
-use crate::TypeConfig;
 use crate::storage::FirstFailure;
 
 type Round = Arc<dyn Fn() -> BoxFuture<Result<ReadIndex, ReplicaError>> + Send + Sync>;
@@ -44,15 +45,29 @@ impl ReadIndexRounds {
     }
 
     /// On the leader: confirms leadership with a quorum (openraft's `ensure_linearizable`, which
-    /// also waits until everything committed is applied) and reads the lease time.
+    /// also waits until everything committed is applied; raft-rs's ReadIndex, after which this
+    /// waits to apply that far) and reads the lease time.
     pub(super) fn leader(
-        raft: Raft<TypeConfig>,
+        engine: Engine,
+        status: watch::Receiver<EngineStatus>,
         clock: SharedClock,
         failure: Arc<FirstFailure>,
     ) -> ReadIndexRounds {
         ReadIndexRounds::new(Arc::new(move || {
-            let (raft, clock, failure) = (raft.clone(), clock.clone(), failure.clone());
+            let (engine, status) = (engine.clone(), status.clone());
+            let (clock, failure) = (clock.clone(), failure.clone());
             Box::pin(async move {
+                let raft = match &engine {
+                    Engine::Openraft { raft, .. } => raft,
+                    Engine::RaftRs(rs) => {
+                        let index = rs.read_index().await?;
+                        wait_applied(&status, index).await?;
+                        return Ok(ReadIndex {
+                            index,
+                            lease_now_ms: clock.get().map(|c| c.now_ms(std::time::Instant::now())),
+                        });
+                    }
+                };
                 match raft.ensure_linearizable().await {
                     Ok(read) => Ok(ReadIndex {
                         index: read.map_or(0, |log_id| log_id.index),
@@ -68,16 +83,16 @@ impl ReadIndexRounds {
     /// On a follower: one read-index request to the current leader for the whole round, given up
     /// as soon as that leader is replaced.
     pub(super) fn follower(
-        raft: Raft<TypeConfig>,
+        status: watch::Receiver<EngineStatus>,
         member_id: u64,
         forwarder: Arc<dyn Forwarder>,
     ) -> ReadIndexRounds {
         ReadIndexRounds::new(Arc::new(move || {
-            let (raft, forwarder) = (raft.clone(), forwarder.clone());
+            let (status, forwarder) = (status.clone(), forwarder.clone());
             Box::pin(async move {
                 let (leader, addr) =
-                    leader_elsewhere(&raft, member_id).ok_or(ReplicaError::NoLeader)?;
-                unless_leader_changes(&raft, leader, forwarder.read_index(leader, addr)).await
+                    leader_elsewhere(&status, member_id).ok_or(ReplicaError::NoLeader)?;
+                unless_leader_changes(&status, leader, forwarder.read_index(leader, addr)).await
             })
         }))
     }

@@ -50,19 +50,34 @@ impl Replica {
         if target == self.member_id {
             return Ok(());
         }
+        let (raft, gate) = match &self.engine {
+            super::engine::Engine::Openraft { raft, gate } => (raft, gate),
+            super::engine::Engine::RaftRs(rs) => {
+                // raft-rs transfers as etcd does: the leader stops taking proposals, brings the
+                // transferee up to date and has it campaign at once (MsgTimeoutNow).
+                rs.transfer_leader(target);
+                let mut status = self.status.clone();
+                let moved = status.wait_for(|s| s.leader == Some(target) || s.stopped);
+                return match tokio::time::timeout_at(deadline.into(), moved).await {
+                    Ok(Ok(s)) if s.leader == Some(target) => Ok(()),
+                    Ok(_) => Err(ReplicaError::Stopped),
+                    Err(_) => Err(ReplicaError::LeaderTransferTimeout),
+                };
+            }
+        };
         // openraft's leader lease is its maximum election timeout (twice ours).
         let lease = self.election_timeout * 2;
         if let Some(since) = self.leading_since() {
             let votes_again = since + lease + Duration::from_millis(50);
             tokio::time::sleep_until(votes_again.min(deadline).into()).await;
         }
-        let closed = tokio::time::timeout_at(deadline.into(), self.gate.close())
+        let closed = tokio::time::timeout_at(deadline.into(), gate.close())
             .await
             .map_err(|_| ReplicaError::LeaderTransferTimeout)?;
-        self.wait_caught_up(target, deadline).await?;
+        wait_caught_up(raft, target, deadline).await?;
         tracing::info!(target = %format!("{target:x}"), "leadership transfer: the transferee campaigns");
         self.forwarder.campaign(target, transferee.peer_url).await?;
-        let mut metrics = self.raft.metrics();
+        let mut metrics = raft.metrics();
         let moved = metrics.wait_for(|m| m.current_leader == Some(target));
         let moved = tokio::time::timeout_at(deadline.into(), moved).await;
         drop(closed);
@@ -76,9 +91,30 @@ impl Replica {
         }
     }
 
-    /// Waits (until `deadline`) until `target` has matched this leader's whole log.
-    async fn wait_caught_up(&self, target: u64, deadline: Instant) -> Result<(), ReplicaError> {
-        let mut metrics = self.raft.metrics();
+    /// Campaigns for leadership now (a leader's transfer asks its transferee to).
+    pub async fn campaign(&self) -> Result<(), ReplicaError> {
+        match &self.engine {
+            super::engine::Engine::Openraft { raft, .. } => raft
+                .trigger()
+                .elect()
+                .await
+                .map_err(|_| ReplicaError::Stopped),
+            super::engine::Engine::RaftRs(rs) => {
+                rs.campaign();
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Waits (until `deadline`) until `target` has matched this leader's whole log.
+async fn wait_caught_up(
+    raft: &openraft::Raft<crate::TypeConfig>,
+    target: u64,
+    deadline: Instant,
+) -> Result<(), ReplicaError> {
+    {
+        let mut metrics = raft.metrics();
         let caught_up = metrics.wait_for(|m| {
             let matched = m
                 .replication
@@ -91,14 +127,5 @@ impl Replica {
             Ok(Err(_)) => Err(ReplicaError::Stopped),
             Err(_) => Err(ReplicaError::LeaderTransferTimeout),
         }
-    }
-
-    /// Campaigns for leadership now (a leader's transfer asks its transferee to).
-    pub async fn campaign(&self) -> Result<(), ReplicaError> {
-        self.raft
-            .trigger()
-            .elect()
-            .await
-            .map_err(|_| ReplicaError::Stopped)
     }
 }

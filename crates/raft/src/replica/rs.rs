@@ -1,0 +1,751 @@
+//! The raft-rs engine (`--experimental-raft-engine raft-rs`): `leasehold-consensus`'s Raft
+//! thread under the same replica, with its log in `leasehold-wal` and the state machine in redb.
+//!
+//! ```text
+//!   propose_batches ─► RsEngine::submit ─► Raft thread (Core: one append + fdatasync per Ready)
+//!        ▲                                      │ committed entries
+//!        └── Waiters (index, term) ◄── RsMachine::apply ─► apply_entries (staged rows)
+//!   checkpointer (every CHECKPOINT_EVERY): staged rows ─► redb, durably ─► Core::compact_log
+//! ```
+//!
+//! The log is the durability: applying writes nothing to disk, and the state machine reaches
+//! its file every [`CHECKPOINT_EVERY`] in one durable commit that records the applied index. A
+//! restart replays the log from there. The log is compacted only up to a durable checkpoint.
+//!
+//! Membership changes are ConfChangeV2 entries whose context names the member's peer URL. A
+//! new cluster's members start with their log compacted at [`INIT_INDEX`], so a member added
+//! later, whose log is empty, is caught up by a snapshot, which carries the membership, never by
+//! replaying entries that never held the initial members.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_consensus::driver::{Committed, Driver, Input, Machine, Proposed, Reply};
+use leasehold_consensus::eraftpb;
+use leasehold_consensus::reads::{ReadBatcher, ReadError, ReadWaiter};
+use leasehold_consensus::{
+    Checkpoint, Core, CoreConfig, CoreError, CoreStatus, Host, HostError, decode_peer_message,
+    encode_message,
+};
+use leasehold_wal::StdFs;
+use leasehold_wal::proto::ConfState;
+use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
+use tokio::sync::{oneshot, watch};
+
+use super::engine::{EngineMember, EngineStatus};
+use super::error::{Fatal, ReplicaError};
+use super::forward::{BoxFuture, Forwarded};
+use crate::command::Proposal;
+use crate::state_machine::{self, Applying, Shared};
+use crate::storage::{self, Db};
+use crate::telemetry::Telemetry;
+
+/// How often the applied state reaches its file (and the log may be compacted behind it).
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+
+/// Where the log of a member that holds a membership (bootstrapped or restored) starts at
+/// least: compacted to this index and term, as if a snapshot of the initial state were there.
+const INIT_INDEX: u64 = 1;
+
+/// How long a proposer waits for its entry to be applied before it answers "no leader" (the
+/// entry may still commit: the client's retry is then a second write, as with etcd's time-out).
+const PROPOSAL_WAIT_MAX: Duration = Duration::from_secs(7);
+
+/// The messages a member sends its peers, by Raft ID (the peer transport implements it).
+pub trait RaftTransport: Send + Sync + 'static {
+    /// The peers to keep links to, by ID and peer URL.
+    fn set_peers(&self, peers: Vec<(u64, String)>);
+    /// Queues one encoded message for `to` without waiting (best effort: Raft resends).
+    fn send(&self, to: u64, message: Vec<u8>);
+}
+
+/// A transport for a member without peers.
+#[derive(Debug, Default)]
+pub struct NoTransport;
+
+impl RaftTransport for NoTransport {
+    fn set_peers(&self, _: Vec<(u64, String)>) {}
+    fn send(&self, _: u64, _: Vec<u8>) {}
+}
+
+/// A proposal waiting for its entry: answered when the entry at `index` is applied, with its
+/// replies if it still has `term`, "no leader" if another leader's entry took its place.
+struct Waiter {
+    term: u64,
+    /// A membership change: answered once its conf change entry is applied (raft-rs proposes
+    /// an empty entry instead while another change is pending).
+    conf_change: bool,
+    reply: oneshot::Sender<Result<Forwarded, ReplicaError>>,
+}
+
+type Waiters = Arc<Mutex<BTreeMap<u64, Waiter>>>;
+
+/// The engine's handle: inputs for the Raft thread, and the proposals waiting on it.
+pub(crate) struct RsEngine {
+    member_id: u64,
+    inputs: std::sync::mpsc::Sender<Input<StdFs>>,
+    driver: Mutex<Option<Driver<StdFs>>>,
+    waiters: Waiters,
+    fatal: watch::Sender<Option<Fatal>>,
+    checkpointer: Mutex<Option<Checkpointer>>,
+    telemetry: Arc<Telemetry>,
+}
+
+struct Checkpointer {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// What starting the engine needs from the replica.
+pub(super) struct RsStart {
+    pub(super) member_id: u64,
+    pub(super) data_dir: std::path::PathBuf,
+    pub(super) heartbeat_interval_ms: u64,
+    pub(super) election_timeout_ms: u64,
+    /// Entries the log keeps behind a checkpoint for followers that lag (`--snapshot-count`,
+    /// at most etcd's 5,000 catch-up entries); one further behind gets a snapshot.
+    pub(super) catch_up_entries: u64,
+    /// The members of a new cluster (this one included) by ID and peer URL; `None` when the
+    /// data dir holds a cluster already or this member waits to be added.
+    pub(super) bootstrap: Option<BTreeMap<u64, String>>,
+    /// The peers `--initial-cluster` names: a member that waits to be added answers the
+    /// leader there until a snapshot tells it the membership.
+    pub(super) initial_peers: BTreeMap<u64, String>,
+    pub(super) shared: Shared,
+    pub(super) db: Arc<Db>,
+    pub(super) telemetry: Arc<Telemetry>,
+    pub(super) transport: Arc<dyn RaftTransport>,
+}
+
+impl RsEngine {
+    /// Opens the log, starts the Raft thread and the checkpointer; returns the handle and the
+    /// status it publishes.
+    pub(super) fn start(
+        start: RsStart,
+    ) -> Result<(Arc<RsEngine>, watch::Receiver<EngineStatus>), String> {
+        let RsStart {
+            member_id,
+            data_dir,
+            heartbeat_interval_ms,
+            election_timeout_ms,
+            catch_up_entries,
+            bootstrap,
+            initial_peers,
+            shared,
+            db,
+            telemetry,
+            transport,
+        } = start;
+        let (applied, membership) = {
+            let mut state = shared.state.write().expect("state lock poisoned");
+            if state.last_applied.is_none()
+                && state.membership.membership().nodes().count() == 0
+                && let Some(members) = bootstrap
+            {
+                state.membership = StoredMembership::new(None, membership_of(&members, &[]));
+            }
+            (state.last_applied, state.membership.clone())
+        };
+        let members = members_of(&membership);
+        let (mut applied_index, mut applied_term) =
+            applied.map_or((0, 0), |l| (l.index, l.leader_id.term));
+        if !members.is_empty() && applied_index < INIT_INDEX {
+            (applied_index, applied_term) = (INIT_INDEX, 1);
+        }
+        let checkpoint = Checkpoint {
+            applied_index,
+            applied_term,
+            conf_state: conf_state_of(&members),
+        };
+        let heartbeat_ms = heartbeat_interval_ms.max(1);
+        let mut config = CoreConfig::new(member_id);
+        config.election_tick =
+            usize::try_from((election_timeout_ms / heartbeat_ms).max(2)).unwrap_or(usize::MAX);
+        let election_tick = config.election_tick as u64;
+        config.catch_up_entries = catch_up_entries.clamp(1, config.catch_up_entries);
+        let logger = leasehold_consensus::tracing_logger();
+        let core = Core::open(StdFs, &data_dir.join("wal"), &config, checkpoint, &logger)
+            .map_err(|e| e.to_string())?;
+        if members.is_empty() {
+            transport.set_peers(initial_peers.into_iter().collect());
+        } else {
+            transport.set_peers(peers_of(&members, member_id));
+        }
+        let (status, watched) = watch::channel(EngineStatus {
+            members: Arc::new(members.clone()),
+            applied_index,
+            ..EngineStatus::default()
+        });
+        let (fatal, _) = watch::channel(None);
+        let waiters = Waiters::default();
+        let machine = RsMachine {
+            member_id,
+            shared,
+            db: db.clone(),
+            transport,
+            waiters: waiters.clone(),
+            status,
+            fatal: fatal.clone(),
+            telemetry: telemetry.clone(),
+            core: CoreStatus::default(),
+            members,
+        };
+        let reads = ReadBatcher::new((election_tick / 2).max(1), election_tick * 2);
+        let driver = Driver::start(core, machine, Duration::from_millis(heartbeat_ms), reads);
+        let inputs = driver.inputs();
+        let checkpointer = Checkpointer::start(db, inputs.clone(), fatal.clone());
+        Ok((
+            Arc::new(RsEngine {
+                member_id,
+                inputs,
+                driver: Mutex::new(Some(driver)),
+                waiters,
+                fatal,
+                checkpointer: Mutex::new(Some(checkpointer)),
+                telemetry,
+            }),
+            watched,
+        ))
+    }
+
+    /// Proposes one entry of stamped commands; the future completes once this member has
+    /// applied it (with its replies), or with why not.
+    pub(super) fn submit(&self, proposal: Proposal) -> BoxFuture<Result<Forwarded, ReplicaError>> {
+        let (reply, answered) = oneshot::channel();
+        let waiters = self.waiters.clone();
+        let telemetry = self.telemetry.clone();
+        let landed: Reply<Result<Proposed, CoreError>> = Box::new(move |proposed| match proposed {
+            Ok(Proposed { index, term }) => {
+                let mut waiters = waiters.lock().expect("waiters lock poisoned");
+                let conf_change = false;
+                waiters.insert(
+                    index,
+                    Waiter {
+                        term,
+                        conf_change,
+                        reply,
+                    },
+                );
+            }
+            Err(e) => {
+                // Not the leader (any more), or a transfer is under way.
+                tracing::debug!("proposal dropped: {e}");
+                telemetry.proposal_failed();
+                let _ = reply.send(Err(ReplicaError::NoLeader));
+            }
+        });
+        let data = storage::encode(&proposal);
+        let sent = self.inputs.send(Input::Propose(data, landed)).is_ok();
+        Box::pin(async move {
+            if !sent {
+                return Err(ReplicaError::Stopped);
+            }
+            match tokio::time::timeout(PROPOSAL_WAIT_MAX, answered).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => Err(ReplicaError::Stopped),
+                Err(_) => Err(ReplicaError::NoLeader),
+            }
+        })
+    }
+
+    /// Proposes a membership change (this member must lead); completes once it is applied here.
+    pub(super) fn change_members(
+        &self,
+        change: &super::MemberChange,
+        learner_now: bool,
+    ) -> BoxFuture<Result<(), ReplicaError>> {
+        use super::MemberChange;
+        let (kind, id, url) = match change {
+            MemberChange::Add {
+                id,
+                peer_url,
+                learner,
+            } => {
+                let kind = if *learner {
+                    eraftpb::ConfChangeType::AddLearnerNode
+                } else {
+                    eraftpb::ConfChangeType::AddNode
+                };
+                (kind, *id, Some(peer_url.clone()))
+            }
+            MemberChange::Remove { id } => (eraftpb::ConfChangeType::RemoveNode, *id, None),
+            MemberChange::Promote { id } => (eraftpb::ConfChangeType::AddNode, *id, None),
+            // The same role again (a no-op for Raft) with the new URL in the context.
+            MemberChange::Update { id, peer_url } => {
+                let kind = if learner_now {
+                    eraftpb::ConfChangeType::AddLearnerNode
+                } else {
+                    eraftpb::ConfChangeType::AddNode
+                };
+                (kind, *id, Some(peer_url.clone()))
+            }
+        };
+        let mut single = eraftpb::ConfChangeSingle::default();
+        single.set_change_type(kind);
+        single.node_id = id;
+        let mut cc = eraftpb::ConfChangeV2::default();
+        cc.mut_changes().push(single);
+        if let Some(url) = url {
+            cc.context = storage::encode(&MemberUrl { id, peer_url: url }).into();
+        }
+        let (reply, answered) = oneshot::channel();
+        let waiters = self.waiters.clone();
+        let landed: Reply<Result<Proposed, CoreError>> = Box::new(move |proposed| match proposed {
+            Ok(Proposed { index, term }) => {
+                let mut waiters = waiters.lock().expect("waiters lock poisoned");
+                let conf_change = true;
+                waiters.insert(
+                    index,
+                    Waiter {
+                        term,
+                        conf_change,
+                        reply,
+                    },
+                );
+            }
+            Err(e) => {
+                tracing::debug!("membership change dropped: {e}");
+                let _ = reply.send(Err(ReplicaError::NoLeader));
+            }
+        });
+        let sent = self
+            .inputs
+            .send(Input::ProposeConfChange(cc, landed))
+            .is_ok();
+        Box::pin(async move {
+            if !sent {
+                return Err(ReplicaError::Stopped);
+            }
+            match tokio::time::timeout(PROPOSAL_WAIT_MAX, answered).await {
+                Ok(Ok(result)) => result.map(|_| ()),
+                Ok(Err(_)) => Err(ReplicaError::Stopped),
+                Err(_) => Err(ReplicaError::NoLeader),
+            }
+        })
+    }
+
+    /// A read index from a ReadIndex round that began after this call (this member must lead).
+    pub(super) async fn read_index(&self) -> Result<u64, ReplicaError> {
+        let (answer, answered) = oneshot::channel();
+        let waiter: ReadWaiter = Box::new(move |index| {
+            let _ = answer.send(index);
+        });
+        self.inputs
+            .send(Input::Read(waiter))
+            .map_err(|_| ReplicaError::Stopped)?;
+        match answered.await {
+            Ok(Ok(index)) => Ok(index),
+            Ok(Err(ReadError::Timeout)) => Err(ReplicaError::NoLeader),
+            Ok(Err(_)) | Err(_) => Err(ReplicaError::Stopped),
+        }
+    }
+
+    pub(super) fn transfer_leader(&self, to: u64) {
+        let _ = self.inputs.send(Input::TransferLeader(to));
+    }
+
+    pub(super) fn campaign(&self) {
+        let _ = self.inputs.send(Input::Campaign);
+    }
+
+    /// A peer's message (bytes as the transport carried them).
+    pub(crate) fn deliver(&self, bytes: &[u8]) -> Result<(), String> {
+        let message = decode_peer_message(bytes, self.member_id).map_err(|e| e.to_string())?;
+        self.inputs
+            .send(Input::Step(message))
+            .map_err(|_| "the member is stopping".to_owned())
+    }
+
+    /// A message to `id` could not be delivered.
+    pub(crate) fn unreachable(&self, id: u64) {
+        let _ = self.inputs.send(Input::Unreachable(id));
+    }
+
+    /// Completes with why the core stopped on its own.
+    pub(super) async fn failed(&self) -> Fatal {
+        let mut fatal = self.fatal.subscribe();
+        let stopped = fatal
+            .wait_for(Option::is_some)
+            .await
+            .map(|f| f.clone().unwrap_or(Fatal::Exited));
+        match stopped {
+            Ok(fatal) => fatal,
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Stops the Raft thread and the checkpointer, which writes what was applied last.
+    /// Blocking: call it off the runtime.
+    pub(super) fn stop(&self) {
+        let driver = self.driver.lock().expect("driver lock poisoned").take();
+        drop(driver);
+        let checkpointer = self
+            .checkpointer
+            .lock()
+            .expect("checkpointer lock poisoned")
+            .take();
+        if let Some(c) = checkpointer {
+            let _ = c.stop.send(());
+            let _ = c.thread.join();
+        }
+        let waiters = std::mem::take(&mut *self.waiters.lock().expect("waiters lock poisoned"));
+        for (_, waiter) in waiters {
+            let _ = waiter.reply.send(Err(ReplicaError::Stopped));
+        }
+    }
+}
+
+impl Checkpointer {
+    fn start(
+        db: Arc<Db>,
+        inputs: std::sync::mpsc::Sender<Input<StdFs>>,
+        fatal: watch::Sender<Option<Fatal>>,
+    ) -> Checkpointer {
+        let (stop, stopped) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("leasehold-checkpoint".into())
+            .spawn(move || run_checkpoints(&db, &inputs, &fatal, &stopped))
+            .expect("spawn the checkpoint thread");
+        Checkpointer { stop, thread }
+    }
+}
+
+/// Every [`CHECKPOINT_EVERY`] (and once more when stopped): writes the staged state durably,
+/// lets the core compact its log behind it, and offers a snapshot when a follower needs one.
+fn run_checkpoints(
+    db: &Db,
+    inputs: &std::sync::mpsc::Sender<Input<StdFs>>,
+    fatal: &watch::Sender<Option<Fatal>>,
+    stopped: &std::sync::mpsc::Receiver<()>,
+) {
+    let wanted = Arc::new(AtomicBool::new(false));
+    loop {
+        let stopping = !matches!(
+            stopped.recv_timeout(CHECKPOINT_EVERY),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        );
+        let durable = match db.checkpoint() {
+            Ok(durable) => durable,
+            Err(e) => {
+                tracing::error!("writing the state machine's checkpoint: {e}");
+                fatal.send_replace(Some(Fatal::Storage(Arc::new(e))));
+                return;
+            }
+        };
+        if !stopping {
+            // Asked every round, written or not: a follower may fall behind an idle leader.
+            let wanted = wanted.clone();
+            let _ = inputs.send(Input::With(Box::new(move |core| {
+                if let Some(applied) = durable
+                    && let Err(e) = core.compact_log(applied.index)
+                {
+                    tracing::warn!("compacting the raft log: {e}");
+                }
+                wanted.store(core.snapshot_wanted().is_some(), Ordering::Relaxed);
+            })));
+        }
+        if stopping {
+            return;
+        }
+        if wanted.swap(false, Ordering::Relaxed) {
+            match snapshot_for_followers(db) {
+                Ok(snapshot) => {
+                    let _ = inputs.send(Input::Compact(snapshot));
+                }
+                Err(e) => tracing::warn!("building a snapshot for a follower: {e}"),
+            }
+        }
+    }
+}
+
+/// A conf change's context: the member it adds or moves, and where it is reached.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MemberUrl {
+    id: u64,
+    peer_url: String,
+}
+
+/// The state machine's file as a Raft snapshot, for a follower the log no longer reaches.
+fn snapshot_for_followers(db: &Db) -> Result<eraftpb::Snapshot, crate::StorageError> {
+    let (meta, data) = state_machine::snapshot_bytes_from_file(db)?;
+    let members = members_of(&meta.membership);
+    let applied = meta.last_applied;
+    let cs = conf_state_of(&members);
+    let conf = eraftpb::ConfState {
+        voters: cs.voters,
+        learners: cs.learners,
+        ..Default::default()
+    };
+    let mut snapshot = eraftpb::Snapshot {
+        data: data.into(),
+        ..Default::default()
+    };
+    let m = snapshot.mut_metadata();
+    m.index = applied.map_or(0, |l| l.index);
+    m.term = applied.map_or(0, |l| l.leader_id.term);
+    m.set_conf_state(conf);
+    let index = m.index;
+    tracing::info!(
+        index,
+        bytes = snapshot.data.len(),
+        "offering a snapshot to a follower"
+    );
+    Ok(snapshot)
+}
+
+/// The member around the core, on the Raft thread.
+struct RsMachine {
+    member_id: u64,
+    shared: Shared,
+    db: Arc<Db>,
+    transport: Arc<dyn RaftTransport>,
+    waiters: Waiters,
+    status: watch::Sender<EngineStatus>,
+    fatal: watch::Sender<Option<Fatal>>,
+    telemetry: Arc<Telemetry>,
+    core: CoreStatus,
+    members: BTreeMap<u64, EngineMember>,
+}
+
+impl RsMachine {
+    fn publish(&self, applied_index: Option<u64>) {
+        let core = self.core;
+        let members = &self.members;
+        self.status.send_if_modified(|s| {
+            let next = EngineStatus {
+                term: core.term,
+                leader: (core.leader != 0).then_some(core.leader),
+                is_leader: core.is_leader,
+                last_log_index: core.last_index.max(s.last_log_index),
+                applied_index: applied_index.unwrap_or(s.applied_index),
+                members: if *s.members == *members {
+                    s.members.clone()
+                } else {
+                    Arc::new(members.clone())
+                },
+                millis_since_quorum_ack: None,
+                stopped: s.stopped,
+            };
+            let changed = *s != next;
+            *s = next;
+            changed
+        });
+    }
+
+    fn stop(&self, fatal: Fatal) {
+        tracing::error!("the raft core stopped: {fatal}");
+        self.fatal.send_replace(Some(fatal));
+        self.status.send_modify(|s| s.stopped = true);
+    }
+}
+
+impl Host for RsMachine {
+    fn send(&mut self, messages: Vec<eraftpb::Message>) {
+        for message in messages {
+            self.transport.send(message.to, encode_message(&message));
+        }
+    }
+
+    fn install_snapshot(&mut self, snapshot: &eraftpb::Snapshot) -> Result<(), HostError> {
+        state_machine::install_snapshot_bytes(&self.shared, &self.db, &snapshot.data, None)
+            .map_err(|e| HostError(e.to_string()))?;
+        let membership = self
+            .shared
+            .state
+            .read()
+            .expect("state lock poisoned")
+            .membership
+            .clone();
+        self.members = members_of(&membership);
+        self.transport
+            .set_peers(peers_of(&self.members, self.member_id));
+        self.publish(Some(snapshot.get_metadata().index));
+        Ok(())
+    }
+}
+
+impl Machine for RsMachine {
+    fn apply(&mut self, committed: Vec<Committed>) {
+        let mut ids = Vec::with_capacity(committed.len());
+        let mut entries = Vec::with_capacity(committed.len());
+        for c in committed {
+            let entry = c.entry();
+            let log_id = LogId::new(CommittedLeaderId::new(entry.term, 0), entry.index);
+            let payload = match &c {
+                Committed::Normal(entry) if entry.data.is_empty() => Applying::Blank,
+                Committed::Normal(entry) => {
+                    match storage::decode::<Proposal>("a log entry", &entry.data) {
+                        Ok(proposal) => Applying::Normal(proposal),
+                        Err(e) => {
+                            // Applying past an entry that cannot be read would fork this
+                            // member's state from the others': stop instead.
+                            self.stop(Fatal::Storage(Arc::new(e)));
+                            return;
+                        }
+                    }
+                }
+                Committed::ConfChange {
+                    change, conf_state, ..
+                } => {
+                    self.members = members_with(&self.members, conf_state);
+                    if !change.context.is_empty() {
+                        match storage::decode::<MemberUrl>("a conf change", &change.context) {
+                            Ok(MemberUrl { id, peer_url }) => {
+                                if let Some(m) = self.members.get_mut(&id) {
+                                    m.peer_url = peer_url;
+                                }
+                            }
+                            Err(e) => tracing::warn!("a conf change's context: {e}"),
+                        }
+                    }
+                    self.transport
+                        .set_peers(peers_of(&self.members, self.member_id));
+                    if !self.members.contains_key(&self.member_id) && !self.members.is_empty() {
+                        tracing::warn!("this member was removed from the cluster");
+                    }
+                    let urls: BTreeMap<u64, String> = self
+                        .members
+                        .iter()
+                        .map(|(id, m)| (*id, m.peer_url.clone()))
+                        .collect();
+                    Applying::Membership(membership_of(&urls, &conf_state.learners))
+                }
+            };
+            let is_conf_change = matches!(c, Committed::ConfChange { .. });
+            ids.push((entry.index, entry.term, is_conf_change));
+            entries.push((log_id, payload));
+        }
+        let replies = state_machine::apply_entries(&self.shared, &self.db, entries, |_| None);
+        // Published before anyone is answered: a caller that reads the members or waits to
+        // apply an index next sees this apply.
+        if let Some(last) = ids.last().map(|(index, ..)| *index) {
+            self.telemetry.committed(last);
+            self.core.applied = last;
+            self.core.last_index = self.core.last_index.max(last);
+            self.publish(Some(last));
+        }
+        {
+            let mut waiters = self.waiters.lock().expect("waiters lock poisoned");
+            for ((index, term, conf_change), applied) in ids.into_iter().zip(replies) {
+                if let Some(waiter) = waiters.remove(&index) {
+                    let answer = if waiter.term != term {
+                        Err(ReplicaError::NoLeader)
+                    } else if waiter.conf_change && !conf_change {
+                        Err(ReplicaError::Unsupported(
+                            "a membership change while another is in progress".into(),
+                        ))
+                    } else {
+                        Ok(Forwarded {
+                            log_index: index,
+                            applied,
+                        })
+                    };
+                    let _ = waiter.reply.send(answer);
+                }
+            }
+        }
+    }
+
+    fn status(&mut self, status: CoreStatus) {
+        let leader_changed = status.leader != self.core.leader;
+        self.core = status;
+        if leader_changed && status.leader != 0 {
+            self.telemetry.leader_changed();
+        }
+        self.publish(None);
+    }
+
+    fn failed(&mut self, error: CoreError) {
+        self.stop(Fatal::Core(error.to_string()));
+    }
+
+    fn log_written(&mut self, took: Duration) {
+        self.telemetry.log_commit.observe(took);
+    }
+}
+
+/// Voters and learners with their peer URLs, as the state machine keeps them.
+fn members_of(membership: &StoredMembership<u64, BasicNode>) -> BTreeMap<u64, EngineMember> {
+    let membership = membership.membership();
+    let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| {
+            (
+                *id,
+                EngineMember {
+                    peer_url: node.addr.clone(),
+                    learner: !voters.contains(id),
+                },
+            )
+        })
+        .collect()
+}
+
+/// The members after a conf change: Raft's voters and learners, with the URLs known so far.
+fn members_with(
+    known: &BTreeMap<u64, EngineMember>,
+    conf_state: &ConfState,
+) -> BTreeMap<u64, EngineMember> {
+    let url = |id: &u64| {
+        known
+            .get(id)
+            .map(|m| m.peer_url.clone())
+            .unwrap_or_default()
+    };
+    let voters = conf_state.voters.iter().map(|id| (*id, false));
+    let learners = conf_state.learners.iter().map(|id| (*id, true));
+    voters
+        .chain(learners)
+        .map(|(id, learner)| {
+            (
+                id,
+                EngineMember {
+                    peer_url: url(&id),
+                    learner,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The membership as the state machine stores it: every member with its URL, the voters those
+/// not in `learners`.
+fn membership_of(urls: &BTreeMap<u64, String>, learners: &[u64]) -> Membership<u64, BasicNode> {
+    let voters: std::collections::BTreeSet<u64> = urls
+        .keys()
+        .copied()
+        .filter(|id| !learners.contains(id))
+        .collect();
+    let nodes: BTreeMap<u64, BasicNode> = urls
+        .iter()
+        .map(|(id, url)| (*id, BasicNode::new(url)))
+        .collect();
+    Membership::new(vec![voters], nodes)
+}
+
+fn conf_state_of(members: &BTreeMap<u64, EngineMember>) -> ConfState {
+    ConfState {
+        voters: members
+            .iter()
+            .filter(|(_, m)| !m.learner)
+            .map(|(id, _)| *id)
+            .collect(),
+        learners: members
+            .iter()
+            .filter(|(_, m)| m.learner)
+            .map(|(id, _)| *id)
+            .collect(),
+        ..ConfState::default()
+    }
+}
+
+fn peers_of(members: &BTreeMap<u64, EngineMember>, me: u64) -> Vec<(u64, String)> {
+    members
+        .iter()
+        .filter(|(id, _)| **id != me)
+        .map(|(id, m)| (*id, m.peer_url.clone()))
+        .collect()
+}
