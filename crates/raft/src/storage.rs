@@ -264,6 +264,10 @@ impl Db {
         const WHAT: &str = "a defragmentation";
         let size = || std::fs::metadata(path).map_or(0, |m| m.len());
         let started = std::time::Instant::now();
+        // What was applied goes into the file first, so the compacted file holds it: staged
+        // rows written after the compaction (puts and the deletes that undo them, on the raft-rs
+        // engine up to a checkpoint's worth) would grow the file again.
+        self.flush_staged_sm()?;
         loop {
             let bytes_before = size();
             let mut db = self.db.write().expect("db lock poisoned");
