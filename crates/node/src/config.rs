@@ -66,7 +66,7 @@ pub struct NodeConfig {
           default_value = "true", value_parser = parse_go_bool)]
     pub enable_grpc_gateway: bool,
     /// The Raft engine: `openraft` (the default) or `raft-rs` (experimental: the consensus
-    /// core that is replacing openraft; no membership changes yet). A data dir keeps the engine
+    /// core that is replacing openraft). A data dir keeps the engine
     /// it was made with.
     #[arg(long, default_value = "openraft")]
     pub experimental_raft_engine: leasehold_raft::EngineKind,
