@@ -155,16 +155,8 @@ impl Replica {
         network: N,
         forwarder: Arc<dyn Forwarder>,
     ) -> Result<Arc<Replica>, StartError> {
-        let db = storage::open(&cfg.data_dir)?;
-        refuse_other_engine(&cfg.data_dir, EngineKind::Openraft, &db)?;
-        let sm = StateMachine::open(db.clone())?;
+        let (db, sm) = open_state(&cfg, EngineKind::Openraft)?;
         let shared = sm.shared();
-        shared
-            .state
-            .write()
-            .expect("state lock poisoned")
-            .tokens
-            .set_ttl(cfg.auth_token_ttl);
         let db_closed = db.closed();
         let db_weak = Arc::downgrade(&db);
         let failure = db.failure().clone();
@@ -217,17 +209,9 @@ impl Replica {
         transport: Arc<dyn RaftTransport>,
         forwarder: Arc<dyn Forwarder>,
     ) -> Result<Arc<Replica>, StartError> {
-        let db = storage::open(&cfg.data_dir)?;
-        refuse_other_engine(&cfg.data_dir, EngineKind::RaftRs, &db)?;
-        let sm = StateMachine::open(db.clone())?;
+        let (db, sm) = open_state(&cfg, EngineKind::RaftRs)?;
         let shared = sm.shared();
         drop(sm);
-        shared
-            .state
-            .write()
-            .expect("state lock poisoned")
-            .tokens
-            .set_ttl(cfg.auth_token_ttl);
         let db_closed = db.closed();
         let db_weak = Arc::downgrade(&db);
         let failure = db.failure().clone();
@@ -1009,6 +993,24 @@ struct Parts {
     failure: Arc<FirstFailure>,
     telemetry: Arc<Telemetry>,
     flushes: Arc<crate::log_store::LogFlushes>,
+}
+
+/// Opens the data dir's database for `kind` (refusing the other engine's) and loads the state
+/// machine, with this member's token TTL.
+fn open_state(
+    cfg: &ReplicaConfig,
+    kind: EngineKind,
+) -> Result<(Arc<storage::Db>, StateMachine), StartError> {
+    let db = storage::open(&cfg.data_dir)?;
+    refuse_other_engine(&cfg.data_dir, kind, &db)?;
+    let sm = StateMachine::open(db.clone())?;
+    sm.shared()
+        .state
+        .write()
+        .expect("state lock poisoned")
+        .tokens
+        .set_ttl(cfg.auth_token_ttl);
+    Ok((db, sm))
 }
 
 /// Refuses a data dir the other engine wrote: its Raft log is in another place and format.

@@ -213,21 +213,30 @@ impl RsEngine {
     /// Proposes one entry of stamped commands; the future completes once this member has
     /// applied it (with its replies), or with why not.
     pub(super) fn submit(&self, proposal: Proposal) -> BoxFuture<Result<Forwarded, ReplicaError>> {
+        let data = storage::encode(&proposal);
+        self.propose(false, |landed| Input::Propose(data, landed))
+    }
+
+    /// Hands the Raft thread a proposal (made by `input` with the callback that registers it);
+    /// completes once this member applied its entry, or with why not: "no leader" if Raft
+    /// dropped it or another term's entry took its index, "stopped" if the thread is gone.
+    fn propose(
+        &self,
+        conf_change: bool,
+        input: impl FnOnce(Reply<Result<Proposed, CoreError>>) -> Input<StdFs>,
+    ) -> BoxFuture<Result<Forwarded, ReplicaError>> {
         let (reply, answered) = oneshot::channel();
         let waiters = self.waiters.clone();
         let telemetry = self.telemetry.clone();
         let landed: Reply<Result<Proposed, CoreError>> = Box::new(move |proposed| match proposed {
             Ok(Proposed { index, term }) => {
+                let waiter = Waiter {
+                    term,
+                    conf_change,
+                    reply,
+                };
                 let mut waiters = waiters.lock().expect("waiters lock poisoned");
-                let conf_change = false;
-                waiters.insert(
-                    index,
-                    Waiter {
-                        term,
-                        conf_change,
-                        reply,
-                    },
-                );
+                waiters.insert(index, waiter);
             }
             Err(e) => {
                 // Not the leader (any more), or a transfer is under way.
@@ -236,8 +245,7 @@ impl RsEngine {
                 let _ = reply.send(Err(ReplicaError::NoLeader));
             }
         });
-        let data = storage::encode(&proposal);
-        let sent = self.inputs.send(Input::Propose(data, landed)).is_ok();
+        let sent = self.inputs.send(input(landed)).is_ok();
         Box::pin(async move {
             if !sent {
                 return Err(ReplicaError::Stopped);
@@ -290,40 +298,8 @@ impl RsEngine {
         if let Some(url) = url {
             cc.context = storage::encode(&MemberUrl { id, peer_url: url }).into();
         }
-        let (reply, answered) = oneshot::channel();
-        let waiters = self.waiters.clone();
-        let landed: Reply<Result<Proposed, CoreError>> = Box::new(move |proposed| match proposed {
-            Ok(Proposed { index, term }) => {
-                let mut waiters = waiters.lock().expect("waiters lock poisoned");
-                let conf_change = true;
-                waiters.insert(
-                    index,
-                    Waiter {
-                        term,
-                        conf_change,
-                        reply,
-                    },
-                );
-            }
-            Err(e) => {
-                tracing::debug!("membership change dropped: {e}");
-                let _ = reply.send(Err(ReplicaError::NoLeader));
-            }
-        });
-        let sent = self
-            .inputs
-            .send(Input::ProposeConfChange(cc, landed))
-            .is_ok();
-        Box::pin(async move {
-            if !sent {
-                return Err(ReplicaError::Stopped);
-            }
-            match tokio::time::timeout(PROPOSAL_WAIT_MAX, answered).await {
-                Ok(Ok(result)) => result.map(|_| ()),
-                Ok(Err(_)) => Err(ReplicaError::Stopped),
-                Err(_) => Err(ReplicaError::NoLeader),
-            }
-        })
+        let proposed = self.propose(true, |landed| Input::ProposeConfChange(cc, landed));
+        Box::pin(async move { proposed.await.map(|_| ()) })
     }
 
     /// A read index from a ReadIndex round that began after this call (this member must lead).
