@@ -126,3 +126,39 @@ async fn a_raft_rs_data_dir_is_refused_by_openraft() {
     let got = client.get("k", None).await.expect("get");
     assert_eq!(got.kvs()[0].value(), b"v");
 }
+
+/// Without the flag a data dir keeps the engine that made it: one openraft made is served by
+/// openraft again (with a warning naming the way to raft-rs), not refused, so an upgrade that
+/// changed the default engine starts every existing member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_flag_a_data_dir_keeps_the_engine_that_made_it() {
+    let mut old = Leasehold::start_with(engine("openraft")).await;
+    let mut client = old.client().await;
+    for i in 0..3 {
+        client
+            .put(format!("key/{i}"), "v", None)
+            .await
+            .expect("put");
+    }
+    assert!(old.terminate().await.success(), "{}", old.log_tail());
+
+    old.let_the_data_dir_choose_the_engine();
+    old.spawn();
+    old.wait_ready().await;
+    let mut client = old.client().await;
+    let kept = client
+        .get("key/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    assert_eq!(kept.kvs().len(), 3, "{}", old.log_tail());
+    assert!(
+        !old.data_dir().join("wal").exists(),
+        "raft-rs ran on openraft's data dir:\n{}",
+        old.log_tail()
+    );
+    let said = old.log_tail();
+    assert!(
+        said.contains("made by the openraft engine"),
+        "no warning about the old engine in:\n{said}"
+    );
+}

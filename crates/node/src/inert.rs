@@ -55,7 +55,7 @@ const fn only(name: &'static str, kind: Kind, value: &'static str, why: &'static
     }
 }
 
-const STORAGE: &str = "storage is one redb file, committed once per log batch";
+const STORAGE: &str = "the state is one redb file, committed on leasehold's own schedule";
 const NO_V2: &str = "leasehold serves only the v3 API";
 const NO_PROXY: &str = "leasehold has no v2 proxy mode";
 const NO_DISCOVERY: &str = "discovery is not supported: bootstrap with --initial-cluster";
@@ -71,14 +71,22 @@ const TABLE: &[Inert] = &[
     inert(
         "wal-dir",
         Str,
-        "the Raft log is in the data dir's redb file",
+        "the Raft log is in the data dir (raft-rs: wal/; openraft: the redb file)",
     ),
-    inert("max-snapshots", Uint, STORAGE),
-    inert("max-wals", Uint, STORAGE),
+    inert(
+        "max-snapshots",
+        Uint,
+        "no snapshot files are kept: a follower's is built from the database file",
+    ),
+    inert(
+        "max-wals",
+        Uint,
+        "write-ahead log segments go once a checkpoint covers them",
+    ),
     inert(
         "initial-election-tick-advance",
         Bool,
-        "openraft times the first election itself",
+        "the first election waits a whole randomized election timeout",
     ),
     inert("backend-bbolt-freelist-type", Str, STORAGE),
     inert("backend-batch-interval", Duration, STORAGE),
@@ -122,12 +130,12 @@ const TABLE: &[Inert] = &[
     inert(
         "strict-reconfig-check",
         Bool,
-        "membership changes always go through joint consensus",
+        "a change is not checked against the members that are up",
     ),
     inert(
         "pre-vote",
         Bool,
-        "openraft's elections are used as they are",
+        "raft-rs always runs PreVote (openraft has its own elections)",
     ),
     inert("enable-v2", Bool, NO_V2),
     inert("experimental-enable-v2v3", Str, NO_V2),
@@ -220,7 +228,7 @@ const TABLE: &[Inert] = &[
     inert(
         "experimental-snapshot-catchup-entries",
         Uint,
-        "openraft decides when a follower needs a snapshot",
+        "a follower further behind than min(--snapshot-count, 5000) entries gets a snapshot",
     ),
     inert("unsafe-no-fsync", Bool, "leasehold always fsyncs"),
     only(

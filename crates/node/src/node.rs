@@ -117,7 +117,23 @@ impl Node {
             quota_bytes: config.quota_bytes(),
             auth_token_ttl: config.auth_token_ttl(),
         };
-        let replica = match config.experimental_raft_engine {
+        let engine = match config.experimental_raft_engine {
+            Some(engine) => engine,
+            None => {
+                let made_by = leasehold_raft::engine_of_data_dir(&data_dir)
+                    .with_context(|| format!("open data dir {}", data_dir.display()))?;
+                if made_by == Some(leasehold_raft::EngineKind::Openraft) {
+                    tracing::warn!(
+                        "{} was made by the openraft engine, which goes in a later release: this \
+                         member runs it; move the data to raft-rs with `etcdctl snapshot save` \
+                         and `leasehold snapshot restore`",
+                        data_dir.display()
+                    );
+                }
+                made_by.unwrap_or_default()
+            }
+        };
+        let replica = match engine {
             leasehold_raft::EngineKind::Openraft => {
                 Replica::start_with(replica_config, network, forwarder).await
             }

@@ -36,7 +36,7 @@ pub use network::NoPeers;
 pub use replica::{
     BoxFuture, EngineKind, Fatal, Forwarded, Forwarder, MemberChange, MemberHash, MemberInfo,
     MembershipError, NoForwarding, NoTransport, RaftStatus, RaftTransport, ReadIndex, Replica,
-    ReplicaConfig, ReplicaError, StartError,
+    ReplicaConfig, ReplicaError, StartError, engine_of_data_dir,
 };
 pub use state_machine::rebind;
 pub use storage::{Defragmented, StorageError};

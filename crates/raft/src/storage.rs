@@ -397,6 +397,14 @@ impl Db {
     }
 }
 
+/// The database's file in a data dir.
+const DB_FILE: &str = "leasehold.redb";
+
+/// Whether `dir` holds a database.
+pub(crate) fn exists(dir: &Path) -> bool {
+    dir.join(DB_FILE).is_file()
+}
+
 /// Opens (or creates) the database under `dir` and makes sure every table exists, so that
 /// readers never meet a missing table.
 pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
@@ -404,7 +412,7 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         dir: dir.to_path_buf(),
         error,
     })?;
-    let path = dir.join("leasehold.redb");
+    let path = dir.join(DB_FILE);
     let db = redb::Builder::new()
         .set_cache_size(CACHE_BYTES)
         .create(&path)

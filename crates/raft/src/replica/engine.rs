@@ -1,7 +1,7 @@
 //! The Raft engine under a replica, and what the rest of the replica sees of it: an
-//! [`EngineStatus`] on a `watch` channel, the same shape whichever engine runs. openraft 0.9 is
-//! the default; raft-rs (`leasehold-consensus`, see `rs.rs`) runs when the member is started
-//! with `--experimental-raft-engine raft-rs`, until it replaces openraft.
+//! [`EngineStatus`] on a `watch` channel, the same shape whichever engine runs. raft-rs
+//! (`leasehold-consensus`, see `rs.rs`) is the default; openraft 0.9 still runs the data dirs it
+//! made, and any member started with `--experimental-raft-engine openraft`, until it goes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,8 +18,8 @@ use crate::TypeConfig;
 /// Which engine a member runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum EngineKind {
-    #[default]
     Openraft,
+    #[default]
     RaftRs,
 }
 

@@ -1013,6 +1013,20 @@ fn open_state(
     Ok((db, sm))
 }
 
+/// The engine that made the data dir at `dir`: raft-rs if it holds a write-ahead log (`wal/`),
+/// openraft if its database holds openraft's log or vote, and None for a new data dir or one
+/// restored from a snapshot (which either engine may start).
+pub fn engine_of_data_dir(dir: &std::path::Path) -> Result<Option<EngineKind>, StartError> {
+    if dir.join("wal").is_dir() {
+        return Ok(Some(EngineKind::RaftRs));
+    }
+    if !storage::exists(dir) {
+        return Ok(None);
+    }
+    let db = storage::open(dir)?;
+    Ok(db.has_openraft_log()?.then_some(EngineKind::Openraft))
+}
+
 /// Refuses a data dir the other engine wrote: its Raft log is in another place and format.
 fn refuse_other_engine(
     dir: &std::path::Path,
@@ -1027,8 +1041,9 @@ fn refuse_other_engine(
         ))),
         EngineKind::RaftRs if !has_wal && db.has_openraft_log()? => Err(StartError::Core(format!(
             "{} was written by the openraft engine: start it without \
-                 --experimental-raft-engine, or move its data across with `etcdctl snapshot save` \
-                 there and `leasehold snapshot restore` into a new data dir",
+                 --experimental-raft-engine (or with --experimental-raft-engine openraft), or \
+                 move its data across with `etcdctl snapshot save` there and `leasehold snapshot \
+                 restore` into a new data dir",
             dir.display()
         ))),
         _ => Ok(()),
