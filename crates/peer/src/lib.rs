@@ -24,7 +24,7 @@ use leasehold_api::leaseholdpeerpb::Payload;
 use leasehold_api::leaseholdpeerpb::peer_client::PeerClient as GrpcClient;
 use leasehold_api::leaseholdpeerpb::peer_server::{Peer, PeerServer};
 use leasehold_raft::{
-    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, Proposal, ReadIndex, Replica,
+    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, ReadIndex, Replica,
     ReplicaError, TypeConfig, Write,
 };
 use openraft::BasicNode;
@@ -231,8 +231,6 @@ impl PeerNetwork {
                 Rpc::AppendEntries => client.append_entries(payload).await,
                 Rpc::Vote => client.vote(payload).await,
                 Rpc::InstallSnapshot => client.install_snapshot(payload).await,
-                Rpc::Forward => client.forward_writes(payload).await,
-                Rpc::ReadIndex => client.read_index(payload).await,
                 Rpc::ChangeMembers => client.change_members(payload).await,
                 Rpc::HashKv => client.hash_kv(payload).await,
                 Rpc::Campaign => client.campaign(payload).await,
@@ -257,8 +255,6 @@ enum Rpc {
     AppendEntries,
     Vote,
     InstallSnapshot,
-    Forward,
-    ReadIndex,
     ChangeMembers,
     HashKv,
     Campaign,
@@ -337,9 +333,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
-/// Takes a follower's writes and read-index requests to the leader: over the leader's line
-/// (one long-lived stream, many requests in flight), or with unary calls to a leader of an older
-/// build.
+/// Takes a follower's writes and read-index requests to the leader over the leader's line (one
+/// long-lived stream, many requests in flight).
 pub struct PeerForwarder {
     network: PeerNetwork,
     lines: Lines,
@@ -355,9 +350,8 @@ impl PeerForwarder {
         }
     }
 
-    /// Asks over the leader's line; a leader without `Forwarding` is asked with the unary
-    /// method instead. What comes back is the leader's answer or, for any transport failure,
-    /// "no leader".
+    /// Asks over the leader's line. What comes back is the leader's answer or, for any
+    /// transport failure, "no leader".
     fn ask_on_line<Resp: Send + 'static>(
         &self,
         addr: String,
@@ -370,40 +364,17 @@ impl PeerForwarder {
                 postcard::Error::DeserializeBadEnum,
             )))
         };
-        if self.lines.unary_only(&addr) {
-            let unary = self.unary(addr, ask);
-            return Box::pin(async move { unwrap(unary.await) });
-        }
-        let fallback = PeerForwarder {
-            network: self.network.clone(),
-            lines: self.lines.clone(),
-            timeout: self.timeout,
-        };
+        let lines = self.lines.clone();
+        let timeout = self.timeout;
         Box::pin(async move {
             let started = std::time::Instant::now();
-            let answer =
-                tokio::time::timeout(fallback.timeout, fallback.lines.ask(&addr, ask)).await;
+            let answer = tokio::time::timeout(timeout, lines.ask(&addr, ask)).await;
             tracing::debug!(%addr, elapsed = ?started.elapsed(), ok = matches!(answer, Ok(Ok(_))), "asked the leader over its line");
             match answer {
                 Ok(Ok(answer)) => unwrap(answer),
-                Ok(Err(LineError::Unsupported(ask))) => unwrap(fallback.unary(addr, ask).await),
                 Ok(Err(LineError::Broken)) | Err(_) => Err(ReplicaError::NoLeader),
             }
         })
-    }
-
-    /// `ask` as a unary call, for a leader of an older build.
-    fn unary(&self, addr: String, ask: Ask) -> BoxFuture<Answer> {
-        match ask {
-            Ask::Writes(writes) => {
-                let call = self.ask(addr, Rpc::Forward, &writes);
-                Box::pin(async move { Answer::Writes(call.await) })
-            }
-            Ask::ReadIndex => {
-                let call = self.ask(addr, Rpc::ReadIndex, &());
-                Box::pin(async move { Answer::ReadIndex(call.await) })
-            }
-        }
     }
 
     fn ask<Req: Serialize, Resp: DeserializeOwned + Send + 'static>(
@@ -512,36 +483,6 @@ impl Peer for PeerService {
         Ok(Response::new(encode(&result)))
     }
 
-    async fn forward_writes(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
-        let writes: Vec<Write> = decode(req.get_ref()).map_err(bad_request)?;
-        let started = std::time::Instant::now();
-        let count = writes.len();
-        let result = self.replica.leader_commit(writes).await;
-        tracing::debug!(
-            writes = count,
-            elapsed = ?started.elapsed(),
-            ok = result.is_ok(),
-            "committed a forwarded batch"
-        );
-        Ok(Response::new(encode(&result)))
-    }
-
-    /// A follower of an older build forwards stamped commands; only client writes are taken
-    /// (their unstamped time is dropped, and this leader stamps them as it stamps any write).
-    async fn forward(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
-        let proposal: Proposal = decode(req.get_ref()).map_err(bad_request)?;
-        let writes = proposal
-            .commands
-            .into_iter()
-            .map(Write::forwarded_by_an_older_member)
-            .collect::<Option<Vec<Write>>>()
-            .ok_or_else(|| {
-                Status::invalid_argument("a forwarded batch holds a leader's command")
-            })?;
-        let result = self.replica.leader_commit(writes).await;
-        Ok(Response::new(encode(&result)))
-    }
-
     async fn forwarding(
         &self,
         req: Request<Streaming<Payload>>,
@@ -550,11 +491,6 @@ impl Peer for PeerService {
             self.replica.clone(),
             req.into_inner(),
         ))))
-    }
-
-    async fn read_index(&self, _req: Request<Payload>) -> Result<Response<Payload>, Status> {
-        let result = self.replica.leader_read_index().await;
-        Ok(Response::new(encode(&result)))
     }
 
     async fn change_members(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
@@ -627,43 +563,5 @@ impl leasehold_raft::RaftTransport for RaftLinks {
 
     fn send(&self, to: u64, message: Vec<u8>) {
         RaftLinks::send(self, to, message);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use leasehold_raft::{Command, LeaseGrant, LeaseId};
-
-    use super::*;
-
-    /// An older member forwards stamped commands on `Forward`; this build forwards unstamped
-    /// writes on `ForwardWrites`. For a grant the two encodings share a prefix, so a payload of
-    /// one type must never be taken for the other.
-    #[test]
-    fn a_batch_of_the_other_encoding_is_refused_not_misread() {
-        let id = LeaseId::from_wire(7).expect("non-zero");
-        let old = encode(&Proposal {
-            commands: vec![Command::LeaseGrant {
-                id,
-                ttl_secs: 5,
-                now_ms: 0,
-            }],
-        });
-        assert!(
-            decode::<Vec<Write>>(&old).is_err(),
-            "trailing bytes refused"
-        );
-        let proposal: Proposal = decode(&old).expect("the old encoding");
-        let writes: Option<Vec<Write>> = proposal
-            .commands
-            .into_iter()
-            .map(Write::forwarded_by_an_older_member)
-            .collect();
-        assert_eq!(
-            writes,
-            Some(vec![Write::LeaseGrant(LeaseGrant { id, ttl_secs: 5 })])
-        );
-        let leader_only = Command::LeaseTick { now_ms: 1 };
-        assert_eq!(Write::forwarded_by_an_older_member(leader_only), None);
     }
 }

@@ -9,11 +9,9 @@
 //! ```
 //!
 //! A line that breaks (the connection drops, the leader stops) fails every request on it with
-//! "no leader", which clients retry; the next request opens a new line. A leader of an older
-//! build answers the stream with Unimplemented before any request is sent, and the follower
-//! then asks that leader with the unary methods.
+//! "no leader", which clients retry; the next request opens a new line.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -50,8 +48,6 @@ pub(crate) enum Answer {
 /// Why a request got no answer over a line.
 #[derive(Debug)]
 pub(crate) enum LineError {
-    /// The leader's build has no `Forwarding`: the request, not sent, for a unary call.
-    Unsupported(Ask),
     /// The line broke (or never opened) before the answer came.
     Broken,
 }
@@ -61,7 +57,6 @@ pub(crate) enum LineError {
 enum State {
     Opening,
     Open,
-    Unsupported,
     Broken,
 }
 
@@ -80,8 +75,6 @@ struct Line {
 pub(crate) struct Lines {
     network: PeerNetwork,
     open: Arc<Mutex<HashMap<String, Arc<Line>>>>,
-    /// Leaders whose build answered `Forwarding` with Unimplemented.
-    unary_only: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Lines {
@@ -89,16 +82,7 @@ impl Lines {
         Lines {
             network,
             open: Arc::default(),
-            unary_only: Arc::default(),
         }
-    }
-
-    /// Whether the leader at `addr` takes only the unary methods.
-    pub(crate) fn unary_only(&self, addr: &str) -> bool {
-        self.unary_only
-            .lock()
-            .expect("unary-only lock poisoned")
-            .contains(addr)
     }
 
     /// Sends `ask` to the leader at `addr` over its line and waits for the answer. Unbounded in
@@ -112,13 +96,6 @@ impl Lines {
             .map_err(|_| LineError::Broken)?;
         match opened {
             State::Open => {}
-            State::Unsupported => {
-                self.unary_only
-                    .lock()
-                    .expect("unary-only lock poisoned")
-                    .insert(addr.to_owned());
-                return Err(LineError::Unsupported(ask));
-            }
             State::Opening | State::Broken => return Err(LineError::Broken),
         }
         let seq = line.next_seq.fetch_add(1, Ordering::Relaxed);
@@ -199,14 +176,11 @@ async fn run_line(
 ) {
     let ended = async {
         let mut client = lines.network.client(&addr).map_err(|e| e.to_string())?;
-        let mut answers = match client.forwarding(UnboundedReceiverStream::new(asks)).await {
-            Ok(response) => response.into_inner(),
-            Err(status) if status.code() == tonic::Code::Unimplemented => {
-                state.send_replace(State::Unsupported);
-                return Ok(());
-            }
-            Err(status) => return Err(status.to_string()),
-        };
+        let mut answers = client
+            .forwarding(UnboundedReceiverStream::new(asks))
+            .await
+            .map_err(|status| status.to_string())?
+            .into_inner();
         state.send_replace(State::Open);
         while let Some(payload) = answers.message().await.map_err(|s| s.to_string())? {
             let Numbered { seq, body } =
@@ -310,8 +284,6 @@ mod tests {
     enum Leader {
         /// Collects three asks, then answers them last first.
         AnswersBackwards,
-        /// An older build: no `Forwarding`, only `ForwardWrites`.
-        UnaryOnly,
         /// Ends its first stream on the first ask; answers on later streams.
         BreaksFirstLine,
     }
@@ -319,7 +291,6 @@ mod tests {
     struct FakeLeader {
         kind: Leader,
         lines_opened: Arc<AtomicUsize>,
-        unary_calls: Arc<AtomicUsize>,
     }
 
     /// What the fake commits a batch at: its size, so each answer says which batch it is for.
@@ -332,22 +303,12 @@ mod tests {
 
     #[tonic::async_trait]
     impl Peer for FakeLeader {
-        async fn forward_writes(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
-            self.unary_calls.fetch_add(1, Ordering::SeqCst);
-            let writes: Vec<Write> = decode(req.get_ref()).map_err(bad_request)?;
-            let answer: Result<Forwarded, ReplicaError> = Ok(committed(&writes));
-            Ok(Response::new(encode(&answer)))
-        }
-
         async fn forwarding(
             &self,
             req: Request<Streaming<Payload>>,
         ) -> Result<Response<AnswerStream>, Status> {
             let opened = self.lines_opened.fetch_add(1, Ordering::SeqCst);
             let kind = self.kind;
-            if matches!(kind, Leader::UnaryOnly) {
-                return Err(Status::unimplemented("Not yet implemented"));
-            }
             let mut asks = req.into_inner();
             let (answers, answers_rx) = mpsc::channel(8);
             tokio::spawn(async move {
@@ -378,7 +339,6 @@ mod tests {
         forwarder: PeerForwarder,
         addr: String,
         lines_opened: Arc<AtomicUsize>,
-        unary_calls: Arc<AtomicUsize>,
         stop: oneshot::Sender<()>,
     }
 
@@ -389,11 +349,9 @@ mod tests {
             .expect("bind");
         let addr = format!("http://{}", listener.local_addr().expect("local addr"));
         let lines_opened = Arc::new(AtomicUsize::new(0));
-        let unary_calls = Arc::new(AtomicUsize::new(0));
         let leader = FakeLeader {
             kind,
             lines_opened: lines_opened.clone(),
-            unary_calls: unary_calls.clone(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(
@@ -411,7 +369,6 @@ mod tests {
             forwarder,
             addr,
             lines_opened,
-            unary_calls,
             stop,
         }
     }
@@ -433,24 +390,6 @@ mod tests {
         let indexes = [a, b, c].map(|r| r.expect("answered").log_index);
         assert_eq!(indexes, [1, 2, 3]);
         assert_eq!(leader.lines_opened.load(Ordering::SeqCst), 1, "one line");
-        assert_eq!(leader.unary_calls.load(Ordering::SeqCst), 0);
-        let _ = leader.stop.send(());
-    }
-
-    #[tokio::test]
-    async fn a_leader_of_an_older_build_is_asked_with_unary_calls() {
-        let leader = start(Leader::UnaryOnly).await;
-        let f = &leader.forwarder;
-        for len in [2, 5] {
-            let answer = f.forward(1, leader.addr.clone(), batch(len)).await;
-            assert_eq!(answer.expect("answered").log_index, len as u64);
-        }
-        assert_eq!(leader.unary_calls.load(Ordering::SeqCst), 2);
-        assert_eq!(
-            leader.lines_opened.load(Ordering::SeqCst),
-            1,
-            "the line is tried once, then the leader is known to take unary calls only"
-        );
         let _ = leader.stop.send(());
     }
 
@@ -467,7 +406,6 @@ mod tests {
         let second = f.forward(1, leader.addr.clone(), batch(4)).await;
         assert_eq!(second.expect("answered on a new line").log_index, 4);
         assert_eq!(leader.lines_opened.load(Ordering::SeqCst), 2);
-        assert_eq!(leader.unary_calls.load(Ordering::SeqCst), 0);
         let _ = leader.stop.send(());
     }
 }

@@ -213,36 +213,6 @@ impl Write {
         }
     }
 
-    /// A command as a member of an older build forwards a client write (stamped commands, with
-    /// an unstamped time of 0): the write, whose time the leader stamps anew. `None` for what
-    /// only a leader proposes.
-    pub fn forwarded_by_an_older_member(command: Command) -> Option<Write> {
-        Some(match command {
-            Command::Put(p) => Write::Put(p),
-            Command::DeleteRange(d) => Write::DeleteRange(d),
-            Command::Txn(t) => Write::Txn(t),
-            Command::Compact { revision } => Write::Compact(Compact { revision }),
-            Command::LeaseGrant { id, ttl_secs, .. } => {
-                Write::LeaseGrant(LeaseGrant { id, ttl_secs })
-            }
-            Command::LeaseRevoke { id } => Write::LeaseRevoke(LeaseRevoke { id }),
-            Command::LeaseRenew { id, .. } => Write::LeaseRenew(LeaseRenew { id }),
-            Command::Alarm(change) => Write::Alarm(change),
-            Command::Publish(attrs) => Write::Publish(attrs),
-            Command::Auth(auth) => Write::Auth(auth),
-            Command::Authenticate(a) => Write::Authenticate(a),
-            Command::As { caller, command } => Write::As {
-                caller,
-                write: Box::new(Write::forwarded_by_an_older_member(*command)?),
-            },
-            Command::LeaseExpire { .. }
-            | Command::LeaseTick { .. }
-            | Command::LeasePromote { .. } => {
-                return None;
-            }
-        })
-    }
-
     /// Roughly the bytes this write adds to a log entry: what batch sizes are bounded by.
     pub fn approx_bytes(&self) -> usize {
         fn op(o: &mvcc::RequestOp) -> usize {
