@@ -47,7 +47,6 @@ use read_index::ReadIndexRounds;
 
 use crate::command::{Alarm, AlarmChange, AlarmMember, Applied, Command, Proposal, Propose, Write};
 use crate::log_store::LogStore;
-use crate::network::NoPeers;
 use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
 use crate::storage::{Defragmented, FirstFailure};
 use crate::telemetry::{Telemetry, TelemetryReading};
@@ -141,10 +140,11 @@ impl QuotaSize {
 }
 
 impl Replica {
-    /// Opens storage, starts Raft and, on a new data dir, bootstraps a one-member cluster. Waits
-    /// (bounded) until this member leads and times leases.
+    /// Opens storage, starts Raft on the default engine (raft-rs) and, on a new data dir,
+    /// bootstraps a one-member cluster. Waits (bounded) until this member leads and times
+    /// leases.
     pub async fn start(cfg: ReplicaConfig) -> Result<Arc<Replica>, StartError> {
-        Replica::start_with(cfg, NoPeers, Arc::new(NoForwarding)).await
+        Replica::start_raft_rs(cfg, Arc::new(NoTransport), Arc::new(NoForwarding)).await
     }
 
     /// Like [`Replica::start`], with a peer transport: `network` carries openraft's RPCs and
