@@ -24,8 +24,8 @@ use leasehold_api::leaseholdpeerpb::Payload;
 use leasehold_api::leaseholdpeerpb::peer_client::PeerClient as GrpcClient;
 use leasehold_api::leaseholdpeerpb::peer_server::{Peer, PeerServer};
 use leasehold_raft::{
-    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, ReadIndex, Replica,
-    ReplicaError, TypeConfig, Write,
+    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, ReadIndex, Replica, ReplicaError,
+    TypeConfig, Write,
 };
 use openraft::BasicNode;
 use openraft::error::{

@@ -195,11 +195,10 @@ async fn run_line(
                 let _ = waiter.send(body);
             }
         }
-        Err("the leader ended the stream".to_owned())
+        Err::<std::convert::Infallible, _>("the leader ended the stream".to_owned())
     };
-    if let Err(why) = ended.await {
-        tracing::debug!(%addr, "forwarding line closed: {why}");
-    }
+    let Err(why) = ended.await;
+    tracing::debug!(%addr, "forwarding line closed: {why}");
     lines.close(&addr, &line);
     state.send_if_modified(|s| {
         let was_opening_or_open = matches!(s, State::Opening | State::Open);
