@@ -63,7 +63,7 @@ for target in etcd leasehold; do
       python3 -c '
 import json, sys
 rows = json.load(sys.stdin)
-leaders = {r["Status"]["leader"] for r in rows}
+leaders = {r["Status"].get("leader", 0) for r in rows}
 if len(rows) != int(sys.argv[1]) or len(leaders) != 1 or 0 in leaders:
     sys.exit(1)
 leader = leaders.pop()

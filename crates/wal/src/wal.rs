@@ -138,8 +138,20 @@ impl Replay {
             if conflicts {
                 self.entries.clear();
             } else {
-                self.entries.retain(|e| e.index > mark.index);
+                self.drop_through(mark.index);
             }
+        }
+    }
+
+    /// Drops the entries up to and including `index`: a prefix, as the entries are contiguous
+    /// (so a replay costs time in the entries it keeps, not in the batches it reads).
+    fn drop_through(&mut self, index: u64) {
+        let Some(start) = self.entries.first().map(|e| e.index) else {
+            return;
+        };
+        if index >= start {
+            let count = usize::try_from(index - start + 1).unwrap_or(usize::MAX);
+            self.entries.drain(..count.min(self.entries.len()));
         }
     }
 
@@ -159,16 +171,18 @@ impl Replay {
         match self.entries.first().map(|e| e.index) {
             None => {}
             Some(start) if first <= start => self.entries.clear(),
-            Some(_) => {
+            Some(start) => {
                 let last = self.last_index();
                 if first > last + 1 {
                     return Err(format!("entry {first} follows entry {last}"));
                 }
-                self.entries.retain(|e| e.index < first);
+                // Contiguous: the entries before `first` are the first `first - start`.
+                let kept = usize::try_from(first - start).unwrap_or(usize::MAX);
+                self.entries.truncate(kept);
             }
         }
         self.entries.extend(entries);
-        self.entries.retain(|e| e.index > self.compacted.index);
+        self.drop_through(self.compacted.index);
         Ok(())
     }
 }
