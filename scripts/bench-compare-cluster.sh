@@ -10,7 +10,7 @@
 # member; followers forward), `followers` (the two followers only).
 # Build first: cargo build --release -p leasehold
 # LEASEHOLD_ARGS adds flags to leasehold's command line, e.g.
-#   LEASEHOLD_ARGS='--experimental-raft-engine raft-rs'
+#   LEASEHOLD_ARGS='--snapshot-count 10000'
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-1}

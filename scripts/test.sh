@@ -51,10 +51,3 @@ rm -rf "$chromium_profile"
 if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd >/dev/null 2>&1 || true; fi
 
 cargo test --workspace --all-targets --no-fail-fast "$@"
-
-# The openraft engine (`--experimental-raft-engine openraft`), which the default raft-rs engine
-# is replacing and which still runs the data dirs it made: the end-to-end tests again, every
-# leasehold member they start on it.
-if [ $# -eq 0 ]; then
-  LEASEHOLD_TEST_RAFT_ENGINE=openraft cargo test --workspace --test '*' --no-fail-fast
-fi

@@ -28,15 +28,9 @@ pub fn init(level: Option<LogLevel>, targets: &[LogTarget]) -> anyhow::Result<()
     Ok(())
 }
 
-/// The filter for `--log-level`: openraft's own info lines are too many for an operator's log,
-/// so it logs from warn up unless asked for debug.
+/// The filter for `--log-level`.
 fn default_filter(level: Option<LogLevel>) -> String {
-    let level = level.unwrap_or(LogLevel::Info).tracing_level();
-    match level {
-        "debug" => "debug,openraft=info".to_owned(),
-        "info" => "info,openraft=warn".to_owned(),
-        other => other.to_owned(),
-    }
+    level.unwrap_or(LogLevel::Info).tracing_level().to_owned()
 }
 
 enum Output {
@@ -117,8 +111,8 @@ mod tests {
 
     #[test]
     fn log_level_picks_the_filter() {
-        assert_eq!(default_filter(None), "info,openraft=warn");
-        assert_eq!(default_filter(Some(LogLevel::Debug)), "debug,openraft=info");
+        assert_eq!(default_filter(None), "info");
+        assert_eq!(default_filter(Some(LogLevel::Debug)), "debug");
         assert_eq!(default_filter(Some(LogLevel::Warn)), "warn");
         assert_eq!(default_filter(Some(LogLevel::Fatal)), "error");
     }

@@ -13,14 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::Leasehold;
 
-/// Small enough to fill in a few seconds, large enough for redb to open the database and, on
-/// raft-rs, to hold the write-ahead log's first segment (64 MiB, written out when it is made).
-fn tmpfs_size_full() -> &'static str {
-    match common::raft_engine_under_test().as_deref() {
-        Some("openraft") => "size=6m",
-        _ => "size=72m",
-    }
-}
+/// Small enough to fill in a few seconds, large enough for redb to open the database and to
+/// hold the write-ahead log's first segment (64 MiB, written out when it is made).
+const TMPFS_SIZE_FULL: &str = "size=72m";
 const TMPFS_SIZE_GROWN: &str = "size=256m";
 const VALUE_LEN: usize = 32 * 1024;
 /// Bounds of the filling loop.
@@ -77,7 +72,7 @@ fn value_of(n: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_ends_the_member_and_loses_no_acknowledged_write() {
-    let tmpfs = Tmpfs::mount(tmpfs_size_full());
+    let tmpfs = Tmpfs::mount(TMPFS_SIZE_FULL);
     let data_dir: PathBuf = tmpfs.path().join("data");
     let mut server = Leasehold::start_in(&data_dir).await;
     let mut client = server.client().await;
@@ -99,9 +94,8 @@ async fn a_full_disk_ends_the_member_and_loses_no_acknowledged_write() {
     }
     let failed = failed.unwrap_or_else(|| {
         server.fail(&format!(
-            "{} puts of {VALUE_LEN} bytes fit a {} tmpfs",
-            acknowledged.len(),
-            tmpfs_size_full()
+            "{} puts of {VALUE_LEN} bytes fit a {TMPFS_SIZE_FULL} tmpfs",
+            acknowledged.len()
         ))
     });
     assert!(

@@ -115,12 +115,7 @@ async fn keep_alive(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_leader_kills_lose_none_of_a_thousand_kept_leases() {
-    let mut cluster = Cluster::start_with(
-        Kind::Leasehold,
-        3,
-        &["--experimental-raft-engine", "raft-rs"],
-    )
-    .await;
+    let mut cluster = Cluster::start(Kind::Leasehold, 3).await;
     let endpoints = cluster.endpoints();
     let client = cluster.members[0].client().await;
     let ids: Vec<i64> = futures::stream::iter(0..LEASES)

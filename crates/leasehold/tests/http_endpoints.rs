@@ -132,8 +132,8 @@ async fn health_version_and_grpc_health_answer_as_etcd_does() {
 /// works) and `/readyz` fails on the linearizable read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_without_a_leader_is_unhealthy_but_alive() {
-    // The survivor was the leader (etcd's steps down for want of a quorum; openraft's would go
-    // on naming itself) or a follower (it stops naming the lost leader when it campaigns).
+    // The survivor was the leader (it steps down for want of a quorum, as etcd's does) or a
+    // follower (it stops naming the lost leader when it campaigns).
     let cases = [
         (Kind::Etcd, true),
         (Kind::Leasehold, true),

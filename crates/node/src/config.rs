@@ -65,11 +65,6 @@ pub struct NodeConfig {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "true", value_parser = parse_go_bool)]
     pub enable_grpc_gateway: bool,
-    /// The Raft engine: `raft-rs` (a write-ahead log of our own) or `openraft` (the engine
-    /// before it). Unset, a data dir keeps the engine it was made with and a new one gets
-    /// raft-rs; set, a data dir the other engine made is refused.
-    #[arg(long)]
-    pub experimental_raft_engine: Option<leasehold_raft::EngineKind>,
     /// Before serving clients, compare this member's KV hash with every reachable peer's and
     /// refuse to start if one with the same compaction point differs.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",

@@ -68,11 +68,7 @@ use Kind::{Bool, Duration, Int, Legacy, Str, Uint};
 /// Every etcd 3.5 server flag that leasehold does not implement (from etcd's
 /// `server/etcdmain/config.go`), in etcd's order.
 const TABLE: &[Inert] = &[
-    inert(
-        "wal-dir",
-        Str,
-        "the Raft log is in the data dir (raft-rs: wal/; openraft: the redb file)",
-    ),
+    inert("wal-dir", Str, "the Raft log is in the data dir's wal/"),
     inert(
         "max-snapshots",
         Uint,
@@ -132,11 +128,7 @@ const TABLE: &[Inert] = &[
         Bool,
         "a change is not checked against the members that are up",
     ),
-    inert(
-        "pre-vote",
-        Bool,
-        "raft-rs always runs PreVote (openraft has its own elections)",
-    ),
+    inert("pre-vote", Bool, "PreVote is always on"),
     inert("enable-v2", Bool, NO_V2),
     inert("experimental-enable-v2v3", Str, NO_V2),
     inert("v2-deprecation", Str, NO_V2),

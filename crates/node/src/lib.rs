@@ -1,6 +1,6 @@
 //! One leasehold member as a library: etcd's server flags ([`NodeConfig`]; also read from
 //! `ETCD_*` variables or etcd's YAML config file, [`NodeConfig::from_sources`]), the identity etcd
-//! derives from them, and [`Node::start`], which opens the replica (redb + openraft) and serves
+//! derives from them, and [`Node::start`], which opens the replica (redb + the raft-rs core) and serves
 //! clients and peers on listeners the caller bound, until the caller's shutdown future
 //! completes or storage fails. The `leasehold` binary and the test kit's in-process cluster are
 //! its two callers.

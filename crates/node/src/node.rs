@@ -117,47 +117,23 @@ impl Node {
             quota_bytes: config.quota_bytes(),
             auth_token_ttl: config.auth_token_ttl(),
         };
-        let engine = match config.experimental_raft_engine {
-            Some(engine) => engine,
-            None => {
-                let made_by = leasehold_raft::engine_of_data_dir(&data_dir)
-                    .with_context(|| format!("open data dir {}", data_dir.display()))?;
-                if made_by == Some(leasehold_raft::EngineKind::Openraft) {
-                    tracing::warn!(
-                        "{} was made by the openraft engine, which goes in a later release: this \
-                         member runs it; move the data to raft-rs with `etcdctl snapshot save` \
-                         and `leasehold snapshot restore`",
-                        data_dir.display()
-                    );
+        // The links report a peer they cannot reach to the replica, which starts after them
+        // (its Raft thread sends through them from the start).
+        let started: Arc<std::sync::OnceLock<std::sync::Weak<Replica>>> = Arc::default();
+        let unreachable = {
+            let started = started.clone();
+            Arc::new(move |id: u64| {
+                if let Some(replica) = started.get().and_then(std::sync::Weak::upgrade) {
+                    replica.report_unreachable(id);
                 }
-                made_by.unwrap_or_default()
-            }
+            })
         };
-        let replica = match engine {
-            leasehold_raft::EngineKind::Openraft => {
-                Replica::start_with(replica_config, network, forwarder).await
-            }
-            leasehold_raft::EngineKind::RaftRs => {
-                // The links report a peer they cannot reach to the replica, which starts after
-                // them (its Raft thread sends through them from the start).
-                let started: Arc<std::sync::OnceLock<std::sync::Weak<Replica>>> = Arc::default();
-                let unreachable = {
-                    let started = started.clone();
-                    Arc::new(move |id: u64| {
-                        if let Some(replica) = started.get().and_then(std::sync::Weak::upgrade) {
-                            replica.report_unreachable(id);
-                        }
-                    })
-                };
-                let links = Arc::new(leasehold_peer::RaftLinks::new(network, unreachable));
-                let replica = Replica::start_raft_rs(replica_config, links, forwarder).await;
-                if let Ok(replica) = &replica {
-                    let _ = started.set(Arc::downgrade(replica));
-                }
-                replica
-            }
+        let links = Arc::new(leasehold_peer::RaftLinks::new(network, unreachable));
+        let replica = Replica::start_with(replica_config, links, forwarder).await;
+        if let Ok(replica) = &replica {
+            let _ = started.set(Arc::downgrade(replica));
         }
-        .with_context(|| format!("open data dir {}", data_dir.display()))?;
+        let replica = replica.with_context(|| format!("open data dir {}", data_dir.display()))?;
         let client_addrs = listeners
             .client
             .iter()
@@ -293,7 +269,7 @@ impl Node {
                 // that. Every acknowledged write is in the fsync'd log; a restart (once the disk
                 // has room) recovers.
                 let what = match reason {
-                    Fatal::Storage(_) | Fatal::Raft(_) => "storage failed",
+                    Fatal::Storage(_) => "storage failed",
                     _ => "the raft core stopped",
                 };
                 tracing::error!("fatal: {what} ({reason}); exiting");

@@ -671,13 +671,12 @@ mod tests {
                 }
             }
         }
-        // The server has no flag etcd lacks, but for the one config-file-only TLS setting and
-        // the engine switch, which goes once raft-rs is the only engine.
+        // The server has no flag etcd lacks, but for the one config-file-only TLS setting.
         let cmd = Serve::command();
         for arg in cmd.get_arguments() {
             let Some(long) = arg.get_long() else { continue };
             let etcd = ETCD_FLAGS.iter().any(|(f, _)| *f == long);
-            let ours = ["client-cert-allowed-cn", "experimental-raft-engine"];
+            let ours = ["client-cert-allowed-cn"];
             assert!(
                 etcd || CLAP_FLAGS.contains(&long) || ours.contains(&long),
                 "--{long} is not an etcd 3.5 flag"

@@ -1,20 +1,17 @@
-//! leasehold's member-to-member transport over gRPC, on the peer URLs: openraft's three RPCs
-//! (append entries, vote, install snapshot) and the two things a follower asks the leader for
-//! (commit this batch of client writes; give me a read index).
+//! leasehold's member-to-member transport over gRPC, on the peer URLs: Raft's messages, one
+//! stream per peer (`raft_link.rs`), and what a follower asks the leader for (commit this batch
+//! of client writes; give me a read index; make this membership change), and any member's KV
+//! hash.
 //!
 //! ```text
+//!   Raft thread ──RaftLinks──► Raft/Messages (one stream per peer) ──► RaftService ──► Replica
 //!   follower Replica ──Forwarder──► Lines ══gRPC Peer/Forwarding (one stream)══► PeerService ──► leader Replica
-//!   openraft ──RaftNetwork──► PeerClient ──gRPC Peer/AppendEntries…──► PeerService ──► openraft
 //! ```
 //!
-//! Messages are openraft's own request and response types (and leasehold's `Write` batches), encoded
-//! with postcard inside a `Payload`. A remote Raft error comes back inside the payload; a
-//! transport failure is "unreachable", so openraft backs off and retries, and a forwarded client
-//! request fails with the transient "no leader" that clients retry. Every request names the
-//! sender's cluster, and a member refuses another cluster's (`cluster_id.rs`).
-//!
-//! `raft_link.rs` is the raft-rs engine's transport (not yet used by the server): `Raft/Messages`,
-//! one stream per peer of opaque message bytes, fed from the Raft thread without waiting.
+//! A forwarded request and its answer are leasehold's own types (`Write` batches, results),
+//! encoded with postcard inside a `Payload`; a transport failure is the transient "no leader"
+//! that clients retry. Every request names the sender's cluster, and a member refuses another
+//! cluster's (`cluster_id.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,16 +22,7 @@ use leasehold_api::leaseholdpeerpb::peer_client::PeerClient as GrpcClient;
 use leasehold_api::leaseholdpeerpb::peer_server::{Peer, PeerServer};
 use leasehold_raft::{
     BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, ReadIndex, Replica, ReplicaError,
-    TypeConfig, Write,
-};
-use openraft::BasicNode;
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
-};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    Write,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -69,8 +57,6 @@ enum TransportError {
     Call { addr: String, status: Status },
     #[error("peer {addr}: bad URL: {reason}")]
     Url { addr: String, reason: String },
-    #[error("decoding a peer message: {0}")]
-    Decode(postcard::Error),
     #[error("peer {addr}: no answer within {timeout:?}")]
     Timeout { addr: String, timeout: Duration },
 }
@@ -99,8 +85,8 @@ fn bad_request(e: postcard::Error) -> Status {
     Status::invalid_argument(format!("undecodable peer message: {e}"))
 }
 
-/// Connections to the other members, one lazily connected channel per peer URL, shared by
-/// openraft's clients and the forwarder.
+/// Connections to the other members, one lazily connected channel per peer URL, shared by the
+/// Raft links and the forwarder.
 #[derive(Clone, Default)]
 pub struct PeerNetwork {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
@@ -228,12 +214,8 @@ impl PeerNetwork {
         let mut client = self.client(addr)?;
         let call = async move {
             match rpc {
-                Rpc::AppendEntries => client.append_entries(payload).await,
-                Rpc::Vote => client.vote(payload).await,
-                Rpc::InstallSnapshot => client.install_snapshot(payload).await,
                 Rpc::ChangeMembers => client.change_members(payload).await,
                 Rpc::HashKv => client.hash_kv(payload).await,
-                Rpc::Campaign => client.campaign(payload).await,
             }
         };
         match tokio::time::timeout(timeout, call).await {
@@ -252,85 +234,8 @@ impl PeerNetwork {
 
 #[derive(Clone, Copy, Debug)]
 enum Rpc {
-    AppendEntries,
-    Vote,
-    InstallSnapshot,
     ChangeMembers,
     HashKv,
-    Campaign,
-}
-
-impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
-    type Network = PeerClient;
-
-    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        PeerClient {
-            target,
-            addr: node.addr.clone(),
-            network: self.clone(),
-        }
-    }
-}
-
-/// openraft's client for one peer.
-pub struct PeerClient {
-    target: u64,
-    addr: String,
-    network: PeerNetwork,
-}
-
-impl PeerClient {
-    /// Sends `request`, and turns the answer (the remote's `Result`) into openraft's error
-    /// shape: transport failures are "unreachable", remote Raft errors are remote errors.
-    async fn rpc<Req, Resp, E>(
-        &self,
-        rpc: Rpc,
-        request: &Req,
-        option: &RPCOption,
-    ) -> Result<Resp, RPCError<u64, BasicNode, E>>
-    where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
-    {
-        let answer = self
-            .network
-            .call(&self.addr, option.hard_ttl(), encode(request), rpc)
-            .await
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let result: Result<Resp, E> = decode(&answer)
-            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError::Decode(e))))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
-    }
-}
-
-impl RaftNetwork<TypeConfig> for PeerClient {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.rpc(Rpc::AppendEntries, &rpc, &option).await
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<u64>,
-        RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
-    > {
-        self.rpc(Rpc::InstallSnapshot, &rpc, &option).await
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<u64>,
-        option: RPCOption,
-    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.rpc(Rpc::Vote, &rpc, &option).await
-    }
 }
 
 /// Takes a follower's writes and read-index requests to the leader over the leader's line (one
@@ -439,14 +344,10 @@ impl Forwarder for PeerForwarder {
     ) -> BoxFuture<Result<Option<MemberHash>, ReplicaError>> {
         self.ask(addr, Rpc::HashKv, &revision)
     }
-
-    fn campaign(&self, _member: u64, addr: String) -> BoxFuture<Result<(), ReplicaError>> {
-        self.ask(addr, Rpc::Campaign, &())
-    }
 }
 
-/// The server side: hands each RPC to this member's Raft (or, for forwarded requests, to the
-/// replica as leader).
+/// The server side: hands a follower's requests to the replica as leader, and answers hash
+/// requests.
 pub struct PeerService {
     replica: Arc<Replica>,
 }
@@ -465,24 +366,6 @@ impl PeerService {
 
 #[tonic::async_trait]
 impl Peer for PeerService {
-    async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
-        let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref()).map_err(bad_request)?;
-        let result = self.replica.append_entries(rpc).await;
-        Ok(Response::new(encode(&result)))
-    }
-
-    async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
-        let rpc: VoteRequest<u64> = decode(req.get_ref()).map_err(bad_request)?;
-        let result = self.replica.vote(rpc).await;
-        Ok(Response::new(encode(&result)))
-    }
-
-    async fn install_snapshot(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
-        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req.get_ref()).map_err(bad_request)?;
-        let result = self.replica.install_snapshot(rpc).await;
-        Ok(Response::new(encode(&result)))
-    }
-
     async fn forwarding(
         &self,
         req: Request<Streaming<Payload>>,
@@ -506,19 +389,12 @@ impl Peer for PeerService {
             Ok(self.replica.member_hash(revision));
         Ok(Response::new(encode(&result)))
     }
-
-    /// The leader hands leadership to this member: it campaigns now.
-    async fn campaign(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
-        let () = decode(req.get_ref()).map_err(bad_request)?;
-        let result = self.replica.campaign().await;
-        Ok(Response::new(encode(&result)))
-    }
 }
 
 /// Serves the peer transport on the connections `incoming` yields (plain TCP or TLS, with
-/// TCP_NODELAY: answers to append-entries and votes are small, and every commit that needs this
-/// member's vote would otherwise wait for Nagle's algorithm and the leader's delayed ACK) until
-/// `shutdown` completes.
+/// TCP_NODELAY: Raft's acknowledgements are small, and every commit that needs this member's
+/// would otherwise wait for Nagle's algorithm and the leader's delayed ACK) until `shutdown`
+/// completes.
 pub async fn serve_peers<I, IO, E>(
     replica: Arc<Replica>,
     cluster_id: u64,

@@ -9,21 +9,19 @@
 //!
 //! No format knowledge lives here: rows go out and come in as the core's own types.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
 use leasehold_auth::AuthState;
 use leasehold_lease::{LeaseId, LeaseRecord};
 use leasehold_mvcc::{Record, Revision};
-use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
 use redb::{Durability, ReadableTable, ReadableTableMetadata};
 
 use crate::command::{AlarmMember, MemberAttrs};
 use crate::storage::{
-    self, ALARMS, AUTH, COMMITTED, COMPACT_REVISION, CURRENT_REVISION, KV, LAST_APPLIED,
-    LAST_PURGED, LEASE_CLOCK_MS, LEASES, MEMBER_ATTRS, MEMBERSHIP, RAFT_META, SM_META,
-    StorageError, decode, encode, lease_key,
+    self, ALARMS, AUTH, COMPACT_REVISION, CURRENT_REVISION, KV, LAST_APPLIED, LEASE_CLOCK_MS,
+    LEASES, MEMBER_ATTRS, MEMBERSHIP, SM_META, StorageError, decode, encode, lease_key,
 };
 
 /// A member as the view lists it.
@@ -70,23 +68,22 @@ impl StateView {
             .begin_read()
             .map_err(StorageError::read("a state view"))?;
         let meta = storage::SmMeta::read(&txn)?;
-        let membership = meta.membership.membership();
-        let voters: BTreeSet<u64> = membership.voter_ids().collect();
         let attrs: BTreeMap<u64, MemberAttrs> =
             meta.member_attrs.into_iter().map(|a| (a.id, a)).collect();
-        let members = membership
-            .nodes()
-            .map(|(id, node)| ViewMember {
+        let members = meta
+            .membership
+            .iter()
+            .map(|(id, m)| ViewMember {
                 id: *id,
-                peer_url: node.addr.clone(),
-                learner: !voters.contains(id),
+                peer_url: m.peer_url.clone(),
+                learner: m.learner,
                 published: attrs.get(id).cloned(),
             })
             .collect();
         Ok(StateView {
             txn,
             applied_index: meta.last_applied.map_or(0, |l| l.index),
-            applied_term: meta.last_applied.map_or(0, |l| l.leader_id.term),
+            applied_term: meta.last_applied.map_or(0, |l| l.term),
             current_revision: meta.current_revision,
             compact_revision: meta.compact_revision,
             lease_time_ms,
@@ -259,15 +256,10 @@ fn write_restored(
                 .map_err(StorageError::write(WHAT))?;
             restored.leases += 1;
         }
-        let log_id = LogId::new(CommittedLeaderId::new(0, 0), 0);
-        let voters: BTreeSet<u64> = members.keys().copied().collect();
-        let nodes: BTreeMap<u64, BasicNode> = members
-            .iter()
-            .map(|(id, url)| (*id, BasicNode::new(url)))
-            .collect();
-        let membership = StoredMembership::new(Some(log_id), Membership::new(vec![voters], nodes));
+        let start = crate::position::LogPosition::default();
+        let membership = crate::position::voters(members);
         let mut meta = txn.open_table(SM_META).map_err(StorageError::write(WHAT))?;
-        LAST_APPLIED.put(&mut meta, &Some(log_id))?;
+        LAST_APPLIED.put(&mut meta, &Some(start))?;
         MEMBERSHIP.put(&mut meta, &membership)?;
         CURRENT_REVISION.put(&mut meta, &restored.current_revision)?;
         COMPACT_REVISION.put(&mut meta, &state.compact_revision)?;
@@ -275,11 +267,6 @@ fn write_restored(
         ALARMS.put(&mut meta, &state.alarms)?;
         MEMBER_ATTRS.put(&mut meta, &Vec::new())?;
         AUTH.put(&mut meta, &state.auth)?;
-        let mut raft = txn
-            .open_table(RAFT_META)
-            .map_err(StorageError::write(WHAT))?;
-        LAST_PURGED.put(&mut raft, &log_id)?;
-        COMMITTED.put(&mut raft, &Some(log_id))?;
     }
     txn.commit().map_err(StorageError::commit(WHAT))?;
     Ok(restored)

@@ -1,24 +1,23 @@
-//! openraft glue for leasehold: the replicated [`Command`], the redb-backed Raft log and state
-//! machine, and [`Replica`], the one handle the server uses to write (through the log) and read
-//! (at a linearizable or serializable point). It owns durability; it must never know about gRPC.
+//! The replicated store for leasehold: the replicated [`Command`], the redb state machine, and
+//! [`Replica`], the one handle the server uses to write (through the Raft log) and read (at a
+//! linearizable or serializable point), over the raft-rs core (`leasehold-consensus`) and its
+//! write-ahead log. It owns durability; it must never know about gRPC.
 //!
 //! ```text
-//!   Replica::propose(write) ──► openraft ──► LogStore::append (redb, fsync per batch)
-//!                                   └──► StateMachine::apply ──► mvcc::Store (+ staged rows)
-//!   Replica::read(f)   ──► read index (ensure_linearizable) ──► f(&Store)
+//!   Replica::propose(write) ──► Raft thread ──► WAL append (one fdatasync per Ready)
+//!                                    └──► apply_entries ──► mvcc::Store (+ staged rows)
+//!                                                              └──► redb checkpoint (100 ms)
+//!   Replica::read(f)   ──► read index (ReadIndex round) ──► f(&Store)
 //! ```
 
 mod command;
 mod export;
-mod log_store;
-mod network;
+mod position;
 mod replica;
 mod state_machine;
 mod storage;
 mod telemetry;
 mod tokens;
-
-use std::io::Cursor;
 
 pub use command::{
     Alarm, AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, Compact,
@@ -32,22 +31,14 @@ pub use leasehold_lease::{
     EndedLease, LEASE_TTL_SECS_MAX, LeaseClock, LeaseEnd, LeaseError, LeaseId, LeaseTable,
     LeaseView, RECENT_ENDS_LEN_MAX,
 };
-pub use network::NoPeers;
 pub use replica::{
-    BoxFuture, EngineKind, Fatal, Forwarded, Forwarder, MemberChange, MemberHash, MemberInfo,
-    MembershipError, NoForwarding, NoTransport, RaftStatus, RaftTransport, ReadIndex, Replica,
-    ReplicaConfig, ReplicaError, StartError, engine_of_data_dir,
+    BoxFuture, Fatal, Forwarded, Forwarder, MemberChange, MemberHash, MemberInfo, MembershipError,
+    NoForwarding, NoTransport, RaftStatus, RaftTransport, ReadIndex, Replica, ReplicaConfig,
+    ReplicaError, StartError,
 };
 pub use state_machine::rebind;
 pub use storage::{Defragmented, StorageError};
 pub use telemetry::{DISK_BUCKETS_SECS, HistogramReading, TelemetryReading};
-
-openraft::declare_raft_types!(
-    /// The Raft type configuration of leasehold.
-    pub TypeConfig:
-        D = Proposal,
-        R = Vec<Applied>,
-);
 
 #[cfg(test)]
 mod tests;

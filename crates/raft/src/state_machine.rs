@@ -7,32 +7,24 @@
 //!
 //! The state lock (`shared.state`) is never held across an `.await`.
 
-use std::io::Cursor;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable, Renewal};
 use leasehold_mvcc::{Change, Record, Revision, Store};
-use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageIOError, StoredMembership,
-};
 use redb::{ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tokio::sync::oneshot;
 
-use crate::TypeConfig;
 use crate::command::{
     Alarm, AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, MemberAttrs,
     Proposal,
 };
+use crate::position::{LogPosition, Members};
 use crate::storage::{Db, KV, LEASES, SmMeta, StorageError, decode, write_sm};
 use crate::tokens::SimpleTokens;
 use leasehold_auth::{Access, AuthChange, AuthError, AuthState, Caller};
-
-/// openraft's storage error, which ours become (typed, through [`crate::storage::FirstFailure`]).
-type RaftStorageError = openraft::StorageError<u64>;
 
 /// Everything the state machine holds, behind one lock so that a snapshot sees the store and the
 /// applied log id together.
@@ -40,8 +32,8 @@ type RaftStorageError = openraft::StorageError<u64>;
 pub(crate) struct SmState {
     pub(crate) store: Store,
     pub(crate) leases: LeaseTable,
-    pub(crate) last_applied: Option<LogId<u64>>,
-    pub(crate) membership: StoredMembership<u64, BasicNode>,
+    pub(crate) last_applied: Option<LogPosition>,
+    pub(crate) membership: Members,
     /// The alarms raised, for every member (replicated: each member holds all of them).
     pub(crate) alarms: BTreeSet<AlarmMember>,
     /// What each member published about itself, by id; only members of the membership.
@@ -58,8 +50,8 @@ impl SmState {
         store: Store,
         lease_clock_ms: u64,
         leases: Vec<(LeaseId, LeaseRecord)>,
-        last_applied: Option<LogId<u64>>,
-        membership: StoredMembership<u64, BasicNode>,
+        last_applied: Option<LogPosition>,
+        membership: Members,
     ) -> SmState {
         let mut table = LeaseTable::restore(lease_clock_ms, leases);
         for (key, lease) in store.leased_keys() {
@@ -199,8 +191,8 @@ fn by_id(attrs: Vec<MemberAttrs>) -> BTreeMap<u64, MemberAttrs> {
     attrs.into_iter().map(|a| (a.id, a)).collect()
 }
 
-fn state_membership_has(membership: &StoredMembership<u64, BasicNode>, id: u64) -> bool {
-    membership.membership().nodes().any(|(n, _)| *n == id)
+fn state_membership_has(membership: &Members, id: u64) -> bool {
+    membership.contains_key(&id)
 }
 
 /// Raises or clears an alarm; what etcd's alarm store answers (the alarm raised, or already
@@ -229,8 +221,6 @@ pub(crate) struct SharedState {
     pub(crate) lease_time_applied: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
     /// Who waits for which key to be deleted.
     pub(crate) key_deletes: KeyDeletes,
-    /// When this member appended its log entries (see [`AppendTimes`]).
-    pub(crate) append_times: Arc<AppendTimes>,
     /// Whether auth is enabled in the applied state, readable without the state lock: while it
     /// is off (the usual case) a request needs no look at the auth store at all.
     pub(crate) auth_enabled: AtomicBool,
@@ -261,51 +251,6 @@ impl SmState {
         shared
             .alarms_raised
             .store(self.alarms_raised(), Ordering::SeqCst);
-    }
-}
-
-/// When this member appended which log entries, so that the lease time an entry carries is
-/// dated from when the entry reached this member, not from when it was applied. An entry is
-/// applied only once this member learns it was committed; entries the old leader replicated
-/// but whose commit it never announced are applied by the next leader only after the election.
-/// Dated at apply, their lease time would lose the whole election gap, and inherited leases
-/// would live that much longer (a dead client's lease, and the "no fresh TTL" promise). The
-/// append comes after the leader stamped the entry, so the time since it is still a lower bound
-/// of the lease time that has passed: never early.
-#[derive(Debug, Default)]
-pub(crate) struct AppendTimes {
-    /// (first index, last index, when) per append, oldest first; pruned as entries are applied.
-    appends: Mutex<std::collections::VecDeque<(u64, u64, std::time::Instant)>>,
-}
-
-/// Most appends remembered: a member that applies far behind dates older entries at apply.
-const APPEND_TIMES_MAX: usize = 4096;
-
-impl AppendTimes {
-    /// Records that entries `first..=last` are being appended now.
-    pub(crate) fn appending(&self, first: u64, last: u64) {
-        let mut appends = self.appends.lock().expect("append times lock poisoned");
-        if appends.len() >= APPEND_TIMES_MAX {
-            appends.pop_front();
-        }
-        appends.push_back((first, last, std::time::Instant::now()));
-    }
-
-    /// When the entry at `index` (as it is now) was appended, if remembered; forgets appends
-    /// wholly below `index`, which is being applied.
-    fn appended_at(&self, index: u64) -> Option<std::time::Instant> {
-        let mut appends = self.appends.lock().expect("append times lock poisoned");
-        // The latest append that covers `index` wrote the entry there now (a conflicting entry
-        // is overwritten by a later append).
-        let at = appends
-            .iter()
-            .rev()
-            .find(|(first, last, _)| (*first..=*last).contains(&index))
-            .map(|(_, _, at)| *at);
-        while appends.front().is_some_and(|(_, last, _)| *last < index) {
-            appends.pop_front();
-        }
-        at
     }
 }
 
@@ -429,7 +374,6 @@ impl SharedState {
             revision,
             lease_time_applied: std::sync::Mutex::new(None),
             key_deletes: KeyDeletes::default(),
-            append_times: Arc::default(),
         }
     }
 
@@ -460,8 +404,8 @@ pub(crate) type Shared = Arc<SharedState>;
 /// What a snapshot carries: the whole state machine.
 #[derive(Serialize, Deserialize)]
 struct SnapshotPayload {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
+    last_applied: Option<LogPosition>,
+    membership: Members,
     current_revision: i64,
     compact_revision: i64,
     records: Vec<(Revision, Record)>,
@@ -472,48 +416,9 @@ struct SnapshotPayload {
     auth: AuthState,
 }
 
-/// The state machine openraft drives. The file always holds a valid snapshot (the state at its
-/// `last_applied`, which is never below the purged log: every purge follows a snapshot built
-/// from the file, and the file's `last_applied` only grows), so `get_current_snapshot` reads one
-/// from it when asked, and none is kept in memory for long (a copy of the whole state).
+/// The state machine as loaded from the file: the shared state the replica applies to.
 pub struct StateMachine {
-    db: Arc<Db>,
     shared: Shared,
-    /// The snapshot last built for a follower, for the next one that asks (another lagging
-    /// follower, or openraft's retry after a timed-out send) within [`SENT_SNAPSHOT_KEPT`]:
-    /// openraft asks from the loop that applies entries, so each build holds up applying.
-    /// Never one older than the latest built or installed (the log may be purged behind that).
-    sent: Arc<Mutex<Sent>>,
-}
-
-#[derive(Default)]
-struct Sent {
-    /// The latest snapshot built or installed: none older is kept or served.
-    floor: Option<LogId<u64>>,
-    kept: Option<SentSnapshot>,
-}
-
-impl Sent {
-    /// A newer snapshot exists up to `log_id`: drop what is older.
-    fn raise_floor(&mut self, log_id: Option<LogId<u64>>) {
-        self.floor = self.floor.max(log_id);
-        if self
-            .kept
-            .as_ref()
-            .is_some_and(|k| k.meta.last_log_id < self.floor)
-        {
-            self.kept = None;
-        }
-    }
-}
-
-/// How long a snapshot built for a follower is kept for the next ask.
-const SENT_SNAPSHOT_KEPT: std::time::Duration = std::time::Duration::from_secs(30);
-
-struct SentSnapshot {
-    built: std::time::Instant,
-    meta: SnapshotMeta<u64, BasicNode>,
-    bytes: Vec<u8>,
 }
 
 impl StateMachine {
@@ -546,64 +451,12 @@ impl StateMachine {
             "loaded the state machine"
         );
         Ok(StateMachine {
-            db,
             shared: Arc::new(SharedState::new(state)),
-            sent: Arc::default(),
         })
     }
 
     pub(crate) fn shared(&self) -> Shared {
         self.shared.clone()
-    }
-
-    /// Snapshots the state machine as the file holds it.
-    ///
-    /// The file is read, not the applied state. The changes applied but not yet written are
-    /// written first (`Db::flush_staged_sm`; they are in the file together with the
-    /// `last_applied` they lead to, as in every log commit), so a redb read transaction then sees
-    /// a consistent state at an index no lower than the one applied when this was called.
-    /// Nothing here takes the state lock, so applying (and every client waiting on it) never
-    /// stops for a snapshot; copying a large state under that lock once stalled writes for up to
-    /// 0.8 s (docs/bench.md). Blocking: call it off the runtime.
-    fn snapshot_from_file(db: &Db) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let started = std::time::Instant::now();
-        db.flush_staged_sm()?;
-        let (meta, bytes) = SnapshotPayload::encode_from_file(db)?;
-        tracing::debug!(
-            bytes = bytes.len(),
-            ms = started.elapsed().as_millis(),
-            "built a snapshot from the file"
-        );
-        Ok(Snapshot {
-            meta: SnapshotMeta {
-                last_log_id: meta.last_applied,
-                last_membership: meta.membership,
-                // The state at an applied log id is always the same, so the id names it.
-                snapshot_id: meta.last_applied.map_or_else(
-                    || "none".to_owned(),
-                    |l| format!("{}-{}-{}", l.leader_id.term, l.leader_id.node_id, l.index),
-                ),
-            },
-            snapshot: Box::new(Cursor::new(bytes)),
-        })
-    }
-
-    /// [`StateMachine::snapshot_from_file`] on a blocking thread.
-    async fn build_snapshot_off_runtime(&self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
-        let db = self.db.clone();
-        let built = tokio::task::spawn_blocking(move || StateMachine::snapshot_from_file(&db))
-            .await
-            .unwrap_or_else(|error| {
-                Err(StorageError::Thread {
-                    what: "a snapshot",
-                    error,
-                })
-            });
-        built.map_err(|e| {
-            self.db
-                .failure()
-                .to_raft(e, |e| StorageIOError::read_state_machine(e))
-        })
     }
 }
 
@@ -884,44 +737,37 @@ fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applie
     }
 }
 
-/// A committed entry as [`apply_entries`] takes it, whichever engine committed it.
+/// A committed entry as [`apply_entries`] takes it.
 pub(crate) enum Applying {
     /// A new leader's first entry.
     Blank,
     /// A new membership (its members' attributes are kept, the others' dropped).
-    Membership(openraft::Membership<u64, BasicNode>),
+    Membership(Members),
     Normal(Proposal),
 }
 
 /// Applies committed entries, in order, to the state machine: one reply per entry (one
 /// `Applied` per command). The changes are staged (`Db::stage_sm`), not written: the log holds
-/// the entries durably, and the staged rows reach the file with the next log commit (openraft)
-/// or checkpoint (raft-rs). `dated` tells when an entry reached this member, if known, which
-/// dates the replicated lease time it carries (now, if not).
+/// the entries durably, and the staged rows reach the file with the next checkpoint. The
+/// replicated lease time the entries carry is dated now, when this member applies them.
 pub(crate) fn apply_entries(
     shared: &Shared,
     db: &Db,
-    entries: impl IntoIterator<Item = (LogId<u64>, Applying)>,
-    dated: impl Fn(u64) -> Option<std::time::Instant>,
+    entries: impl IntoIterator<Item = (LogPosition, Applying)>,
 ) -> Vec<Vec<Applied>> {
     let mut replies = Vec::new();
     let mut fx = Effects::default();
-    let (meta, lease_rows, lease_clock_ms, clock_moved_at) = {
+    let (meta, lease_rows, lease_clock_ms) = {
         let mut guard = shared.state.write().expect("state lock poisoned");
         let state = &mut *guard;
-        // The last entry that moved the lease clock.
-        let mut clock_moved_at = None;
-        for (log_id, payload) in entries {
-            let clock_before = state.leases.clock_ms();
-            state.last_applied = Some(log_id);
+        for (position, payload) in entries {
+            state.last_applied = Some(position);
             let reply = match payload {
                 Applying::Blank => Vec::new(),
                 Applying::Membership(m) => {
                     // A removed member's attributes go with it.
-                    state
-                        .member_attrs
-                        .retain(|id, _| m.nodes().any(|(n, _)| n == id));
-                    state.membership = StoredMembership::new(Some(log_id), m);
+                    state.member_attrs.retain(|id, _| m.contains_key(id));
+                    state.membership = m;
                     Vec::new()
                 }
                 Applying::Normal(Proposal { commands }) => commands
@@ -930,9 +776,6 @@ pub(crate) fn apply_entries(
                     .collect(),
             };
             replies.push(reply);
-            if state.leases.clock_ms() > clock_before {
-                clock_moved_at = Some(log_id.index);
-            }
         }
         if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
             state.leases.validate();
@@ -943,17 +786,9 @@ pub(crate) fn apply_entries(
             .iter()
             .map(|id| (*id, state.leases.record(*id)))
             .collect();
-        (
-            state.meta(),
-            lease_rows,
-            state.leases.clock_ms(),
-            clock_moved_at,
-        )
+        (state.meta(), lease_rows, state.leases.clock_ms())
     };
-    let dated = clock_moved_at
-        .and_then(dated)
-        .unwrap_or_else(std::time::Instant::now);
-    shared.note_lease_time(lease_clock_ms, dated);
+    shared.note_lease_time(lease_clock_ms, std::time::Instant::now());
     if !lease_rows.is_empty() {
         shared.leases_changed.notify_one();
     }
@@ -971,8 +806,8 @@ pub(crate) fn apply_entries(
     replies
 }
 
-/// Where a state is: its applied log id and membership.
-pub(crate) type AppliedAt = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
+/// Where a state is: its applied log position and membership.
+pub(crate) type AppliedAt = (Option<LogPosition>, Members);
 
 /// Replaces the state machine with a leader's snapshot (`bytes`, as [`snapshot_bytes_from_file`]
 /// makes them) at `at` (the applied log id and membership; `None`: the ones the bytes hold),
@@ -985,10 +820,10 @@ pub(crate) fn install_snapshot_bytes(
 ) -> Result<(), StorageError> {
     const WHAT: &str = "a snapshot";
     let payload: SnapshotPayload = decode(WHAT, bytes)?;
-    let (last_log_id, membership) =
+    let (last_applied, membership) =
         at.unwrap_or_else(|| (payload.last_applied, payload.membership.clone()));
     tracing::info!(
-        last_log_id = ?last_log_id,
+        last_applied = ?last_applied,
         bytes = bytes.len(),
         revision = payload.current_revision,
         "installing a snapshot from the leader"
@@ -1002,7 +837,7 @@ pub(crate) fn install_snapshot_bytes(
         store,
         payload.lease_clock_ms,
         payload.leases.clone(),
-        last_log_id,
+        last_applied,
         membership,
     );
     state.alarms = payload.alarms.iter().copied().collect();
@@ -1057,128 +892,6 @@ pub(crate) fn snapshot_bytes_from_file(db: &Db) -> Result<(SmMeta, Vec<u8>), Sto
     SnapshotPayload::encode_from_file(db)
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
-        let built = self.build_snapshot_off_runtime().await?;
-        // The log may now be purged behind this newer snapshot.
-        self.sent
-            .lock()
-            .expect("snapshot lock poisoned")
-            .raise_floor(built.meta.last_log_id);
-        Ok(built)
-    }
-}
-
-impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotBuilder = StateMachine;
-
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), RaftStorageError> {
-        let state = self.shared.state.read().expect("state lock poisoned");
-        Ok((state.last_applied, state.membership.clone()))
-    }
-
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Applied>>, RaftStorageError>
-    where
-        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-        I::IntoIter: Send,
-    {
-        let append_times = self.shared.append_times.clone();
-        let entries = entries.into_iter().map(|entry| {
-            let payload = match entry.payload {
-                EntryPayload::Blank => Applying::Blank,
-                EntryPayload::Membership(m) => Applying::Membership(m),
-                EntryPayload::Normal(proposal) => Applying::Normal(proposal),
-            };
-            (entry.log_id, payload)
-        });
-        Ok(apply_entries(&self.shared, &self.db, entries, |index| {
-            append_times.appended_at(index)
-        }))
-    }
-
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        StateMachine {
-            db: self.db.clone(),
-            shared: self.shared.clone(),
-            sent: self.sent.clone(),
-        }
-    }
-
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, RaftStorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<u64, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), RaftStorageError> {
-        let failure = self.db.failure().clone();
-        let (shared, db) = (self.shared.clone(), self.db.clone());
-        let (last_log_id, membership) = (meta.last_log_id, meta.last_membership.clone());
-        tokio::task::spawn_blocking(move || {
-            install_snapshot_bytes(
-                &shared,
-                &db,
-                snapshot.get_ref(),
-                Some((last_log_id, membership)),
-            )
-        })
-        .await
-        .map_err(|error| StorageError::Thread {
-            what: "a snapshot",
-            error,
-        })
-        .and_then(|r| r)
-        .map_err(|e| {
-            failure.to_raft(e, |e| {
-                StorageIOError::write_snapshot(Some(meta.signature()), e)
-            })
-        })?;
-        self.sent
-            .lock()
-            .expect("snapshot lock poisoned")
-            .raise_floor(meta.last_log_id);
-        Ok(())
-    }
-
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
-        // The file holds a valid snapshot (see `StateMachine`); an installed one is in it too.
-        let (applied, has_peers) = {
-            let state = self.shared.state.read().expect("state lock poisoned");
-            let nodes = state.membership.membership().nodes().count();
-            (state.last_applied, nodes > 1)
-        };
-        if applied.is_none() {
-            return Ok(None);
-        }
-        if let Some(sent) = &self.sent.lock().expect("snapshot lock poisoned").kept
-            && sent.built.elapsed() < SENT_SNAPSHOT_KEPT
-        {
-            return Ok(Some(Snapshot {
-                meta: sent.meta.clone(),
-                snapshot: Box::new(Cursor::new(sent.bytes.clone())),
-            }));
-        }
-        let snapshot = self.build_snapshot_off_runtime().await?;
-        // Only a member with others to send it to keeps it (openraft also asks once at start-up,
-        // for the metadata alone).
-        let mut sent = self.sent.lock().expect("snapshot lock poisoned");
-        sent.kept = has_peers.then(|| SentSnapshot {
-            built: std::time::Instant::now(),
-            meta: snapshot.meta.clone(),
-            bytes: snapshot.snapshot.get_ref().clone(),
-        });
-        sent.raise_floor(snapshot.meta.last_log_id);
-        drop(sent);
-        Ok(Some(snapshot))
-    }
-}
-
 /// Reads run against the applied state under the read lock.
 pub(crate) fn read<T>(shared: &Shared, f: impl FnOnce(&Store) -> T) -> T {
     let state = shared.state.read().expect("state lock poisoned");
@@ -1218,30 +931,3 @@ mod apply_tests;
 mod binding_tests;
 #[cfg(test)]
 mod snapshot_tests;
-
-#[cfg(test)]
-mod append_times_tests {
-    use super::AppendTimes;
-
-    #[test]
-    fn an_entry_is_dated_by_its_latest_append_and_applied_appends_are_forgotten() {
-        let times = AppendTimes::default();
-        times.appending(1, 3);
-        let first = times.appended_at(2).expect("appended");
-        // A new leader overwrites 3 (a conflicting entry) and appends 4.
-        times.appending(3, 4);
-        let second = times.appended_at(3).expect("appended");
-        assert!(second >= first);
-        assert_eq!(times.appended_at(4), Some(second));
-        assert_eq!(
-            times.appended_at(2),
-            None,
-            "appends wholly below 4 are forgotten"
-        );
-        assert_eq!(
-            times.appended_at(9),
-            None,
-            "never appended here: dated at apply"
-        );
-    }
-}

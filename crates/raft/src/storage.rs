@@ -1,12 +1,11 @@
-//! The on-disk layout in one redb database (see docs/storage-format.md). The Raft log and the
-//! state machine share the file, which is what makes the group commit safe: applying stages the
-//! state machine's changes, and the next fsync'd log commit writes them in its own transaction. A
-//! crash rolls the state machine back to an earlier applied index, and openraft re-applies from
-//! the log, which still holds every entry above it (a purge is itself a log commit, so it writes
-//! the stage before any entry disappears). Building a snapshot also writes the stage, in an
-//! fsync'd transaction of its own (`Db::flush_staged_sm`), so that the snapshot it reads from the
-//! file holds everything applied; whichever writer takes the stage does so inside redb's single
-//! write transaction, so stages reach the file whole and in order.
+//! The state machine's on-disk layout in one redb database (see docs/storage-format.md); the Raft
+//! log is apart, in the write-ahead log. Applying stages the state machine's changes, and the
+//! next checkpoint (`Db::checkpoint`, every 100 ms) writes them in one durable transaction. A
+//! crash rolls the state machine back to its last checkpoint, and the log, which is compacted
+//! only behind a durable checkpoint, replays what came after. Building a snapshot also writes the
+//! stage, in a durable transaction of its own (`Db::flush_staged_sm`), so that the snapshot it
+//! reads from the file holds everything applied; whichever writer takes the stage does so inside
+//! redb's single write transaction, so stages reach the file whole and in order.
 
 use std::marker::PhantomData;
 use std::path::Path;
@@ -16,24 +15,23 @@ use std::collections::BTreeMap;
 
 use leasehold_lease::{LeaseId, LeaseRecord};
 use leasehold_mvcc::Change;
-use openraft::{BasicNode, LogId, StoredMembership, Vote};
 use redb::{Database, Durability, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::command::{AlarmMember, MemberAttrs};
+use crate::position::{LogPosition, Members};
 use crate::telemetry::Telemetry;
 use leasehold_auth::AuthState;
 
 mod error;
 
-pub(crate) use error::FirstFailure;
 pub use error::StorageError;
 
-/// Raft log entries by index: postcard-encoded `openraft::Entry`.
-pub(crate) const RAFT_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
-/// Raft's own durable state: `vote`, `committed`, `last_purged`.
-pub(crate) const RAFT_META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+/// Where the openraft engine (before raft-rs) kept its log and its vote: only read, to recognise
+/// (and refuse) a data dir it wrote.
+const OPENRAFT_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+const OPENRAFT_META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 /// Every stored version of every key, by revision (`main` then `sub`, big-endian).
 pub(crate) const KV: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new("kv");
 /// Every lease, by id (`i64` as `u64`, big-endian): postcard-encoded `LeaseRecord`.
@@ -49,8 +47,9 @@ pub(crate) const SM_META: TableDefinition<&str, &[u8]> = TableDefinition::new("s
 /// key of RSS (docs/bench.md, "Memory").
 const CACHE_BYTES: usize = 32 << 20;
 
-/// The storage format version, stored under `format` in `SM_META`.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The storage format version, stored under `format` in `SM_META`. 2: the applied position and
+/// membership in leasehold's own types (1 held openraft's).
+pub(crate) const FORMAT_VERSION: u32 = 2;
 
 /// A metadata row: its name and the one type it holds, so that what is written is always read
 /// back as the same type.
@@ -92,12 +91,9 @@ impl<T: Serialize + DeserializeOwned> MetaKey<T> {
     }
 }
 
-pub(crate) const VOTE: MetaKey<Vote<u64>> = MetaKey::new("vote");
-pub(crate) const COMMITTED: MetaKey<Option<LogId<u64>>> = MetaKey::new("committed");
-pub(crate) const LAST_PURGED: MetaKey<LogId<u64>> = MetaKey::new("last_purged");
 pub(crate) const FORMAT: MetaKey<u32> = MetaKey::new("format");
-pub(crate) const LAST_APPLIED: MetaKey<Option<LogId<u64>>> = MetaKey::new("last_applied");
-pub(crate) const MEMBERSHIP: MetaKey<StoredMembership<u64, BasicNode>> = MetaKey::new("membership");
+pub(crate) const LAST_APPLIED: MetaKey<Option<LogPosition>> = MetaKey::new("last_applied");
+pub(crate) const MEMBERSHIP: MetaKey<Members> = MetaKey::new("membership");
 pub(crate) const CURRENT_REVISION: MetaKey<i64> = MetaKey::new("current_revision");
 pub(crate) const COMPACT_REVISION: MetaKey<i64> = MetaKey::new("compact_revision");
 pub(crate) const LEASE_CLOCK_MS: MetaKey<u64> = MetaKey::new("lease_clock_ms");
@@ -134,8 +130,6 @@ pub(crate) struct Db {
     /// State-machine writes applied but not yet in the file; the next log commit (or snapshot
     /// build) writes them.
     staged_sm: Mutex<StagedSm>,
-    /// The first storage failure, typed; shared with the replica, which outlives the file.
-    failure: Arc<FirstFailure>,
     closed: tokio::sync::watch::Sender<()>,
     /// Commit times and the other counters operators read.
     telemetry: Arc<Telemetry>,
@@ -151,8 +145,8 @@ struct StagedSm {
 
 /// The state-machine metadata rows: written with its changes, read back whole.
 pub(crate) struct SmMeta {
-    pub(crate) last_applied: Option<LogId<u64>>,
-    pub(crate) membership: StoredMembership<u64, BasicNode>,
+    pub(crate) last_applied: Option<LogPosition>,
+    pub(crate) membership: Members,
     pub(crate) current_revision: i64,
     pub(crate) compact_revision: i64,
     pub(crate) lease_clock_ms: u64,
@@ -300,10 +294,9 @@ impl Db {
         Some(stats.allocated_pages() * stats.page_size() as u64)
     }
 
-    /// Queues applied state-machine changes. They reach the file in the next log commit
-    /// ([`Db::write_staged_sm`]), which is the fsync that would have made them durable anyway:
-    /// applying costs no write transaction of its own. Until then a crash loses them, and
-    /// openraft re-applies the entries from the log, which holds them durably.
+    /// Queues applied state-machine changes. They reach the file in the next checkpoint
+    /// ([`Db::checkpoint`]): applying costs no write transaction of its own. Until then a crash
+    /// loses them, and the entries are applied again from the log, which holds them durably.
     pub(crate) fn stage_sm(
         &self,
         changes: Vec<Change>,
@@ -316,8 +309,8 @@ impl Db {
         staged.meta = Some(meta);
     }
 
-    /// Writes the staged state-machine rows into `txn` (a log commit's, or a snapshot build's);
-    /// whether there were any.
+    /// Writes the staged state-machine rows into `txn` (a snapshot build's); whether there were
+    /// any.
     pub(crate) fn write_staged_sm(
         &self,
         txn: &redb::WriteTransaction,
@@ -342,10 +335,10 @@ impl Db {
         Ok(())
     }
 
-    /// The raft-rs engine's checkpoint: writes the staged state-machine changes durably, and
-    /// returns the applied log id they bring the file to (`None`: nothing was staged). The Raft
-    /// log may be compacted up to it. Blocking.
-    pub(crate) fn checkpoint(&self) -> Result<Option<LogId<u64>>, StorageError> {
+    /// The checkpoint: writes the staged state-machine changes durably, and returns the applied
+    /// log position they bring the file to (`None`: nothing was staged). The Raft log may be
+    /// compacted up to it. Blocking.
+    pub(crate) fn checkpoint(&self) -> Result<Option<LogPosition>, StorageError> {
         const WHAT: &str = "the state machine's checkpoint";
         // Taken once the write transaction has begun: transactions run one at a time, so what
         // is staged later lands in a later one, never under an older checkpoint.
@@ -363,20 +356,6 @@ impl Db {
         Ok(meta.last_applied)
     }
 
-    /// Whether openraft has written its log or vote here (a data dir of the openraft engine).
-    pub(crate) fn has_openraft_log(&self) -> Result<bool, StorageError> {
-        use redb::ReadableTableMetadata;
-        const WHAT: &str = "the raft log";
-        let txn = self.begin_read().map_err(StorageError::read(WHAT))?;
-        let log = txn.open_table(RAFT_LOG).map_err(StorageError::read(WHAT))?;
-        let meta = txn
-            .open_table(RAFT_META)
-            .map_err(StorageError::read(WHAT))?;
-        let entries = log.len().map_err(StorageError::read(WHAT))?;
-        let vote = meta.get(VOTE.name).map_err(StorageError::read(WHAT))?;
-        Ok(entries > 0 || vote.is_some())
-    }
-
     pub(crate) fn telemetry(&self) -> &Arc<Telemetry> {
         &self.telemetry
     }
@@ -384,11 +363,6 @@ impl Db {
     /// Drops staged changes that a snapshot install makes obsolete.
     pub(crate) fn discard_staged_sm(&self) {
         *self.staged_sm.lock().expect("staged lock poisoned") = StagedSm::default();
-    }
-
-    /// Where storage failures are recorded (see [`FirstFailure`]).
-    pub(crate) fn failure(&self) -> &Arc<FirstFailure> {
-        &self.failure
     }
 
     /// Completes (with an error, as the sender is gone) when the database is closed.
@@ -399,11 +373,6 @@ impl Db {
 
 /// The database's file in a data dir.
 const DB_FILE: &str = "leasehold.redb";
-
-/// Whether `dir` holds a database.
-pub(crate) fn exists(dir: &Path) -> bool {
-    dir.join(DB_FILE).is_file()
-}
 
 /// Opens (or creates) the database under `dir` and makes sure every table exists, so that
 /// readers never meet a missing table.
@@ -424,11 +393,12 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         .begin_write()
         .map_err(StorageError::write("the tables"))?;
     {
-        txn.open_table(RAFT_LOG)
-            .map_err(StorageError::write("the tables"))?;
+        if wrote_openraft_log(&txn)? {
+            return Err(StorageError::OpenraftDataDir {
+                dir: dir.to_path_buf(),
+            });
+        }
         txn.open_table(KV)
-            .map_err(StorageError::write("the tables"))?;
-        txn.open_table(RAFT_META)
             .map_err(StorageError::write("the tables"))?;
         txn.open_table(LEASES)
             .map_err(StorageError::write("the tables"))?;
@@ -451,8 +421,39 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
     Ok(Arc::new(Db {
         db: RwLock::new(db),
         staged_sm: Mutex::new(StagedSm::default()),
-        failure: Arc::new(FirstFailure::default()),
         closed,
         telemetry: Arc::default(),
     }))
+}
+
+/// Whether the openraft engine (before raft-rs) wrote its log or vote in this file.
+fn wrote_openraft_log(txn: &redb::WriteTransaction) -> Result<bool, StorageError> {
+    use redb::{ReadableTableMetadata, TableHandle};
+    const WHAT: &str = "the openraft log";
+    let names: Vec<String> = txn
+        .list_tables()
+        .map_err(StorageError::read(WHAT))?
+        .map(|t| t.name().to_owned())
+        .collect();
+    if names.iter().any(|n| n == OPENRAFT_LOG.name()) {
+        let log = txn
+            .open_table(OPENRAFT_LOG)
+            .map_err(StorageError::read(WHAT))?;
+        if log.len().map_err(StorageError::read(WHAT))? > 0 {
+            return Ok(true);
+        }
+    }
+    if names.iter().any(|n| n == OPENRAFT_META.name()) {
+        let meta = txn
+            .open_table(OPENRAFT_META)
+            .map_err(StorageError::read(WHAT))?;
+        if meta
+            .get("vote")
+            .map_err(StorageError::read(WHAT))?
+            .is_some()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

@@ -274,10 +274,6 @@ impl From<ApiError> for Status {
                     tracing::error!("state machine answered with the wrong reply kind: {reply}");
                     Status::new(Code::Internal, "etcdserver: unexpected apply result")
                 }
-                ReplicaError::Unsupported(what) => Status::new(
-                    Code::Unimplemented,
-                    format!("not supported by this member's raft engine: {what}"),
-                ),
                 ReplicaError::Membership(m) => {
                     let code = match m {
                         MembershipError::NotFound => Code::NotFound,
@@ -321,7 +317,6 @@ impl From<ApiError> for Status {
 mod tests {
     use super::*;
     use leasehold_raft::Fatal;
-    use openraft::error::{ChangeMembershipError, EmptyMembership};
 
     /// One status per error: etcd's code and message, byte for byte (the differential tests in
     /// crates/leasehold compare them with a real etcd).
@@ -380,12 +375,11 @@ mod tests {
         );
         let fatal = ReplicaError::Fatal(Fatal::Panicked);
         api(fatal, Unavailable, "etcdserver: server stopped");
-        let refused = ChangeMembershipError::EmptyMembership(EmptyMembership {});
-        let refused_message = "etcdserver: new membership can not be empty";
+        let refused = "a membership change is already in progress";
         api(
-            ReplicaError::MembershipChange(refused),
+            ReplicaError::MembershipChange(refused.to_owned()),
             Internal,
-            refused_message,
+            &format!("etcdserver: {refused}"),
         );
         let garbage = postcard::from_bytes::<bool>(&[7]).unwrap_err();
         let bad_answer = format!("etcdserver: undecodable answer from the leader: {garbage}");

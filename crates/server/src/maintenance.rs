@@ -23,9 +23,10 @@ use crate::error::ApiError;
 /// (`watch.rs`).
 pub const ETCD_API_VERSION: &str = "3.5.13";
 
-/// How long a leadership transfer may take, in election timeouts: openraft's leader lease (two)
-/// may have to run out first, then the transferee catches up and wins an election. Under
-/// etcdctl's default command timeout (5 s) at the default election timeout.
+/// How long a leadership transfer may take, in election timeouts: the transferee catches up and
+/// wins an election (raft-rs gives up a transfer after one election timeout; a slow catch-up
+/// may need a second). Under etcdctl's default command timeout (5 s) at the default election
+/// timeout.
 const MOVE_LEADER_ELECTION_TIMEOUTS: u32 = 4;
 
 /// Snapshot pieces read ahead of the client.

@@ -96,7 +96,7 @@ impl InProcessCluster {
                 let name = format!("m{}", i + 1);
                 let client_port = bound[i].0.local_addr().expect("bound").port();
                 let data_dir: PathBuf = dir.path().join(&name);
-                let mut args = vec![
+                let args = vec![
                     "leasehold".to_owned(),
                     format!("--name={name}"),
                     format!("--data-dir={}", data_dir.display()),
@@ -108,9 +108,6 @@ impl InProcessCluster {
                     format!("--heartbeat-interval={HEARTBEAT_INTERVAL_MS}"),
                     format!("--election-timeout={ELECTION_TIMEOUT_MS}"),
                 ];
-                if let Some(engine) = crate::process::raft_engine_under_test() {
-                    args.push(format!("--experimental-raft-engine={engine}"));
-                }
                 let config = Flags::try_parse_from(args).expect("valid flags").config;
                 (name, config)
             })

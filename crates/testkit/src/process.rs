@@ -205,9 +205,6 @@ pub struct Server {
     cluster: Option<(String, String)>,
     /// More flags for every start.
     extra_args: Vec<String>,
-    /// Starts name no Raft engine, whatever `LEASEHOLD_TEST_RAFT_ENGINE` says, so that the data
-    /// dir's own decides.
-    engine_from_data_dir: bool,
     /// How the settings are handed over, and more environment variables and YAML.
     setup: Setup,
 }
@@ -242,7 +239,6 @@ impl Server {
             member_name: MEMBER_NAME.to_owned(),
             cluster: None,
             extra_args: setup.args.clone(),
-            engine_from_data_dir: false,
             setup,
         };
         server.spawn();
@@ -312,28 +308,11 @@ impl Server {
             member_name: name.to_owned(),
             cluster: Some((initial_cluster.to_owned(), token.to_owned())),
             extra_args: setup.args.clone(),
-            engine_from_data_dir: false,
             setup,
         };
         make(&server.data_dir);
         server.spawn();
         server
-    }
-
-    /// From the next start on, names no Raft engine (drops `--experimental-raft-engine` from
-    /// the extra flags and ignores `LEASEHOLD_TEST_RAFT_ENGINE`): the data dir's engine runs.
-    pub fn let_the_data_dir_choose_the_engine(&mut self) {
-        let mut kept = Vec::new();
-        let mut args = std::mem::take(&mut self.extra_args).into_iter();
-        while let Some(arg) = args.next() {
-            if arg == "--experimental-raft-engine" {
-                args.next();
-            } else if !arg.starts_with("--experimental-raft-engine=") {
-                kept.push(arg);
-            }
-        }
-        self.extra_args = kept;
-        self.engine_from_data_dir = true;
     }
 
     pub fn spawn(&mut self) {
@@ -381,17 +360,6 @@ impl Server {
         settings.push(("initial-cluster-token", token));
         settings.push(("heartbeat-interval", "100".to_owned()));
         settings.push(("election-timeout", "1000".to_owned()));
-        let engine_named = self
-            .extra_args
-            .iter()
-            .any(|a| a.starts_with("--experimental-raft-engine"));
-        if self.kind == Kind::Leasehold
-            && !engine_named
-            && !self.engine_from_data_dir
-            && let Some(engine) = raft_engine_under_test()
-        {
-            settings.push(("experimental-raft-engine", engine));
-        }
         let mut command = Command::new(self.kind.binary());
         match self.setup.style {
             ConfigStyle::Flags => {
@@ -791,12 +759,4 @@ pub(crate) async fn probe(endpoint: &str, tls: Option<&TlsSetup>) -> Result<(), 
     let mut client = Client::connect([endpoint], Some(options)).await?;
     client.get("leasehold-test-readiness-probe", None).await?;
     Ok(())
-}
-
-/// The Raft engine the suite's leasehold members run: `LEASEHOLD_TEST_RAFT_ENGINE` (`openraft`
-/// or `raft-rs`), or the binary's default when unset.
-pub fn raft_engine_under_test() -> Option<String> {
-    std::env::var("LEASEHOLD_TEST_RAFT_ENGINE")
-        .ok()
-        .filter(|e| !e.is_empty())
 }

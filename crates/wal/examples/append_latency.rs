@@ -1,6 +1,6 @@
 //! One append at a time, each made durable before the next, as a leader with one client in
 //! flight does: this log's `append` (one frame, one `fdatasync`) against a redb commit of the
-//! same bytes with `Durability::Immediate` (what the openraft engine's log store pays per batch),
+//! same bytes with `Durability::Immediate` (what a log kept in redb would pay per batch),
 //! and a redb commit with `Durability::None` (what applying an entry will cost the raft-rs
 //! engine's state machine, which the log makes durable instead).
 //!

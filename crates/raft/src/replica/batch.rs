@@ -9,26 +9,13 @@ use super::engine::{Engine, EngineStatus};
 use super::error::ReplicaError;
 use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere, wait_applied};
 use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
-use crate::command::{Applied, Proposal, Write};
-use crate::log_store::LogFlushes;
-use crate::storage::FirstFailure;
-use crate::telemetry::Telemetry;
+use crate::command::{Applied, Write};
 
 /// Most commands in one log entry (a renewal is about 15 bytes of it, a 256-byte put about 280).
 pub(super) const BATCH_LEN_MAX: usize = 4096;
 
 /// Soft bound on one log entry's size: a batch closes once it holds this much.
 pub(super) const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
-
-/// Proposals in flight at once, of which at most one is not yet on this member's disk: a
-/// proposer holds the queue until the entry it proposed is durable here (or its proposal ended),
-/// and only then may the other form the next batch. openraft 0.9 appends one proposal at a time
-/// and waits for its fsync, so a second proposal queued behind an unsynced one only splits the
-/// writes that arrived meanwhile into two entries and two fsyncs (measured, 64 clients, single
-/// node: 2 ungated proposers 10 % fewer puts and 15 % fewer grants than 1). Gated, the second
-/// proposal's append overlaps what follows the first one's fsync: its replication to the
-/// followers and their fsyncs, its apply and the answers (docs/bench.md, 2026-11-27).
-pub(super) const PROPOSERS: usize = 2;
 
 /// Writes waiting to be batched before callers wait for room.
 pub(super) const QUEUE_LEN_MAX: usize = 16 * 1024;
@@ -56,20 +43,17 @@ pub(super) struct Committed {
 }
 
 /// Takes whatever writes are queued (at least one, at most a batch), proposes them as one log
-/// entry, and answers each caller with its own result. [`PROPOSERS`] of these run (two): the
-/// next batch forms while the previous one is being made durable, and is proposed once it is.
-/// On a follower the batch goes to the leader, up to [`FORWARDS_IN_FLIGHT_MAX`] batches at
-/// once, and the callers are answered once this member has applied it too.
+/// entry, and answers each caller with its own result. The Raft thread takes a proposal without
+/// waiting for the last one's fsync, so the next batch forms at once. On a follower the batch
+/// goes to the leader, up to [`FORWARDS_IN_FLIGHT_MAX`] batches at once, and the callers are
+/// answered once this member has applied it too.
 pub(super) async fn propose_batches(
     engine: Engine,
     status: watch::Receiver<EngineStatus>,
     member_id: u64,
     clock: SharedClock,
-    failure: Arc<FirstFailure>,
-    telemetry: Arc<Telemetry>,
     forwarder: Arc<dyn Forwarder>,
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
-    flushes: Arc<LogFlushes>,
 ) {
     let forwards = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT_MAX));
     loop {
@@ -117,10 +101,9 @@ pub(super) async fn propose_batches(
                     answer_forwarded(&status, replies, &at_commit, result).await;
                 });
             }
-            None if matches!(engine, Engine::RaftRs(_)) => {
-                // raft-rs takes proposals without waiting for the last one's fsync (the Raft
-                // thread puts whatever arrived together into one append): submit this batch,
-                // in order, and let the next one form at once.
+            None => {
+                // Submitted in order; the Raft thread puts whatever arrived together into one
+                // append.
                 drop(held);
                 let (writes, replies): (Vec<Write>, Vec<_>) =
                     batch.into_iter().map(|p| (p.write, p.reply)).unzip();
@@ -136,27 +119,6 @@ pub(super) async fn propose_batches(
                     }
                     Err(e) => answer(replies, Err(e)),
                 }
-            }
-            None => {
-                let (writes, replies): (Vec<Write>, Vec<_>) =
-                    batch.into_iter().map(|p| (p.write, p.reply)).unzip();
-                // The other proposer waits for the queue until an append made durable after
-                // this point: this proposal's entry, or one proposed without the queue (an
-                // election's blank entry, a membership change, an expiry), which at worst lets
-                // the next batch go a little early, as a second entry behind this one.
-                let flushed = flushes.count();
-                let committing = commit(&engine, &status, &clock, &failure, &telemetry, writes);
-                tokio::pin!(committing);
-                let result = tokio::select! {
-                    result = &mut committing => Some(result),
-                    () = flushes.past(flushed) => None,
-                };
-                drop(held);
-                let result = match result {
-                    Some(result) => result,
-                    None => committing.await,
-                };
-                answer(replies, result);
             }
         }
     }
@@ -235,44 +197,4 @@ async fn ready_to_stamp(
         clock.wait_timing(PROMOTION_WAIT_MAX).await;
     }
     Ok(())
-}
-
-/// Commits `writes` as one log entry through this member's Raft (which must lead).
-pub(super) async fn commit(
-    engine: &Engine,
-    status: &watch::Receiver<EngineStatus>,
-    clock: &SharedClock,
-    failure: &FirstFailure,
-    telemetry: &Telemetry,
-    writes: Vec<Write>,
-) -> Result<Forwarded, ReplicaError> {
-    ready_to_stamp(status, clock, &writes).await?;
-    let proposal = stamp_lease_times(clock, writes)?;
-    commit_proposal(engine, failure, telemetry, proposal).await
-}
-
-/// Commits a log entry of stamped commands through this member's Raft (which must lead); on
-/// openraft once the gate is open (a leadership transfer closes it).
-pub(super) async fn commit_proposal(
-    engine: &Engine,
-    failure: &FirstFailure,
-    telemetry: &Telemetry,
-    proposal: Proposal,
-) -> Result<Forwarded, ReplicaError> {
-    let (raft, gate) = match engine {
-        Engine::Openraft { raft, gate } => (raft, gate),
-        Engine::RaftRs(_) => return engine.submit(proposal).await,
-    };
-    let _open = gate.open().await;
-    let _pending = telemetry.proposing();
-    match raft.client_write(proposal).await {
-        Ok(resp) => Ok(Forwarded {
-            log_index: resp.log_id.index,
-            applied: resp.data,
-        }),
-        Err(e) => {
-            telemetry.proposal_failed();
-            Err(failure.client_write_error(e))
-        }
-    }
 }

@@ -17,7 +17,8 @@ pub struct ReplicaConfig {
     pub data_dir: PathBuf,
     pub heartbeat_interval_ms: u64,
     pub election_timeout_ms: u64,
-    /// Raft entries between state-machine snapshots (after which the log is purged).
+    /// Log entries kept behind the checkpoint for followers that lag a little (at most 5,000;
+    /// one further behind gets a snapshot): etcd's `--snapshot-count`.
     pub snapshot_log_entries_max: u64,
     /// etcd's `--quota-backend-bytes`, resolved: past this file size, writes that add data
     /// raise NOSPACE and are refused. `None`: no quota.

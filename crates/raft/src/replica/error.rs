@@ -1,14 +1,11 @@
-//! Why the replica could not serve a request, and why it stopped. openraft's two levels: what
-//! the caller handles (no leader, a refused membership change) apart from what ends this member
-//! (a [`Fatal`] failure of its Raft core).
+//! Why the replica could not serve a request, and why it stopped: what the caller handles (no
+//! leader, a refused membership change) apart from what ends this member (a [`Fatal`] failure
+//! of its Raft core).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::BasicNode;
-use openraft::error::{ChangeMembershipError, InitializeError, RaftError};
-
-use crate::storage::{FirstFailure, StorageError};
+use crate::storage::StorageError;
 
 /// Why a request could not be served. `NoLeader` is transient (clients retry it); a
 /// `MembershipChange` or `Membership` refusal is the caller's; `Stopped` (this process shuts
@@ -28,11 +25,10 @@ pub enum ReplicaError {
     /// The Raft core stopped on its own, with why: this member serves nothing more.
     #[error("raft core failed: {0}")]
     Fatal(Fatal),
-    /// openraft refused a membership change (one is in progress, it would leave no voter, the
-    /// member to promote is unknown).
-    #[error(transparent)]
-    MembershipChange(ChangeMembershipError<u64>),
-    /// A membership change refused by etcd's rules, before openraft saw it.
+    /// Raft refused a membership change (another one is in progress): why.
+    #[error("{0}")]
+    MembershipChange(String),
+    /// A membership change refused by etcd's rules, before Raft saw it.
     #[error(transparent)]
     Membership(#[from] MembershipError),
     /// The auth store refused the request (when applied, or at the edge).
@@ -66,23 +62,15 @@ pub enum ReplicaError {
     /// client's doing. Found in one place, [`crate::Replica::propose`].
     #[error("the state machine answered with another command's reply: {0}")]
     WrongReply(String),
-    /// What the engine this member runs cannot do yet (the raft-rs engine while it is
-    /// experimental).
-    #[error("not supported by this member's raft engine: {0}")]
-    Unsupported(String),
 }
 
-/// Why this member's Raft core stopped on its own (openraft's `Fatal`, apart from the orderly
-/// `Stopped`). Whoever runs the member should end the process; a restart recovers from the log.
+/// Why this member's Raft core stopped on its own (apart from the orderly `Stopped`). Whoever runs the member should end the process; a restart recovers from the log.
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Fatal {
     /// A storage failure, as this crate saw it: what failed and the source error.
     #[error(transparent)]
     Storage(Arc<StorageError>),
-    /// A storage failure openraft reported that this crate did not build (its own checks).
-    #[error(transparent)]
-    Raft(Box<openraft::StorageError<u64>>),
     /// The Raft core panicked.
     #[error("the raft core panicked")]
     Panicked,
@@ -94,42 +82,6 @@ pub enum Fatal {
     Core(String),
 }
 
-impl FirstFailure {
-    /// What openraft's `Fatal` means here: `None` for an orderly stop, else the fatal reason,
-    /// with the typed storage failure when this crate recorded one.
-    pub(crate) fn explain(&self, fatal: &openraft::error::Fatal<u64>) -> Option<Fatal> {
-        match fatal {
-            openraft::error::Fatal::Stopped => None,
-            openraft::error::Fatal::Panicked => Some(Fatal::Panicked),
-            openraft::error::Fatal::StorageError(e) => Some(match self.get() {
-                Some(typed) => Fatal::Storage(typed),
-                None => Fatal::Raft(Box::new(e.clone())),
-            }),
-        }
-    }
-
-    /// A request's error when Raft answered it with `Fatal`.
-    pub(crate) fn replica_error(&self, fatal: &openraft::error::Fatal<u64>) -> ReplicaError {
-        self.explain(fatal)
-            .map_or(ReplicaError::Stopped, ReplicaError::Fatal)
-    }
-
-    /// A request's error from a failed membership change or write.
-    pub(crate) fn client_write_error(
-        &self,
-        e: RaftError<u64, openraft::error::ClientWriteError<u64, BasicNode>>,
-    ) -> ReplicaError {
-        use openraft::error::ClientWriteError;
-        match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ReplicaError::NoLeader,
-            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-                ReplicaError::MembershipChange(e)
-            }
-            RaftError::Fatal(fatal) => self.replica_error(&fatal),
-        }
-    }
-}
-
 /// [`ReplicaError`] as a leader sends it to a follower (postcard: the variant's index, then its
 /// fields; keep the order). A leader's `Fatal` reaches the follower as `Stopped`: the leader has
 /// stopped, the follower has not, and the typed reason (with its source error) stays with the
@@ -138,7 +90,7 @@ impl FirstFailure {
 enum WireError {
     NoLeader,
     Stopped,
-    MembershipChange(ChangeMembershipError<u64>),
+    MembershipChange(String),
     Membership(MembershipError),
     BadAnswer(postcard::Error),
     WrongReply(String),
@@ -150,7 +102,6 @@ enum WireError {
     NotLeader,
     BadLeaderTransferee,
     LeaderTransferTimeout,
-    Unsupported(String),
 }
 
 impl From<ReplicaError> for WireError {
@@ -170,7 +121,6 @@ impl From<ReplicaError> for WireError {
             ReplicaError::NotLeader => WireError::NotLeader,
             ReplicaError::BadLeaderTransferee => WireError::BadLeaderTransferee,
             ReplicaError::LeaderTransferTimeout => WireError::LeaderTransferTimeout,
-            ReplicaError::Unsupported(e) => WireError::Unsupported(e),
         }
     }
 }
@@ -192,7 +142,6 @@ impl From<WireError> for ReplicaError {
             WireError::NotLeader => ReplicaError::NotLeader,
             WireError::BadLeaderTransferee => ReplicaError::BadLeaderTransferee,
             WireError::LeaderTransferTimeout => ReplicaError::LeaderTransferTimeout,
-            WireError::Unsupported(e) => ReplicaError::Unsupported(e),
         }
     }
 }
@@ -219,16 +168,7 @@ pub enum StartError {
     /// Opening or loading the data dir.
     #[error(transparent)]
     Storage(#[from] StorageError),
-    /// The Raft settings are inconsistent (e.g. a heartbeat not below the election timeout).
-    #[error("raft config: {0}")]
-    Config(#[from] openraft::ConfigError),
-    /// The Raft core could not start, or stopped while starting.
-    #[error("starting raft: {0}")]
-    Raft(#[from] openraft::error::Fatal<u64>),
-    /// Bootstrapping the initial membership.
-    #[error("bootstrapping the cluster: {0}")]
-    Initialize(#[from] RaftError<u64, InitializeError<u64, BasicNode>>),
-    /// The raft-rs core could not open its log or start.
+    /// The Raft core could not open its log or start.
     #[error("starting raft: {0}")]
     Core(String),
     /// A single new member did not come to lead within the bound.

@@ -1,6 +1,6 @@
 //! What a follower hands to the leader (writes, read indexes, membership changes), and waiting
 //! for the leader's answer without outliving its leadership; and what one member asks of any
-//! other: its KV hash (for corruption checks), and to campaign (a leadership transfer).
+//! other: its KV hash (for corruption checks).
 
 use std::time::Duration;
 
@@ -63,9 +63,6 @@ pub trait Forwarder: Send + Sync + 'static {
         addr: String,
         revision: i64,
     ) -> BoxFuture<Result<Option<MemberHash>, ReplicaError>>;
-    /// Asks `member` (at peer URL `addr`) to campaign for leadership now: the leader's last
-    /// step of a leadership transfer.
-    fn campaign(&self, member: u64, addr: String) -> BoxFuture<Result<(), ReplicaError>>;
 }
 
 /// The forwarder of a member without peers.
@@ -100,10 +97,6 @@ impl Forwarder for NoForwarding {
         _: String,
         _: i64,
     ) -> BoxFuture<Result<Option<MemberHash>, ReplicaError>> {
-        Box::pin(async { Err(ReplicaError::NoLeader) })
-    }
-
-    fn campaign(&self, _: u64, _: String) -> BoxFuture<Result<(), ReplicaError>> {
         Box::pin(async { Err(ReplicaError::NoLeader) })
     }
 }

@@ -126,7 +126,6 @@ impl Replica {
     /// Stops timing leases: another member leads (or nobody does).
     fn demote(&self) {
         self.lease_clock.set(None);
-        *self.leading_since.lock().expect("leading_since poisoned") = None;
         tracing::info!("demoted: no longer timing leases");
     }
 
@@ -146,7 +145,6 @@ impl Replica {
         .await?;
         let clock = LeaseClock::promote(replicated_ms, Instant::now());
         self.lease_clock.set(Some(clock));
-        *self.leading_since.lock().expect("leading_since poisoned") = Some(Instant::now());
         tracing::info!(lease_clock_ms = replicated_ms, "promoted: timing leases");
         Ok(())
     }
@@ -156,11 +154,6 @@ impl Replica {
         self.lease_clock()
             .map(|c| c.now_ms(Instant::now()))
             .ok_or(ReplicaError::NoLeader)
-    }
-
-    /// Since when this member leads (promoted), if it does.
-    pub(super) fn leading_since(&self) -> Option<Instant> {
-        *self.leading_since.lock().expect("leading_since poisoned")
     }
 
     /// The leader's lease clock, if this member leads.

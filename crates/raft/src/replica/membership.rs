@@ -1,10 +1,7 @@
 //! Membership changes (etcd's MemberAdd, MemberRemove, MemberPromote, MemberUpdate) and the
 //! member list.
 
-use openraft::BasicNode;
-
 use super::Replica;
-use super::engine::Engine;
 use super::error::{MembershipError, ReplicaError};
 use super::forward::leader_elsewhere;
 use crate::command::MemberAttrs;
@@ -23,7 +20,7 @@ pub enum MemberChange {
     Promote {
         id: u64,
     },
-    /// New peer URL for a member (openraft's node info; the member's id stays).
+    /// New peer URL for a member (its id stays).
     Update {
         id: u64,
         peer_url: String,
@@ -44,14 +41,8 @@ pub struct MemberInfo {
 impl Replica {
     /// The current members, voters and learners, in id order.
     pub fn members(&self) -> Vec<MemberInfo> {
-        // openraft's metrics themselves, not their copy in the status (which a task makes, so
-        // it may lag a change that has just returned).
-        let members = match &self.engine {
-            Engine::Openraft { raft, .. } => {
-                super::engine::from_openraft(&raft.metrics().borrow()).members
-            }
-            Engine::RaftRs(_) => self.status.borrow().members.clone(),
-        };
+        // The Raft thread publishes a change before it answers the change's caller.
+        let members = self.status.borrow().members.clone();
         let state = self.shared.state.read().expect("state lock poisoned");
         members
             .iter()
@@ -107,61 +98,6 @@ impl Replica {
                 }
             }
         }
-        match &self.engine {
-            Engine::RaftRs(rs) => rs.change_members(&change, learner_now).await,
-            Engine::Openraft { raft, .. } => {
-                self.openraft_change_members(raft, change, learner_now)
-                    .await
-            }
-        }
-    }
-
-    /// A checked membership change through openraft's joint consensus.
-    async fn openraft_change_members(
-        &self,
-        raft: &openraft::Raft<crate::TypeConfig>,
-        change: MemberChange,
-        learner_now: bool,
-    ) -> Result<(), ReplicaError> {
-        use openraft::ChangeMembers;
-        let to_replica_error = |e| self.failure.client_write_error(e);
-        match change {
-            MemberChange::Add {
-                id,
-                peer_url,
-                learner,
-            } => {
-                raft.add_learner(id, BasicNode::new(&peer_url), false)
-                    .await
-                    .map_err(to_replica_error)?;
-                if !learner {
-                    raft.change_membership(ChangeMembers::AddVoterIds([id].into()), false)
-                        .await
-                        .map_err(to_replica_error)?;
-                }
-            }
-            MemberChange::Remove { id } => {
-                let change = if learner_now {
-                    ChangeMembers::RemoveNodes([id].into())
-                } else {
-                    ChangeMembers::RemoveVoters([id].into())
-                };
-                raft.change_membership(change, false)
-                    .await
-                    .map_err(to_replica_error)?;
-            }
-            MemberChange::Promote { id } => {
-                raft.change_membership(ChangeMembers::AddVoterIds([id].into()), false)
-                    .await
-                    .map_err(to_replica_error)?;
-            }
-            MemberChange::Update { id, peer_url } => {
-                let nodes = [(id, BasicNode::new(&peer_url))].into();
-                raft.change_membership(ChangeMembers::SetNodes(nodes), false)
-                    .await
-                    .map_err(to_replica_error)?;
-            }
-        }
-        Ok(())
+        self.engine.change_members(&change, learner_now).await
     }
 }

@@ -1,21 +1,12 @@
-//! One member of the replicated store: openraft wired to the redb log and state machine. The
-//! server talks to this and nothing below it.
+//! One member of the replicated store: the raft-rs engine (`rs.rs`) over the write-ahead log,
+//! applying to the redb state machine. The server talks to this and nothing below it.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_lease::{LeaseClock, LeaseId, LeaseTable};
 use leasehold_mvcc::Store;
-use openraft::error::InstallSnapshotError;
-use openraft::error::RaftError;
-use openraft::network::RaftNetworkFactory;
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
-use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use tokio::sync::{mpsc, oneshot, watch};
 
 mod batch;
@@ -30,7 +21,6 @@ mod read_index;
 mod rs;
 mod transfer;
 
-pub use engine::EngineKind;
 pub use rs::{NoTransport, RaftTransport};
 
 pub use config::ReplicaConfig;
@@ -39,18 +29,17 @@ pub use forward::{BoxFuture, Forwarded, Forwarder, NoForwarding, ReadIndex};
 pub use hashes::MemberHash;
 pub use membership::{MemberChange, MemberInfo};
 
-use batch::{Committed, PROPOSERS, Pending, QUEUE_LEN_MAX, commit_proposal, propose_batches};
+use batch::{Committed, Pending, QUEUE_LEN_MAX, propose_batches};
 use engine::{Engine, EngineStatus};
 use forward::{leader_elsewhere, wait_applied};
 use lease_time::{SharedClock, follow_leadership};
 use read_index::ReadIndexRounds;
 
 use crate::command::{Alarm, AlarmChange, AlarmMember, Applied, Command, Proposal, Propose, Write};
-use crate::log_store::LogStore;
 use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
-use crate::storage::{Defragmented, FirstFailure};
+use crate::storage;
+use crate::storage::Defragmented;
 use crate::telemetry::{Telemetry, TelemetryReading};
-use crate::{TypeConfig, storage};
 use leasehold_auth::{AuthError, AuthState, Caller};
 
 /// A snapshot of Raft's progress, for headers and Status.
@@ -71,17 +60,16 @@ pub struct Replica {
     lease_clock: SharedClock,
     election_timeout: Duration,
     proposals: mpsc::Sender<Pending>,
-    /// Fires once openraft's tasks have let go of the database and the file is closed.
+    /// Fires once the Raft thread and the checkpointer have let go of the database and the file
+    /// is closed.
     db_closed: tokio::sync::watch::Receiver<()>,
-    /// The first storage failure, typed (openraft only passes its text on).
-    failure: Arc<FirstFailure>,
     /// Counters for operators (see [`Replica::telemetry`]).
     telemetry: Arc<Telemetry>,
     shared: Shared,
     member_id: u64,
     db_path: PathBuf,
     /// The database, for maintenance (defragment, space in use); weak, so that the file closes
-    /// once openraft's tasks let go of it.
+    /// once the engine lets go of it.
     db: std::sync::Weak<storage::Db>,
     forwarder: Arc<dyn Forwarder>,
     /// Leadership confirmations, shared by concurrent linearizable reads here and by the
@@ -95,8 +83,6 @@ pub struct Replica {
     quota_bytes: Option<u64>,
     /// The file size as the quota check last read it (see [`Replica::db_size_for_quota`]).
     quota_size: QuotaSize,
-    /// When this member was promoted, while it leads.
-    leading_since: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// The file size, read at most every [`QuotaSize::FRESH_FOR`], so that a put does not cost a
@@ -144,77 +130,23 @@ impl Replica {
     /// bootstraps a one-member cluster. Waits (bounded) until this member leads and times
     /// leases.
     pub async fn start(cfg: ReplicaConfig) -> Result<Arc<Replica>, StartError> {
-        Replica::start_raft_rs(cfg, Arc::new(NoTransport), Arc::new(NoForwarding)).await
+        Replica::start_with(cfg, Arc::new(NoTransport), Arc::new(NoForwarding)).await
     }
 
-    /// Like [`Replica::start`], with a peer transport: `network` carries openraft's RPCs and
-    /// `forwarder` takes follower writes and reads to the leader. A member of a cluster with
-    /// peers does not wait for a leader: the others may not be up yet.
-    pub async fn start_with<N: RaftNetworkFactory<TypeConfig>>(
-        cfg: ReplicaConfig,
-        network: N,
-        forwarder: Arc<dyn Forwarder>,
-    ) -> Result<Arc<Replica>, StartError> {
-        let (db, sm) = open_state(&cfg, EngineKind::Openraft)?;
-        let shared = sm.shared();
-        let db_closed = db.closed();
-        let db_weak = Arc::downgrade(&db);
-        let failure = db.failure().clone();
-        let telemetry = db.telemetry().clone();
-        let log = LogStore::new(db, shared.append_times.clone());
-        let flushes = log.flushes();
-        let config = Config {
-            cluster_name: "leasehold".into(),
-            heartbeat_interval: cfg.heartbeat_interval_ms,
-            election_timeout_min: cfg.election_timeout_ms,
-            election_timeout_max: cfg.election_timeout_ms * 2,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_log_entries_max),
-            // Entries kept behind a snapshot for followers that lag a little; one further
-            // behind gets the snapshot.
-            max_in_snapshot_log_to_keep: cfg.snapshot_log_entries_max.min(1000),
-            ..Default::default()
-        };
-        let config = Arc::new(config.validate()?);
-        let raft = Raft::new(cfg.member_id, config, network, log, sm).await?;
-        if cfg.bootstrap && !raft.is_initialized().await? {
-            let mut members = BTreeMap::from([(cfg.member_id, BasicNode::new(&cfg.peer_url))]);
-            for (id, url) in &cfg.initial_peers {
-                members.insert(*id, BasicNode::new(url));
-            }
-            raft.initialize(members).await?;
-        }
-        let status = engine::follow_openraft(&raft);
-        let engine = Engine::Openraft {
-            raft,
-            gate: Arc::new(transfer::ProposalGate::default()),
-        };
-        let parts = Parts {
-            engine,
-            status,
-            shared,
-            db_closed,
-            db: db_weak,
-            failure,
-            telemetry,
-            flushes,
-        };
-        Replica::assemble(cfg, parts, forwarder).await
-    }
-
-    /// Like [`Replica::start_with`], on the raft-rs engine (`--experimental-raft-engine
-    /// raft-rs`): `transport` carries its messages to the peers, whose messages arrive through
-    /// [`Replica::deliver_raft_message`].
-    pub async fn start_raft_rs(
+    /// Like [`Replica::start`], with peers: `transport` carries Raft's messages to them (theirs
+    /// arrive through [`Replica::deliver_raft_message`]) and `forwarder` takes follower writes
+    /// and reads to the leader. A member of a cluster with peers does not wait for a leader:
+    /// the others may not be up yet.
+    pub async fn start_with(
         cfg: ReplicaConfig,
         transport: Arc<dyn RaftTransport>,
         forwarder: Arc<dyn Forwarder>,
     ) -> Result<Arc<Replica>, StartError> {
-        let (db, sm) = open_state(&cfg, EngineKind::RaftRs)?;
+        let (db, sm) = open_state(&cfg)?;
         let shared = sm.shared();
         drop(sm);
         let db_closed = db.closed();
         let db_weak = Arc::downgrade(&db);
-        let failure = db.failure().clone();
         let telemetry = db.telemetry().clone();
         let bootstrap = cfg.bootstrap.then(|| {
             let mut members = cfg.initial_peers.clone();
@@ -240,19 +172,17 @@ impl Replica {
             .map_err(|e| StartError::Core(e.to_string()))?
             .map_err(StartError::Core)?;
         let parts = Parts {
-            engine: Engine::RaftRs(rs),
+            engine: rs,
             status,
             shared,
             db_closed,
             db: db_weak,
-            failure,
             telemetry,
-            flushes: Arc::default(),
         };
         Replica::assemble(cfg, parts, forwarder).await
     }
 
-    /// What both engines share: the proposers, the read rounds, leadership following.
+    /// The proposer, the read rounds, leadership following.
     async fn assemble(
         cfg: ReplicaConfig,
         parts: Parts,
@@ -264,37 +194,21 @@ impl Replica {
             shared,
             db_closed,
             db,
-            failure,
             telemetry,
-            flushes,
         } = parts;
         let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
         let queue = Arc::new(tokio::sync::Mutex::new(queue));
         let lease_clock = SharedClock::new();
-        let proposers = match engine {
-            Engine::Openraft { .. } => PROPOSERS,
-            // raft-rs takes the next proposal without waiting for the last: one proposer.
-            Engine::RaftRs(_) => 1,
-        };
-        for _ in 0..proposers {
-            tokio::spawn(propose_batches(
-                engine.clone(),
-                status.clone(),
-                cfg.member_id,
-                lease_clock.clone(),
-                failure.clone(),
-                telemetry.clone(),
-                forwarder.clone(),
-                queue.clone(),
-                flushes.clone(),
-            ));
-        }
-        let leader_reads = ReadIndexRounds::leader(
+        tokio::spawn(propose_batches(
             engine.clone(),
             status.clone(),
+            cfg.member_id,
             lease_clock.clone(),
-            failure.clone(),
-        );
+            forwarder.clone(),
+            queue.clone(),
+        ));
+        let leader_reads =
+            ReadIndexRounds::leader(engine.clone(), status.clone(), lease_clock.clone());
         let follower_reads =
             ReadIndexRounds::follower(status.clone(), cfg.member_id, forwarder.clone());
         let replica = Arc::new(Replica {
@@ -306,7 +220,6 @@ impl Replica {
             election_timeout: Duration::from_millis(cfg.election_timeout_ms),
             proposals,
             db_closed,
-            failure,
             telemetry: telemetry.clone(),
             shared,
             member_id: cfg.member_id,
@@ -316,14 +229,9 @@ impl Replica {
             stopping: tokio::sync::watch::Sender::new(false),
             quota_bytes: cfg.quota_bytes,
             quota_size: QuotaSize::new(),
-            leading_since: std::sync::Mutex::new(None),
         });
         replica.warn_if_not_a_member();
         tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
-        if let Engine::Openraft { .. } = replica.engine {
-            // raft-rs's machine counts leader changes itself.
-            tokio::spawn(count_leader_changes(replica.status.clone(), telemetry));
-        }
         if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
             let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
             if !replica.lease_clock.wait_timing(bound).await {
@@ -503,51 +411,15 @@ impl Replica {
         Ok(forwarded)
     }
 
-    /// The peer transport's server side: a leader's append-entries for this member.
-    pub async fn append_entries(
-        &self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-    ) -> Result<AppendEntriesResponse<u64>, RaftError<u64>> {
-        self.openraft_rpc()?.append_entries(rpc).await
-    }
-
-    /// The peer transport's server side: a candidate's vote request.
-    pub async fn vote(&self, rpc: VoteRequest<u64>) -> Result<VoteResponse<u64>, RaftError<u64>> {
-        self.openraft_rpc()?.vote(rpc).await
-    }
-
-    /// The peer transport's server side: one chunk of the leader's snapshot.
-    pub async fn install_snapshot(
-        &self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-    ) -> Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>> {
-        match self.engine.openraft() {
-            Some(raft) => raft.install_snapshot(rpc).await,
-            None => Err(RaftError::Fatal(openraft::error::Fatal::Stopped)),
-        }
-    }
-
-    /// openraft, for its RPCs from peers; a member on raft-rs answers them as stopped.
-    fn openraft_rpc(&self) -> Result<&Raft<TypeConfig>, RaftError<u64>> {
-        self.engine
-            .openraft()
-            .ok_or(RaftError::Fatal(openraft::error::Fatal::Stopped))
-    }
-
-    /// A peer's raft-rs message, as the peer transport carried it; `Err` names why it was
-    /// refused (bytes that are not a message for this member, or this member runs openraft).
+    /// A peer's Raft message, as the peer transport carried it; `Err` names why it was
+    /// refused (bytes that are not a message for this member).
     pub fn deliver_raft_message(&self, bytes: &[u8]) -> Result<(), String> {
-        match &self.engine {
-            Engine::RaftRs(rs) => rs.deliver(bytes),
-            Engine::Openraft { .. } => Err("this member runs the openraft engine".into()),
-        }
+        self.engine.deliver(bytes)
     }
 
     /// The transport could not deliver a raft-rs message to `id`.
     pub fn report_unreachable(&self, id: u64) {
-        if let Engine::RaftRs(rs) = &self.engine {
-            rs.unreachable(id);
-        }
+        self.engine.unreachable(id);
     }
 
     /// Follows this member's lease clock: `Some` while it leads and times leases. For drivers
@@ -713,23 +585,11 @@ impl Replica {
         Ok(state_machine::read(&self.shared, f))
     }
 
-    /// The leader this member counts on: the one it follows, or itself as leader only while it
-    /// has heard from a quorum within the election timeout. etcd's leader steps down after that
-    /// long without a quorum; openraft's stays leader until it hears of a newer term, so a
-    /// leader cut off from every peer would otherwise go on naming itself (in Status, to
-    /// `hasleader` streams and to `/health`).
+    /// The leader this member counts on. raft-rs's leader steps down by itself after an
+    /// election timeout without a quorum (CheckQuorum), as etcd's does, so this is the leader
+    /// it knows.
     fn counted_leader(&self, s: &EngineStatus) -> Option<u64> {
-        let leader = s.leader?;
-        if leader != self.member_id {
-            return Some(leader);
-        }
-        let alone = s.members.values().filter(|m| !m.learner).count() <= 1;
-        let raft_rs = matches!(self.engine, Engine::RaftRs(_));
-        let window = u64::try_from(self.election_timeout().as_millis()).unwrap_or(u64::MAX);
-        let heard_from_quorum = s.millis_since_quorum_ack.is_some_and(|ms| ms <= window);
-        // raft-rs's leader steps down by itself after an election timeout without a quorum
-        // (CheckQuorum).
-        (alone || raft_rs || heard_from_quorum).then_some(leader)
+        s.leader
     }
 
     pub fn status(&self) -> RaftStatus {
@@ -787,8 +647,7 @@ impl Replica {
         let proposal = Proposal {
             commands: vec![command],
         };
-        let mut done =
-            commit_proposal(&self.engine, &self.failure, &self.telemetry, proposal).await?;
+        let mut done = self.engine.submit(proposal).await?;
         done.applied.pop().ok_or(ReplicaError::Stopped)
     }
 
@@ -836,34 +695,7 @@ impl Replica {
     /// nothing any more, reads included: whoever runs it should end the process, so that a
     /// supervisor restarts it (etcd exits too).
     pub async fn failed(&self) -> Fatal {
-        let raft = match &self.engine {
-            Engine::Openraft { raft, .. } => raft,
-            Engine::RaftRs(rs) => return rs.failed().await,
-        };
-        let mut metrics = raft.metrics();
-        loop {
-            // The metrics guard is dropped before any await (it is not Send).
-            let state = metrics.borrow_and_update().running_state.clone();
-            let stopped = match &state {
-                Ok(()) => None,
-                Err(fatal) => Some(self.failure.explain(fatal)),
-            };
-            match stopped {
-                None => {}
-                Some(Some(fatal)) => return fatal,
-                Some(None) => return std::future::pending().await,
-            }
-            if metrics.changed().await.is_err() {
-                let state = metrics.borrow().running_state.clone();
-                return match &state {
-                    Err(fatal) => match self.failure.explain(fatal) {
-                        Some(fatal) => fatal,
-                        None => std::future::pending().await,
-                    },
-                    Ok(()) => Fatal::Exited,
-                };
-            }
-        }
+        self.engine.failed().await
     }
 
     /// What this member has counted about itself (commit times, proposals, leader changes).
@@ -871,7 +703,7 @@ impl Replica {
         self.telemetry.read()
     }
 
-    /// Whether this member leads (openraft's view, as etcd's `is_leader` gauge).
+    /// Whether this member leads (Raft's view, as etcd's `is_leader` gauge).
     pub fn is_leader(&self) -> bool {
         self.status.borrow().is_leader
     }
@@ -931,21 +763,12 @@ impl Replica {
     /// new replica can open the same data dir at once.
     pub async fn shutdown(&self) {
         self.stop_waiters();
-        match &self.engine {
-            Engine::Openraft { raft, .. } => {
-                if let Err(e) = raft.shutdown().await {
-                    tracing::warn!("raft shutdown: {e}");
-                }
-            }
-            Engine::RaftRs(rs) => {
-                let rs = rs.clone();
-                if tokio::task::spawn_blocking(move || rs.stop())
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!("stopping the raft thread panicked");
-                }
-            }
+        let rs = self.engine.clone();
+        if tokio::task::spawn_blocking(move || rs.stop())
+            .await
+            .is_err()
+        {
+            tracing::warn!("stopping the raft thread panicked");
         }
         let mut closed = self.db_closed.clone();
         let wait = closed.changed();
@@ -963,46 +786,20 @@ impl Replica {
     }
 }
 
-/// Counts every time this member learns of a leader it did not know a moment ago (the first one
-/// included, and a leader found again after an election without one), as etcd counts
-/// `leader_changes_seen`. Ends with the Raft core.
-async fn count_leader_changes(
-    mut status: watch::Receiver<EngineStatus>,
-    telemetry: Arc<Telemetry>,
-) {
-    let mut last = None;
-    loop {
-        let leader = status.borrow_and_update().leader;
-        if leader.is_some() && leader != last {
-            telemetry.leader_changed();
-        }
-        last = leader;
-        if status.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
-/// What one engine's start hands the other parts of a replica.
+/// What the engine's start hands the other parts of a replica.
 struct Parts {
     engine: Engine,
     status: watch::Receiver<EngineStatus>,
     shared: Shared,
     db_closed: watch::Receiver<()>,
     db: std::sync::Weak<storage::Db>,
-    failure: Arc<FirstFailure>,
     telemetry: Arc<Telemetry>,
-    flushes: Arc<crate::log_store::LogFlushes>,
 }
 
-/// Opens the data dir's database for `kind` (refusing the other engine's) and loads the state
-/// machine, with this member's token TTL.
-fn open_state(
-    cfg: &ReplicaConfig,
-    kind: EngineKind,
-) -> Result<(Arc<storage::Db>, StateMachine), StartError> {
+/// Opens the data dir's database (refusing one the openraft engine wrote: `storage::open`) and
+/// loads the state machine, with this member's token TTL.
+fn open_state(cfg: &ReplicaConfig) -> Result<(Arc<storage::Db>, StateMachine), StartError> {
     let db = storage::open(&cfg.data_dir)?;
-    refuse_other_engine(&cfg.data_dir, kind, &db)?;
     let sm = StateMachine::open(db.clone())?;
     sm.shared()
         .state
@@ -1011,41 +808,4 @@ fn open_state(
         .tokens
         .set_ttl(cfg.auth_token_ttl);
     Ok((db, sm))
-}
-
-/// The engine that made the data dir at `dir`: raft-rs if it holds a write-ahead log (`wal/`),
-/// openraft if its database holds openraft's log or vote, and None for a new data dir or one
-/// restored from a snapshot (which either engine may start).
-pub fn engine_of_data_dir(dir: &std::path::Path) -> Result<Option<EngineKind>, StartError> {
-    if dir.join("wal").is_dir() {
-        return Ok(Some(EngineKind::RaftRs));
-    }
-    if !storage::exists(dir) {
-        return Ok(None);
-    }
-    let db = storage::open(dir)?;
-    Ok(db.has_openraft_log()?.then_some(EngineKind::Openraft))
-}
-
-/// Refuses a data dir the other engine wrote: its Raft log is in another place and format.
-fn refuse_other_engine(
-    dir: &std::path::Path,
-    running: EngineKind,
-    db: &storage::Db,
-) -> Result<(), StartError> {
-    let has_wal = dir.join("wal").is_dir();
-    match running {
-        EngineKind::Openraft if has_wal => Err(StartError::Core(format!(
-            "{} holds a raft-rs log (wal/): start it with --experimental-raft-engine raft-rs",
-            dir.display()
-        ))),
-        EngineKind::RaftRs if !has_wal && db.has_openraft_log()? => Err(StartError::Core(format!(
-            "{} was written by the openraft engine: start it without \
-                 --experimental-raft-engine (or with --experimental-raft-engine openraft), or \
-                 move its data across with `etcdctl snapshot save` there and `leasehold snapshot \
-                 restore` into a new data dir",
-            dir.display()
-        ))),
-        _ => Ok(()),
-    }
 }

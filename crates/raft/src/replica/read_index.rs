@@ -9,7 +9,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use openraft::error::RaftError;
 use tokio::sync::{oneshot, watch};
 
 use super::engine::{Engine, EngineStatus};
@@ -18,7 +17,6 @@ use super::forward::{
     BoxFuture, Forwarder, ReadIndex, leader_elsewhere, unless_leader_changes, wait_applied,
 };
 use super::lease_time::SharedClock;
-use crate::storage::FirstFailure;
 
 type Round = Arc<dyn Fn() -> BoxFuture<Result<ReadIndex, ReplicaError>> + Send + Sync>;
 
@@ -44,38 +42,22 @@ impl ReadIndexRounds {
         }
     }
 
-    /// On the leader: confirms leadership with a quorum (openraft's `ensure_linearizable`, which
-    /// also waits until everything committed is applied; raft-rs's ReadIndex, after which this
-    /// waits to apply that far) and reads the lease time.
+    /// On the leader: confirms leadership with a quorum (raft-rs's ReadIndex), waits until
+    /// this member has applied that far, and reads the lease time.
     pub(super) fn leader(
         engine: Engine,
         status: watch::Receiver<EngineStatus>,
         clock: SharedClock,
-        failure: Arc<FirstFailure>,
     ) -> ReadIndexRounds {
         ReadIndexRounds::new(Arc::new(move || {
-            let (engine, status) = (engine.clone(), status.clone());
-            let (clock, failure) = (clock.clone(), failure.clone());
+            let (engine, status, clock) = (engine.clone(), status.clone(), clock.clone());
             Box::pin(async move {
-                let raft = match &engine {
-                    Engine::Openraft { raft, .. } => raft,
-                    Engine::RaftRs(rs) => {
-                        let index = rs.read_index().await?;
-                        wait_applied(&status, index).await?;
-                        return Ok(ReadIndex {
-                            index,
-                            lease_now_ms: clock.get().map(|c| c.now_ms(std::time::Instant::now())),
-                        });
-                    }
-                };
-                match raft.ensure_linearizable().await {
-                    Ok(read) => Ok(ReadIndex {
-                        index: read.map_or(0, |log_id| log_id.index),
-                        lease_now_ms: clock.get().map(|c| c.now_ms(std::time::Instant::now())),
-                    }),
-                    Err(RaftError::APIError(_)) => Err(ReplicaError::NoLeader),
-                    Err(RaftError::Fatal(fatal)) => Err(failure.replica_error(&fatal)),
-                }
+                let index = engine.read_index().await?;
+                wait_applied(&status, index).await?;
+                Ok(ReadIndex {
+                    index,
+                    lease_now_ms: clock.get().map(|c| c.now_ms(std::time::Instant::now())),
+                })
             })
         }))
     }

@@ -31,13 +31,13 @@ use leasehold_consensus::{
 };
 use leasehold_wal::StdFs;
 use leasehold_wal::proto::ConfState;
-use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
 use tokio::sync::{oneshot, watch};
 
 use super::engine::{EngineMember, EngineStatus};
 use super::error::{Fatal, ReplicaError};
 use super::forward::{BoxFuture, Forwarded};
 use crate::command::Proposal;
+use crate::position::{self, LogPosition};
 use crate::state_machine::{self, Applying, Shared};
 use crate::storage::{self, Db};
 use crate::telemetry::Telemetry;
@@ -141,16 +141,15 @@ impl RsEngine {
         let (applied, membership) = {
             let mut state = shared.state.write().expect("state lock poisoned");
             if state.last_applied.is_none()
-                && state.membership.membership().nodes().count() == 0
+                && state.membership.is_empty()
                 && let Some(members) = bootstrap
             {
-                state.membership = StoredMembership::new(None, membership_of(&members, &[]));
+                state.membership = position::voters(&members);
             }
             (state.last_applied, state.membership.clone())
         };
-        let members = members_of(&membership);
-        let (mut applied_index, mut applied_term) =
-            applied.map_or((0, 0), |l| (l.index, l.leader_id.term));
+        let members = membership;
+        let (mut applied_index, mut applied_term) = applied.map_or((0, 0), |l| (l.index, l.term));
         if !members.is_empty() && applied_index < INIT_INDEX {
             (applied_index, applied_term) = (INIT_INDEX, 1);
         }
@@ -246,14 +245,19 @@ impl RsEngine {
             }
         });
         let sent = self.inputs.send(input(landed)).is_ok();
+        let telemetry = self.telemetry.clone();
         Box::pin(async move {
             if !sent {
                 return Err(ReplicaError::Stopped);
             }
+            let _pending = telemetry.proposing();
             match tokio::time::timeout(PROPOSAL_WAIT_MAX, answered).await {
                 Ok(Ok(result)) => result,
                 Ok(Err(_)) => Err(ReplicaError::Stopped),
-                Err(_) => Err(ReplicaError::NoLeader),
+                Err(_) => {
+                    telemetry.proposal_failed();
+                    Err(ReplicaError::NoLeader)
+                }
             }
         })
     }
@@ -320,10 +324,6 @@ impl RsEngine {
 
     pub(super) fn transfer_leader(&self, to: u64) {
         let _ = self.inputs.send(Input::TransferLeader(to));
-    }
-
-    pub(super) fn campaign(&self) {
-        let _ = self.inputs.send(Input::Campaign);
     }
 
     /// A peer's message (bytes as the transport carried them).
@@ -446,9 +446,8 @@ struct MemberUrl {
 /// The state machine's file as a Raft snapshot, for a follower the log no longer reaches.
 fn snapshot_for_followers(db: &Db) -> Result<eraftpb::Snapshot, crate::StorageError> {
     let (meta, data) = state_machine::snapshot_bytes_from_file(db)?;
-    let members = members_of(&meta.membership);
     let applied = meta.last_applied;
-    let cs = conf_state_of(&members);
+    let cs = conf_state_of(&meta.membership);
     let conf = eraftpb::ConfState {
         voters: cs.voters,
         learners: cs.learners,
@@ -460,7 +459,7 @@ fn snapshot_for_followers(db: &Db) -> Result<eraftpb::Snapshot, crate::StorageEr
     };
     let m = snapshot.mut_metadata();
     m.index = applied.map_or(0, |l| l.index);
-    m.term = applied.map_or(0, |l| l.leader_id.term);
+    m.term = applied.map_or(0, |l| l.term);
     m.set_conf_state(conf);
     let index = m.index;
     tracing::info!(
@@ -501,7 +500,6 @@ impl RsMachine {
                 } else {
                     Arc::new(members.clone())
                 },
-                millis_since_quorum_ack: None,
                 stopped: s.stopped,
             };
             let changed = *s != next;
@@ -527,14 +525,13 @@ impl Host for RsMachine {
     fn install_snapshot(&mut self, snapshot: &eraftpb::Snapshot) -> Result<(), HostError> {
         state_machine::install_snapshot_bytes(&self.shared, &self.db, &snapshot.data, None)
             .map_err(|e| HostError(e.to_string()))?;
-        let membership = self
+        self.members = self
             .shared
             .state
             .read()
             .expect("state lock poisoned")
             .membership
             .clone();
-        self.members = members_of(&membership);
         self.transport
             .set_peers(peers_of(&self.members, self.member_id));
         self.publish(Some(snapshot.get_metadata().index));
@@ -548,7 +545,10 @@ impl Machine for RsMachine {
         let mut entries = Vec::with_capacity(committed.len());
         for c in committed {
             let entry = c.entry();
-            let log_id = LogId::new(CommittedLeaderId::new(entry.term, 0), entry.index);
+            let position = LogPosition {
+                term: entry.term,
+                index: entry.index,
+            };
             let payload = match &c {
                 Committed::Normal(entry) if entry.data.is_empty() => Applying::Blank,
                 Committed::Normal(entry) => {
@@ -581,19 +581,14 @@ impl Machine for RsMachine {
                     if !self.members.contains_key(&self.member_id) && !self.members.is_empty() {
                         tracing::warn!("this member was removed from the cluster");
                     }
-                    let urls: BTreeMap<u64, String> = self
-                        .members
-                        .iter()
-                        .map(|(id, m)| (*id, m.peer_url.clone()))
-                        .collect();
-                    Applying::Membership(membership_of(&urls, &conf_state.learners))
+                    Applying::Membership(self.members.clone())
                 }
             };
             let is_conf_change = matches!(c, Committed::ConfChange { .. });
             ids.push((entry.index, entry.term, is_conf_change));
-            entries.push((log_id, payload));
+            entries.push((position, payload));
         }
-        let replies = state_machine::apply_entries(&self.shared, &self.db, entries, |_| None);
+        let replies = state_machine::apply_entries(&self.shared, &self.db, entries);
         // Published before anyone is answered: a caller that reads the members or waits to
         // apply an index next sees this apply.
         if let Some(last) = ids.last().map(|(index, ..)| *index) {
@@ -609,8 +604,8 @@ impl Machine for RsMachine {
                     let answer = if waiter.term != term {
                         Err(ReplicaError::NoLeader)
                     } else if waiter.conf_change && !conf_change {
-                        Err(ReplicaError::Unsupported(
-                            "a membership change while another is in progress".into(),
+                        Err(ReplicaError::MembershipChange(
+                            "a membership change is already in progress".into(),
                         ))
                     } else {
                         Ok(Forwarded {
@@ -642,24 +637,6 @@ impl Machine for RsMachine {
     }
 }
 
-/// Voters and learners with their peer URLs, as the state machine keeps them.
-fn members_of(membership: &StoredMembership<u64, BasicNode>) -> BTreeMap<u64, EngineMember> {
-    let membership = membership.membership();
-    let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
-    membership
-        .nodes()
-        .map(|(id, node)| {
-            (
-                *id,
-                EngineMember {
-                    peer_url: node.addr.clone(),
-                    learner: !voters.contains(id),
-                },
-            )
-        })
-        .collect()
-}
-
 /// The members after a conf change: Raft's voters and learners, with the URLs known so far.
 fn members_with(
     known: &BTreeMap<u64, EngineMember>,
@@ -685,21 +662,6 @@ fn members_with(
             )
         })
         .collect()
-}
-
-/// The membership as the state machine stores it: every member with its URL, the voters those
-/// not in `learners`.
-fn membership_of(urls: &BTreeMap<u64, String>, learners: &[u64]) -> Membership<u64, BasicNode> {
-    let voters: std::collections::BTreeSet<u64> = urls
-        .keys()
-        .copied()
-        .filter(|id| !learners.contains(id))
-        .collect();
-    let nodes: BTreeMap<u64, BasicNode> = urls
-        .iter()
-        .map(|(id, url)| (*id, BasicNode::new(url)))
-        .collect();
-    Membership::new(vec![voters], nodes)
 }
 
 fn conf_state_of(members: &BTreeMap<u64, EngineMember>) -> ConfState {

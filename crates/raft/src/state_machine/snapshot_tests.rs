@@ -1,22 +1,18 @@
 //! A snapshot streamed from the file's rows is byte for byte the encoding of the payload read
 //! and decoded from the same file, so `install_snapshot` (which decodes that payload) takes it.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use leasehold_lease::LeaseId;
 use leasehold_mvcc::{DeleteRangeRequest, PutRequest};
-use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
 
-use super::{SnapshotPayload, StateMachine};
+use super::{Applying, SnapshotPayload, StateMachine, apply_entries, snapshot_bytes_from_file};
+use crate::position::{self, LogPosition};
 use crate::storage::{self, decode, encode};
-use crate::{Alarm, AlarmChange, AlarmMember, Command, Proposal, TypeConfig};
+use crate::{Alarm, AlarmChange, AlarmMember, Command, Proposal};
 
-fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry<TypeConfig> {
-    Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 7), index),
-        payload,
-    }
+fn at(index: u64) -> LogPosition {
+    LogPosition { term: 1, index }
 }
 
 fn lease(id: i64) -> LeaseId {
@@ -27,7 +23,7 @@ fn lease(id: i64) -> LeaseId {
 async fn a_streamed_snapshot_is_the_payloads_encoding() {
     let dir = tempfile::tempdir().unwrap();
     let db = storage::open(dir.path()).unwrap();
-    let mut sm = StateMachine::open(db.clone()).unwrap();
+    let sm = StateMachine::open(db.clone()).unwrap();
     let put = |key: &str, lease: Option<LeaseId>| {
         Command::Put(PutRequest {
             key: key.into(),
@@ -67,22 +63,24 @@ async fn a_streamed_snapshot_is_the_payloads_encoding() {
             },
         }),
     ];
-    let members = Membership::new(vec![BTreeSet::from([7u64])], None);
-    sm.apply(vec![
-        entry(1, EntryPayload::Membership(members)),
-        entry(2, EntryPayload::Normal(Proposal { commands })),
-    ])
-    .await
-    .unwrap();
+    let members = position::voters(&BTreeMap::from([(7, "http://127.0.0.1:1".to_owned())]));
+    apply_entries(
+        &sm.shared(),
+        &db,
+        vec![
+            (at(1), Applying::Membership(members)),
+            (at(2), Applying::Normal(Proposal { commands })),
+        ],
+    );
 
-    let snapshot = sm.build_snapshot_off_runtime().await.unwrap();
-    let streamed = snapshot.snapshot.into_inner();
+    let (meta, streamed) = snapshot_bytes_from_file(&db).unwrap();
     let payload = SnapshotPayload::read(&db).unwrap();
     assert_eq!(streamed, encode(&payload));
     // a@2 (still seen at the compaction point), a@5, b@3, c@4, c's tombstone at 6, d@7.
     assert_eq!(payload.records.len(), 6);
     assert_eq!(payload.leases.len(), 2);
-    assert_eq!(snapshot.meta.last_log_id, payload.last_applied);
+    assert_eq!(meta.last_applied, payload.last_applied);
+    assert_eq!(payload.last_applied, Some(at(2)));
     let decoded: SnapshotPayload = decode("a snapshot", &streamed).unwrap();
     assert_eq!(decoded.leases, payload.leases);
     assert_eq!(decoded.current_revision, 7);

@@ -1,11 +1,7 @@
 //! What a storage failure was: the operation that failed, on what, and the source error itself
-//! (redb's, postcard's, the OS's), never its text only. openraft carries a storage failure on as
-//! text (`AnyError`) and stops; [`FirstFailure`] keeps the typed one for whoever asks why.
+//! (redb's, postcard's, the OS's), never its text only.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
-
-use openraft::StorageIOError;
 
 /// A storage operation that failed. `what` names the table or metadata row it was working on.
 /// The message includes the source error, so that one `{}` tells the whole story (the binary
@@ -52,6 +48,15 @@ pub enum StorageError {
     /// A data dir written in a storage format this build does not read.
     #[error("unsupported storage format {found}; this build reads {supported}")]
     Format { found: u32, supported: u32 },
+    /// A data dir the openraft engine (before raft-rs) wrote: its Raft log is in the database, in
+    /// a format this build no longer reads. There was no release with openraft, so the way
+    /// across names a build from before its removal.
+    #[error(
+        "{dir} was written by the openraft engine, which this build no longer runs: with a build \
+         that still does, `etcdctl snapshot save` its data, then `leasehold snapshot restore` the \
+         file into a new data dir"
+    )]
+    OpenraftDataDir { dir: PathBuf },
     /// The blocking thread that ran a write panicked or was cancelled.
     #[error("the storage thread {what}: {error}")]
     Thread {
@@ -92,35 +97,5 @@ impl StorageError {
     /// For `map_err`: `what` did not decode.
     pub(crate) fn decode(what: &'static str) -> impl FnOnce(postcard::Error) -> StorageError {
         move |error| StorageError::Decode { what, error }
-    }
-}
-
-/// The first storage failure this member met, kept typed. Every storage failure is fatal to
-/// openraft (it stops the Raft core), so the first one is the reason the member stopped;
-/// [`crate::Replica::failed`] and requests that find the core stopped report it. Shared by the
-/// database (which records) and the replica (which reads), without keeping the file open.
-#[derive(Debug, Default)]
-pub(crate) struct FirstFailure(OnceLock<Arc<StorageError>>);
-
-impl FirstFailure {
-    /// Records `e` unless an earlier failure was recorded, and returns it shared.
-    pub(crate) fn record(&self, e: StorageError) -> Arc<StorageError> {
-        let e = Arc::new(e);
-        let _ = self.0.set(e.clone());
-        e
-    }
-
-    /// Records `e` and builds openraft's error for it (with `to_raft`, e.g.
-    /// `StorageIOError::write_logs`), which is how the failure reaches openraft.
-    pub(crate) fn to_raft(
-        &self,
-        e: StorageError,
-        to_raft: impl FnOnce(&StorageError) -> StorageIOError<u64>,
-    ) -> openraft::StorageError<u64> {
-        to_raft(&self.record(e)).into()
-    }
-
-    pub(crate) fn get(&self) -> Option<Arc<StorageError>> {
-        self.0.get().cloned()
     }
 }
