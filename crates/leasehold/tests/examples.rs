@@ -100,7 +100,11 @@ async fn fenced_counter_refuses_a_stale_holder() {
 }
 
 /// Runs `examples/<script>` with the `leasehold` client commands against `server`, TTL 2 s,
-/// bounded; returns its stdout, or fails with everything it printed.
+/// bounded; returns its stdout, or fails with everything it printed. A hand-over may come up to
+/// 3 s past the TTL (`SLACK_MS`): this test checks that it happens and is bounded, with four
+/// tests, an etcd and several client processes of a debug build sharing 2 cores (a fresh-clone
+/// CI run saw 3.9 s at TTL 2 s against the script's own 1 s slack); how soon expiry acts is
+/// measured by the expiry benchmarks (docs/bench.md).
 async fn run_script(server: &Server, script: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples")
@@ -111,6 +115,7 @@ async fn run_script(server: &Server, script: &str) -> String {
         .arg(&endpoint)
         .env("LEASEHOLD", env!("CARGO_BIN_EXE_leasehold"))
         .env("TTL", "2")
+        .env("SLACK_MS", "3000")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
