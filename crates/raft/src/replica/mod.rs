@@ -585,18 +585,11 @@ impl Replica {
         Ok(state_machine::read(&self.shared, f))
     }
 
-    /// The leader this member counts on. raft-rs's leader steps down by itself after an
-    /// election timeout without a quorum (CheckQuorum), as etcd's does, so this is the leader
-    /// it knows.
-    fn counted_leader(&self, s: &EngineStatus) -> Option<u64> {
-        s.leader
-    }
-
     pub fn status(&self) -> RaftStatus {
         let s = self.status.borrow().clone();
         RaftStatus {
             term: s.term,
-            leader: self.counted_leader(&s),
+            leader: s.leader,
             last_log_index: s.last_log_index,
             applied_index: s.applied_index,
         }
@@ -668,7 +661,7 @@ impl Replica {
     pub async fn leader_lost_for(&self, period: Duration) {
         let mut status = self.status.clone();
         loop {
-            while self.counted_leader(&status.borrow_and_update()).is_some() {
+            while status.borrow_and_update().leader.is_some() {
                 if status.changed().await.is_err() {
                     return std::future::pending().await;
                 }
@@ -678,7 +671,7 @@ impl Replica {
                     if status.changed().await.is_err() {
                         return std::future::pending::<()>().await;
                     }
-                    if self.counted_leader(&status.borrow_and_update()).is_some() {
+                    if status.borrow_and_update().leader.is_some() {
                         return;
                     }
                 }
