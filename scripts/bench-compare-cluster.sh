@@ -15,9 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-1}
 bin=./target/release/leasehold
-[ -x "$bin" ] || { echo "build first: cargo build --release -p leasehold" >&2; exit 2; }
-command -v etcd >/dev/null || { echo "etcd not found (apt-get install etcd-server)" >&2; exit 2; }
-command -v etcdctl >/dev/null || { echo "etcdctl not found (apt-get install etcd-client)" >&2; exit 2; }
+# shellcheck source=lib/require.sh
+. scripts/lib/require.sh
+require_release_and_etcd
 
 # shellcheck source=lib/ports.sh
 . scripts/lib/ports.sh
