@@ -104,6 +104,8 @@ pub struct Handled {
     pub role_changed: bool,
     /// The round appended to the log (and so waited for its `fdatasync`).
     pub wrote_log: bool,
+    /// The first and last index of the entries this round appended to the log.
+    pub appended: Option<(u64, u64)>,
 }
 
 /// Raft's progress as the host reports it.
@@ -384,6 +386,9 @@ impl<F: Fs> Core<F> {
             self.node.mut_store().set_snapshot(snapshot);
         }
         let entries = ready.take_entries();
+        if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+            handled.appended = Some((first.index, last.index));
+        }
         let hard_state = ready.hs().cloned();
         if !entries.is_empty() || (hard_state.is_some() && ready.must_sync()) {
             self.wal.append(&Batch {

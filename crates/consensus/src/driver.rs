@@ -78,9 +78,9 @@ pub trait Machine: Host + Send + 'static {
     fn status(&mut self, _status: CoreStatus) {}
     /// The core stopped on an error (the log could not be written): this member must stop.
     fn failed(&mut self, error: CoreError);
-    /// A round appended to the log and took `took`, its `fdatasync` included (for the
-    /// member's disk metrics).
-    fn log_written(&mut self, _took: Duration) {}
+    /// A round wrote the log and took `took`, its `fdatasync` included (for the member's disk
+    /// metrics); `appended` names the entries it appended (first and last index), now durable.
+    fn log_written(&mut self, _took: Duration, _appended: Option<(u64, u64)>) {}
 }
 
 /// The handle on a running thread; dropping it stops the thread and waits for it.
@@ -250,7 +250,7 @@ fn round<F: Fs>(
     let started = Instant::now();
     let handled = core.handle_ready(machine)?;
     if handled.wrote_log {
-        machine.log_written(started.elapsed());
+        machine.log_written(started.elapsed(), handled.appended);
     }
     if !handled.committed.is_empty() {
         let last = handled.committed.last().map(|e| e.index);

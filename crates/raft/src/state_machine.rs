@@ -748,19 +748,24 @@ pub(crate) enum Applying {
 
 /// Applies committed entries, in order, to the state machine: one reply per entry (one
 /// `Applied` per command). The changes are staged (`Db::stage_sm`), not written: the log holds
-/// the entries durably, and the staged rows reach the file with the next checkpoint. The
-/// replicated lease time the entries carry is dated now, when this member applies them.
+/// the entries durably, and the staged rows reach the file with the next checkpoint. `dated`
+/// tells when an entry reached this member, if known, which dates the replicated lease time it
+/// carries (now, if not).
 pub(crate) fn apply_entries(
     shared: &Shared,
     db: &Db,
     entries: impl IntoIterator<Item = (LogPosition, Applying)>,
+    mut dated: impl FnMut(u64) -> Option<std::time::Instant>,
 ) -> Vec<Vec<Applied>> {
     let mut replies = Vec::new();
     let mut fx = Effects::default();
-    let (meta, lease_rows, lease_clock_ms) = {
+    let (meta, lease_rows, lease_clock_ms, clock_moved_at) = {
         let mut guard = shared.state.write().expect("state lock poisoned");
         let state = &mut *guard;
+        // The last entry that moved the lease clock.
+        let mut clock_moved_at = None;
         for (position, payload) in entries {
+            let clock_before = state.leases.clock_ms();
             state.last_applied = Some(position);
             let reply = match payload {
                 Applying::Blank => Vec::new(),
@@ -776,6 +781,9 @@ pub(crate) fn apply_entries(
                     .collect(),
             };
             replies.push(reply);
+            if state.leases.clock_ms() > clock_before {
+                clock_moved_at = Some(position.index);
+            }
         }
         if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
             state.leases.validate();
@@ -786,9 +794,17 @@ pub(crate) fn apply_entries(
             .iter()
             .map(|id| (*id, state.leases.record(*id)))
             .collect();
-        (state.meta(), lease_rows, state.leases.clock_ms())
+        (
+            state.meta(),
+            lease_rows,
+            state.leases.clock_ms(),
+            clock_moved_at,
+        )
     };
-    shared.note_lease_time(lease_clock_ms, std::time::Instant::now());
+    let dated = clock_moved_at
+        .and_then(&mut dated)
+        .unwrap_or_else(std::time::Instant::now);
+    shared.note_lease_time(lease_clock_ms, dated);
     if !lease_rows.is_empty() {
         shared.leases_changed.notify_one();
     }

@@ -38,6 +38,7 @@ fn state_machine_reopens_at_its_checkpoint() {
                 (at(2), put("a")),
                 (at(3), put("b")),
             ],
+            |_| None,
         );
         assert!(replies[0].is_empty(), "a membership entry answers nothing");
         assert!(matches!(replies[1][..], [Applied::Put(Ok(ref r))] if r.revision == 2));

@@ -9,6 +9,7 @@ use leasehold_lease::{LeaseClock, LeaseId, LeaseTable};
 use leasehold_mvcc::Store;
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod append_times;
 mod batch;
 mod config;
 mod engine;

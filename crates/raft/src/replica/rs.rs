@@ -33,6 +33,7 @@ use leasehold_wal::StdFs;
 use leasehold_wal::proto::ConfState;
 use tokio::sync::{oneshot, watch};
 
+use super::append_times::AppendTimes;
 use super::engine::{EngineMember, EngineStatus};
 use super::error::{Fatal, ReplicaError};
 use super::forward::{BoxFuture, Forwarded};
@@ -190,6 +191,7 @@ impl RsEngine {
             telemetry: telemetry.clone(),
             core: CoreStatus::default(),
             members,
+            append_times: AppendTimes::default(),
         };
         let reads = ReadBatcher::new((election_tick / 2).max(1), election_tick * 2);
         let driver = Driver::start(core, machine, Duration::from_millis(heartbeat_ms), reads);
@@ -482,6 +484,8 @@ struct RsMachine {
     telemetry: Arc<Telemetry>,
     core: CoreStatus,
     members: BTreeMap<u64, EngineMember>,
+    /// When the entries not yet applied were appended here, to date the lease time they carry.
+    append_times: AppendTimes,
 }
 
 impl RsMachine {
@@ -588,7 +592,10 @@ impl Machine for RsMachine {
             ids.push((entry.index, entry.term, is_conf_change));
             entries.push((position, payload));
         }
-        let replies = state_machine::apply_entries(&self.shared, &self.db, entries);
+        let append_times = &mut self.append_times;
+        let replies = state_machine::apply_entries(&self.shared, &self.db, entries, |index| {
+            append_times.appended_at(index)
+        });
         // Published before anyone is answered: a caller that reads the members or waits to
         // apply an index next sees this apply.
         if let Some(last) = ids.last().map(|(index, ..)| *index) {
@@ -632,8 +639,12 @@ impl Machine for RsMachine {
         self.stop(Fatal::Core(error.to_string()));
     }
 
-    fn log_written(&mut self, took: Duration) {
+    fn log_written(&mut self, took: Duration, appended: Option<(u64, u64)>) {
         self.telemetry.log_commit.observe(took);
+        if let Some((first, last)) = appended {
+            self.append_times
+                .appended(first, last, std::time::Instant::now());
+        }
     }
 }
 
