@@ -1,0 +1,315 @@
+//! Applying committed entries: each command to the store and the lease table, the changes
+//! staged for the next checkpoint, and the signals published once the state lock is released.
+
+use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable, Renewal};
+use leasehold_mvcc::{Change, Record, Store};
+use std::collections::BTreeSet;
+
+use super::SmState;
+use super::check::check_command;
+use super::shared::Shared;
+use crate::command::{
+    AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, Proposal,
+};
+use crate::position::{LogPosition, Members};
+use crate::storage::Db;
+use leasehold_auth::{AuthChange, AuthError};
+
+pub(super) fn state_membership_has(membership: &Members, id: u64) -> bool {
+    membership.contains_key(&id)
+}
+
+/// Raises or clears an alarm; what etcd's alarm store answers (the alarm raised, or already
+/// raised; the one cleared, `None` if it was not raised).
+pub(super) fn apply_alarm(
+    alarms: &mut BTreeSet<AlarmMember>,
+    change: AlarmChange,
+) -> Option<AlarmMember> {
+    if change.activate {
+        alarms.insert(change.alarm);
+        Some(change.alarm)
+    } else {
+        alarms.remove(&change.alarm).then_some(change.alarm)
+    }
+}
+
+/// What one apply batch changed, to stage for persistence.
+#[derive(Default)]
+pub(super) struct Effects {
+    changes: Vec<Change>,
+    leases_touched: BTreeSet<LeaseId>,
+}
+
+impl Effects {
+    /// Records KV changes and keeps key bindings in step with them.
+    pub(super) fn kv(&mut self, store: &Store, leases: &mut LeaseTable, changes: Vec<Change>) {
+        rebind(store, leases, &changes);
+        self.changes.extend(changes);
+    }
+
+    /// Deletes a revoked lease's keys, all at one new revision; returns the header revision.
+    pub(super) fn revoked(
+        &mut self,
+        state: &mut SmState,
+        id: LeaseId,
+        keys: &[leasehold_mvcc::Key],
+    ) -> i64 {
+        self.leases_touched.insert(id);
+        let (revision, changes) = state.store.delete_keys(keys.iter().map(|k| &**k));
+        self.kv(&state.store, &mut state.leases, changes);
+        // Grants bound to the lease go in the same command (leasehold's extension).
+        state.auth.end_lease(id.get());
+        revision
+    }
+}
+
+/// Keeps the key bindings in step with KV changes just made to `store`: a write moves its key
+/// from the lease its previous version named (the store says which) to the one it names, if any
+/// (a delete names none). The one place where KV writes change bindings.
+pub fn rebind(store: &Store, leases: &mut LeaseTable, changes: &[Change]) {
+    for change in changes {
+        if let Change::Write { rev, record } = change {
+            let key = record.key();
+            let now = match record {
+                Record::Put(kv) => kv.lease,
+                Record::Tombstone { .. } => None,
+            };
+            if let Some(before) = store.lease_before(key, *rev)
+                && Some(before) != now
+            {
+                leases.detach(key, before);
+            }
+            if let Some(now) = now {
+                let shared = store.shared_key(key).expect("a written key has a history");
+                leases.attach(shared, now);
+            }
+        }
+    }
+}
+
+/// Applies one command to the state: a client command only if the auth store allows its caller
+/// (see [`check_command`]).
+pub(super) fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects) -> Applied {
+    let (caller, cmd) = match cmd {
+        Command::As { caller, command } => (Some(caller), &**command),
+        other => (None, other),
+    };
+    if let Err(e) = check_command(state, caller, cmd) {
+        return Applied::Denied(e);
+    }
+    let SmState {
+        store,
+        leases,
+        alarms,
+        member_attrs,
+        membership,
+        auth,
+        tokens,
+        last_applied,
+    } = state;
+    let lease_exists = |id: LeaseId| leases.contains(id);
+    match cmd {
+        Command::Put(req) => Applied::Put(store.put(req, &lease_exists).map(|(resp, c)| {
+            fx.kv(store, leases, c);
+            resp
+        })),
+        Command::DeleteRange(req) => {
+            let (resp, c) = store.delete_range(req);
+            fx.kv(store, leases, c);
+            Applied::DeleteRange(resp)
+        }
+        Command::Txn(req) => Applied::Txn(store.txn(req, &lease_exists).map(|(resp, c)| {
+            fx.kv(store, leases, c);
+            resp
+        })),
+        Command::Compact { revision } => {
+            Applied::Compact(store.compact(*revision).map(|(rev, c)| {
+                fx.changes.extend(c);
+                // The history just dropped should leave the process, not only the store.
+                leasehold_alloc::release_soon();
+                rev
+            }))
+        }
+        Command::LeaseGrant {
+            id,
+            ttl_secs,
+            now_ms,
+        } => {
+            let result = leases.grant(*id, *ttl_secs, *now_ms).map(|_| ());
+            fx.leases_touched.insert(*id);
+            Applied::LeaseGrant(result)
+        }
+        Command::LeaseRevoke { id } => match leases.revoke(*id) {
+            Ok(keys) => Applied::LeaseRevoke(Ok(fx.revoked(state, *id, &keys))),
+            Err(e) => Applied::LeaseRevoke(Err(e)),
+        },
+        Command::LeaseRenew { id, now_ms } => match leases.renew(*id, *now_ms) {
+            Renewal::Renewed { ttl_secs } => {
+                fx.leases_touched.insert(*id);
+                Applied::LeaseRenew(Some(ttl_secs))
+            }
+            Renewal::NotFound => Applied::LeaseRenew(None),
+            Renewal::Expired => {
+                // Too late to renew: revoke it now, so the answer (TTL 0) follows the revoke.
+                if let Some(keys) = leases.expire(*id, *now_ms) {
+                    fx.revoked(state, *id, &keys);
+                }
+                Applied::LeaseRenew(None)
+            }
+        },
+        Command::LeaseExpire { ids, now_ms } => {
+            let mut revoked = 0;
+            for id in ids {
+                if let Some(keys) = state.leases.expire(*id, *now_ms) {
+                    fx.revoked(state, *id, &keys);
+                    revoked += 1;
+                }
+            }
+            Applied::LeaseExpire(revoked)
+        }
+        Command::LeaseTick { now_ms } => {
+            leases.advance(*now_ms);
+            Applied::LeaseTick
+        }
+        Command::LeasePromote { now_ms, extend_ms } => {
+            // Only the leases whose deadline moved are written again: rewriting a million
+            // unchanged rows stalled every write (and a stop) for 2 s after each promotion.
+            fx.leases_touched
+                .extend(leases.extend_all(*now_ms, *extend_ms));
+            Applied::LeasePromote
+        }
+        Command::Alarm(change) => Applied::Alarm(apply_alarm(alarms, *change)),
+        Command::Auth(AuthWrite { caller, change }) => {
+            let applied = match change {
+                AuthChange::RoleGrantPermission {
+                    perm:
+                        leasehold_auth::Permission {
+                            lease: Some(lease), ..
+                        },
+                    ..
+                } if !LeaseId::from_wire(*lease).is_some_and(|id| leases.contains(id)) => {
+                    Err(AuthError::LeaseNotFound)
+                }
+                _ => auth.apply(caller.as_ref(), change),
+            };
+            if applied.is_ok() {
+                if let Some(user) = change.ends_tokens_of() {
+                    tokens.end_user(user);
+                }
+                if !auth.enabled {
+                    tokens.end_all();
+                }
+            }
+            Applied::Auth(applied)
+        }
+        Command::Authenticate(Authenticate {
+            user,
+            prefix,
+            revision,
+        }) => Applied::Authenticate(if !auth.enabled {
+            Err(AuthError::AuthNotEnabled)
+        } else if *revision != auth.revision || !auth.users.contains_key(user) {
+            // The password was checked against an auth store that has changed since.
+            Err(AuthError::AuthFailed)
+        } else {
+            let index = last_applied.map_or(0, |l| l.index);
+            let token = format!("{prefix}.{index}");
+            tokens.register(token.clone(), user.clone(), std::time::Instant::now());
+            Ok(token)
+        }),
+        // A command on behalf of a user on behalf of a user: never proposed.
+        Command::As { .. } => Applied::Denied(AuthError::PermissionDenied),
+        Command::Publish(attrs) => {
+            // Only a member of the membership (a removed one may still publish late).
+            if state_membership_has(membership, attrs.id) {
+                member_attrs.insert(attrs.id, attrs.clone());
+            }
+            Applied::Publish(())
+        }
+    }
+}
+
+/// A committed entry as [`apply_entries`] takes it.
+pub(crate) enum Applying {
+    /// A new leader's first entry.
+    Blank,
+    /// A new membership (its members' attributes are kept, the others' dropped).
+    Membership(Members),
+    Normal(Proposal),
+}
+
+/// Applies committed entries, in order, to the state machine: one reply per entry (one
+/// `Applied` per command). The changes are staged (`Db::stage_sm`), not written: the log holds
+/// the entries durably, and the staged rows reach the file with the next checkpoint. `dated`
+/// tells when an entry reached this member, if known, which dates the replicated lease time it
+/// carries (now, if not).
+pub(crate) fn apply_entries(
+    shared: &Shared,
+    db: &Db,
+    entries: impl IntoIterator<Item = (LogPosition, Applying)>,
+    mut dated: impl FnMut(u64) -> Option<std::time::Instant>,
+) -> Vec<Vec<Applied>> {
+    let mut replies = Vec::new();
+    let mut fx = Effects::default();
+    let (meta, lease_rows, lease_clock_ms, clock_moved_at) = {
+        let mut guard = shared.state.write().expect("state lock poisoned");
+        let state = &mut *guard;
+        // The last entry that moved the lease clock.
+        let mut clock_moved_at = None;
+        for (position, payload) in entries {
+            let clock_before = state.leases.clock_ms();
+            state.last_applied = Some(position);
+            let reply = match payload {
+                Applying::Blank => Vec::new(),
+                Applying::Membership(m) => {
+                    // A removed member's attributes go with it.
+                    state.member_attrs.retain(|id, _| m.contains_key(id));
+                    state.membership = m;
+                    Vec::new()
+                }
+                Applying::Normal(Proposal { commands }) => commands
+                    .iter()
+                    .map(|cmd| apply_command(state, cmd, &mut fx))
+                    .collect(),
+            };
+            replies.push(reply);
+            if state.leases.clock_ms() > clock_before {
+                clock_moved_at = Some(position.index);
+            }
+        }
+        if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
+            state.leases.validate();
+        }
+        state.publish_flags(shared);
+        let lease_rows: Vec<(LeaseId, Option<LeaseRecord>)> = fx
+            .leases_touched
+            .iter()
+            .map(|id| (*id, state.leases.record(*id)))
+            .collect();
+        (
+            state.meta(),
+            lease_rows,
+            state.leases.clock_ms(),
+            clock_moved_at,
+        )
+    };
+    let dated = clock_moved_at
+        .and_then(&mut dated)
+        .unwrap_or_else(std::time::Instant::now);
+    shared.note_lease_time(lease_clock_ms, dated);
+    if !lease_rows.is_empty() {
+        shared.leases_changed.notify_one();
+    }
+    shared.publish_revision(meta.current_revision);
+    shared
+        .key_deletes
+        .deleted(fx.changes.iter().filter_map(|change| match change {
+            Change::Write {
+                record: Record::Tombstone { key },
+                ..
+            } => Some(key.as_slice()),
+            Change::Write { .. } | Change::Remove { .. } => None,
+        }));
+    db.stage_sm(fx.changes, lease_rows, meta);
+    replies
+}

@@ -1,0 +1,97 @@
+//! The applied state as the rest of the replica shares it, with the signals that tell its
+//! followers (watchers, the expiry driver, admission) what moved without taking the state lock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use super::SmState;
+use super::key_deletes::KeyDeletes;
+use crate::command::Alarm;
+
+/// The state, plus signals for those who follow it.
+#[derive(Debug)]
+pub(crate) struct SharedState {
+    pub(crate) state: RwLock<SmState>,
+    /// Notified after every apply that touched a lease: the earliest deadline may have moved.
+    pub(crate) leases_changed: tokio::sync::Notify,
+    /// The store revision after the latest apply: what watchers wait on.
+    pub(crate) revision: tokio::sync::watch::Sender<i64>,
+    /// The replicated lease time after the latest apply that moved it, and when (on this
+    /// process's monotonic clock) that apply happened. A member that becomes leader counts the
+    /// time since then as lease time that has passed (a lower bound of what passed since the
+    /// old leader stamped it), so an election does not stop the lease clock.
+    pub(crate) lease_time_applied: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
+    /// Who waits for which key to be deleted.
+    pub(crate) key_deletes: KeyDeletes,
+    /// Whether auth is enabled in the applied state, readable without the state lock: while it
+    /// is off (the usual case) a request needs no look at the auth store at all.
+    pub(crate) auth_enabled: AtomicBool,
+    /// Which alarm types are raised for some member ([`RAISED_NO_SPACE`], [`RAISED_CORRUPT`]),
+    /// readable without the state lock, so that admitting a write takes no lock.
+    pub(crate) alarms_raised: std::sync::atomic::AtomicU8,
+}
+
+pub(crate) const RAISED_NO_SPACE: u8 = 1;
+pub(crate) const RAISED_CORRUPT: u8 = 2;
+
+impl SmState {
+    /// The [`SharedState::alarms_raised`] bits of this state.
+    pub(super) fn alarms_raised(&self) -> u8 {
+        self.alarms.iter().fold(0, |bits, a| {
+            bits | match a.alarm {
+                Alarm::NoSpace => RAISED_NO_SPACE,
+                Alarm::Corrupt => RAISED_CORRUPT,
+            }
+        })
+    }
+
+    /// Publishes what requests read without the state lock.
+    pub(super) fn publish_flags(&self, shared: &SharedState) {
+        shared
+            .auth_enabled
+            .store(self.auth.enabled, Ordering::SeqCst);
+        shared
+            .alarms_raised
+            .store(self.alarms_raised(), Ordering::SeqCst);
+    }
+}
+
+impl SharedState {
+    pub(super) fn new(state: SmState) -> SharedState {
+        let (revision, _) = tokio::sync::watch::channel(state.store.current_revision());
+        let auth_enabled = AtomicBool::new(state.auth.enabled);
+        let alarms_raised = std::sync::atomic::AtomicU8::new(state.alarms_raised());
+        SharedState {
+            auth_enabled,
+            alarms_raised,
+            state: RwLock::new(state),
+            leases_changed: tokio::sync::Notify::new(),
+            revision,
+            lease_time_applied: std::sync::Mutex::new(None),
+            key_deletes: KeyDeletes::default(),
+        }
+    }
+
+    /// Records that the replicated lease time is `clock_ms` as of `at` (when the entry that
+    /// set it reached this member), if that moved it.
+    pub(super) fn note_lease_time(&self, clock_ms: u64, at: std::time::Instant) {
+        let mut seen = self
+            .lease_time_applied
+            .lock()
+            .expect("lease time lock poisoned");
+        if seen.is_none_or(|(ms, _)| clock_ms > ms) {
+            *seen = Some((clock_ms, at));
+        }
+    }
+
+    /// Publishes the store revision (after an apply or a snapshot install).
+    pub(super) fn publish_revision(&self, revision: i64) {
+        self.revision.send_if_modified(|r| {
+            let changed = *r != revision;
+            *r = revision;
+            changed
+        });
+    }
+}
+
+pub(crate) type Shared = Arc<SharedState>;

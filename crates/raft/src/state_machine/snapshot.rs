@@ -1,0 +1,228 @@
+//! The whole state machine as one value: loaded from the file at start, encoded from the file for
+//! a follower, and installed from a leader's bytes.
+
+use leasehold_lease::{LeaseId, LeaseRecord};
+use leasehold_mvcc::{Change, Record, Revision, Store};
+use redb::{ReadableTable, ReadableTableMetadata};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::SmState;
+use super::shared::Shared;
+use crate::command::{AlarmMember, MemberAttrs};
+use crate::position::{LogPosition, Members};
+use crate::storage::{Db, KV, LEASES, SmMeta, StorageError, decode, write_sm};
+use leasehold_auth::AuthState;
+
+pub(super) fn by_id(attrs: Vec<MemberAttrs>) -> BTreeMap<u64, MemberAttrs> {
+    attrs.into_iter().map(|a| (a.id, a)).collect()
+}
+
+/// What a snapshot carries: the whole state machine.
+#[derive(Serialize, Deserialize)]
+pub(super) struct SnapshotPayload {
+    pub(super) last_applied: Option<LogPosition>,
+    pub(super) membership: Members,
+    pub(super) current_revision: i64,
+    pub(super) compact_revision: i64,
+    pub(super) records: Vec<(Revision, Record)>,
+    pub(super) lease_clock_ms: u64,
+    pub(super) leases: Vec<(LeaseId, LeaseRecord)>,
+    pub(super) alarms: Vec<AlarmMember>,
+    pub(super) member_attrs: Vec<MemberAttrs>,
+    pub(super) auth: AuthState,
+}
+
+pub(crate) fn lease_id_of_row(key: [u8; 8]) -> Result<LeaseId, StorageError> {
+    LeaseId::from_wire(u64::from_be_bytes(key) as i64).ok_or(StorageError::Corrupt {
+        what: "leases",
+        problem: "lease id 0",
+    })
+}
+
+/// The state machine as the file holds it (an empty one on a new database).
+pub(super) fn load(db: &Db) -> Result<SmState, StorageError> {
+    let started = std::time::Instant::now();
+    let persisted = SnapshotPayload::read(db)?;
+    let read_ms = started.elapsed().as_millis();
+    let state = persisted.into_state(None);
+    tracing::info!(
+        keys = state.store.key_history_len(),
+        leases = state.leases.len(),
+        revision = state.store.current_revision(),
+        read_ms,
+        total_ms = started.elapsed().as_millis(),
+        "loaded the state machine"
+    );
+    Ok(state)
+}
+
+impl SnapshotPayload {
+    /// The state this payload describes, at `at` (its applied log position and membership;
+    /// `None`: the ones it holds).
+    fn into_state(self, at: Option<AppliedAt>) -> SmState {
+        let (last_applied, membership) = at.unwrap_or((self.last_applied, self.membership));
+        let store = Store::restore(self.current_revision, self.compact_revision, self.records);
+        let mut state = SmState::assemble(
+            store,
+            self.lease_clock_ms,
+            self.leases,
+            last_applied,
+            membership,
+        );
+        state.alarms = self.alarms.into_iter().collect();
+        state.member_attrs = by_id(self.member_attrs);
+        state.auth = self.auth;
+        state
+    }
+
+    /// The state machine as the file holds it (an empty one on a new database).
+    pub(super) fn read(db: &Db) -> Result<SnapshotPayload, StorageError> {
+        let txn = db.begin_read().map_err(StorageError::read("sm_meta"))?;
+        let meta = SmMeta::read(&txn)?;
+        let table = txn.open_table(KV).map_err(StorageError::read("kv"))?;
+        let mut records = Vec::new();
+        for row in table.iter().map_err(StorageError::read("kv"))? {
+            let (k, v) = row.map_err(StorageError::read("kv"))?;
+            records.push((
+                Revision::from_bytes(k.value()),
+                decode::<Record>("kv", v.value())?,
+            ));
+        }
+        let lease_rows = txn
+            .open_table(LEASES)
+            .map_err(StorageError::read("leases"))?;
+        let mut leases = Vec::new();
+        for row in lease_rows.iter().map_err(StorageError::read("leases"))? {
+            let (k, v) = row.map_err(StorageError::read("leases"))?;
+            leases.push((
+                lease_id_of_row(k.value())?,
+                decode::<LeaseRecord>("leases", v.value())?,
+            ));
+        }
+        Ok(SnapshotPayload {
+            last_applied: meta.last_applied,
+            membership: meta.membership,
+            current_revision: meta.current_revision,
+            compact_revision: meta.compact_revision,
+            records,
+            lease_clock_ms: meta.lease_clock_ms,
+            leases,
+            alarms: meta.alarms,
+            member_attrs: meta.member_attrs,
+            auth: meta.auth,
+        })
+    }
+
+    /// The file's state encoded exactly as postcard encodes the [`SnapshotPayload`] that
+    /// [`SnapshotPayload::read`] would return (what `install_snapshot` decodes), but streamed
+    /// from the rows: a stored `Record` or `LeaseRecord` is already that encoding, so it is
+    /// copied, not decoded and encoded again.
+    pub(super) fn encode_from_file(db: &Db) -> Result<(SmMeta, Vec<u8>), StorageError> {
+        const WHAT: &str = "a snapshot";
+        fn put<T: Serialize>(out: Vec<u8>, value: &T) -> Vec<u8> {
+            postcard::to_extend(value, out).expect("in-memory serialization cannot fail")
+        }
+        let txn = db.begin_read().map_err(StorageError::read(WHAT))?;
+        let meta = SmMeta::read(&txn)?;
+        let kv = txn.open_table(KV).map_err(StorageError::read("kv"))?;
+        let leases = txn
+            .open_table(LEASES)
+            .map_err(StorageError::read("leases"))?;
+        let mut out = put(Vec::new(), &meta.last_applied);
+        out = put(out, &meta.membership);
+        out = put(out, &meta.current_revision);
+        out = put(out, &meta.compact_revision);
+        // A sequence is its length, then its elements.
+        out = put(out, &kv.len().map_err(StorageError::read("kv"))?);
+        for row in kv.iter().map_err(StorageError::read("kv"))? {
+            let (k, v) = row.map_err(StorageError::read("kv"))?;
+            out = put(out, &Revision::from_bytes(k.value()));
+            out.extend_from_slice(v.value());
+        }
+        out = put(out, &meta.lease_clock_ms);
+        out = put(out, &leases.len().map_err(StorageError::read("leases"))?);
+        for row in leases.iter().map_err(StorageError::read("leases"))? {
+            let (k, v) = row.map_err(StorageError::read("leases"))?;
+            out = put(out, &lease_id_of_row(k.value())?);
+            out.extend_from_slice(v.value());
+        }
+        out = put(out, &meta.alarms);
+        out = put(out, &meta.member_attrs);
+        out = put(out, &meta.auth);
+        Ok((meta, out))
+    }
+}
+
+/// Where a state is: its applied log position and membership.
+pub(crate) type AppliedAt = (Option<LogPosition>, Members);
+
+/// Replaces the state machine with a leader's snapshot (`bytes`, as [`snapshot_bytes_from_file`]
+/// makes them) at `at` (the applied log id and membership; `None`: the ones the bytes hold),
+/// durably: the file first, then the applied state. Blocking.
+pub(crate) fn install_snapshot_bytes(
+    shared: &Shared,
+    db: &Db,
+    bytes: &[u8],
+    at: Option<AppliedAt>,
+) -> Result<(), StorageError> {
+    const WHAT: &str = "a snapshot";
+    let payload: SnapshotPayload = decode(WHAT, bytes)?;
+    // Staged changes predate the snapshot and must never be written over it.
+    db.discard_staged_sm();
+    let changes: Vec<Change> = payload
+        .records
+        .iter()
+        .map(|(rev, record)| Change::Write {
+            rev: *rev,
+            record: record.clone(),
+        })
+        .collect();
+    let leases: BTreeMap<LeaseId, Option<LeaseRecord>> = payload
+        .leases
+        .iter()
+        .map(|(id, r)| (*id, Some(*r)))
+        .collect();
+    let mut state = payload.into_state(at);
+    tracing::info!(
+        last_applied = ?state.last_applied,
+        bytes = bytes.len(),
+        revision = state.store.current_revision(),
+        "installing a snapshot from the leader"
+    );
+    let row = state.meta();
+    let txn = db.begin_write().map_err(StorageError::write(WHAT))?;
+    {
+        let mut kv = txn.open_table(KV).map_err(StorageError::write(WHAT))?;
+        kv.retain(|_, _| false).map_err(StorageError::write(WHAT))?;
+        let mut lease_table = txn.open_table(LEASES).map_err(StorageError::write(WHAT))?;
+        lease_table
+            .retain(|_, _| false)
+            .map_err(StorageError::write(WHAT))?;
+    }
+    write_sm(&txn, &changes, &leases, &row)?;
+    let started = std::time::Instant::now();
+    txn.commit().map_err(StorageError::commit(WHAT))?;
+    db.telemetry().state_commit.observe(started.elapsed());
+    let revision = state.store.current_revision();
+    {
+        let mut current = shared.state.write().expect("state lock poisoned");
+        // Tokens are this member's, not the snapshot's: they stay.
+        state.tokens = std::mem::take(&mut current.tokens);
+        *current = state;
+        current.publish_flags(shared);
+    }
+    // The state it replaced is freed; give its memory back to the OS.
+    leasehold_alloc::release_soon();
+    shared.leases_changed.notify_one();
+    shared.publish_revision(revision);
+    shared.key_deletes.replaced();
+    Ok(())
+}
+
+/// The state machine as its file holds it, as a snapshot's bytes, with the metadata they are
+/// at: the staged changes are written first (durably), so nothing applied is missing. Blocking.
+pub(crate) fn snapshot_bytes_from_file(db: &Db) -> Result<(SmMeta, Vec<u8>), StorageError> {
+    db.flush_staged_sm()?;
+    SnapshotPayload::encode_from_file(db)
+}
