@@ -396,18 +396,42 @@ impl LeaseTable {
     pub fn extend_all(&mut self, now_ms: u64, extend_ms: u64) -> Vec<LeaseId> {
         self.advance(now_ms);
         let floor = self.clock_ms.saturating_add(extend_ms);
-        let mut order: Vec<(u64, u64, LeaseId)> = self
-            .leases
-            .iter()
-            .map(|(id, l)| (l.record.deadline_ms.max(floor), l.record.grant_seq, *id))
+        // The leases with less than the extension left all move to the floor (in grant order);
+        // merged with the rest of the queue, that is every lease in its new order. One read-only
+        // walk decides each deadline; only the leases that move are touched, so a promotion over
+        // a million long-lived leases costs one pass over the queue, not a rebuild of it.
+        let mut raised: Vec<(u64, LeaseId)> = self
+            .queue
+            .range(..(floor, 0))
+            .map(|(&(_, seq), &id)| (seq, id))
             .collect();
-        order.sort_unstable();
-        self.queue.clear();
-        let mut moved = Vec::new();
+        raised.sort_unstable();
+        let mut raised = raised
+            .into_iter()
+            .map(|(seq, id)| ((floor, seq), id))
+            .peekable();
+        let mut kept = self
+            .queue
+            .range((floor, 0)..)
+            .map(|(k, id)| (*k, *id))
+            .peekable();
+        let mut moves: Vec<((u64, u64), u64, LeaseId)> = Vec::new();
         // The second being filled, and how many deadlines it holds so far.
         let (mut second, mut in_second) = (0u64, 0u64);
-        for (deadline, seq, id) in order {
-            let mut deadline = deadline;
+        loop {
+            let take_raised = match (raised.peek(), kept.peek()) {
+                (Some(r), Some(k)) => r.0 < k.0,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let (key, id) = if take_raised {
+                raised.next()
+            } else {
+                kept.next()
+            }
+            .expect("peeked");
+            let mut deadline = key.0;
             if deadline / 1000 < second {
                 // Spilled over from a full second: the start of the one being filled.
                 deadline = second * 1000;
@@ -421,13 +445,20 @@ impl LeaseTable {
                 deadline = deadline.max(second * 1000);
             }
             in_second += 1;
-            if let Some(lease) = self.leases.get_mut(&id)
-                && lease.record.deadline_ms != deadline
-            {
+            let old = self.leases[&id].record.deadline_ms;
+            if take_raised || deadline != old {
+                moves.push(((old, key.1), deadline, id));
+            }
+        }
+        let mut moved = Vec::with_capacity(moves.len());
+        for ((old, seq), deadline, id) in moves {
+            self.queue.remove(&(old, seq));
+            self.queue.insert((deadline, seq), id);
+            let lease = self.leases.get_mut(&id).expect("queued leases exist");
+            if lease.record.deadline_ms != deadline {
                 lease.record.deadline_ms = deadline;
                 moved.push(id);
             }
-            self.queue.insert((deadline, seq), id);
         }
         moved
     }

@@ -369,6 +369,86 @@ fn a_million_inherited_leases_get_at_most_ten_seconds_of_spread() {
     );
 }
 
+/// `extend_all` walks the queue and touches only the leases that move; this checks it against
+/// the rule stated plainly (every deadline raised to the floor, then, in deadline and grant
+/// order, no second holding more than the maximum, the excess starting the next seconds) on a
+/// table with seconds over-full both below and above the floor.
+#[test]
+fn promotion_moves_exactly_what_the_spreading_rule_says() {
+    const MAX: u64 = PROMOTION_EXPIRIES_PER_SEC_MAX;
+    let mut t = LeaseTable::new();
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let spread = MAX * 2;
+    for n in 1..=spread as i64 {
+        // TTLs of 1 to 8 s granted at 0 to 1.9 s: about half fall below the floor, more than MAX.
+        let r = next();
+        let ttl = 1 + (r % 8) as i64;
+        let granted_ms = (r >> 8) % 2_000;
+        t.grant(id(n), ttl, granted_ms).unwrap();
+    }
+    // And a second above the floor that is over-full by itself.
+    let count = spread + MAX + 500;
+    for n in spread as i64 + 1..=count as i64 {
+        t.grant(id(n), 8, 0).unwrap();
+    }
+    let (now_ms, extend_ms) = (4_000, 1_000);
+    let floor = now_ms + extend_ms;
+    let mut order: Vec<(u64, u64, LeaseId)> = t
+        .records()
+        .into_iter()
+        .map(|(i, r)| (r.deadline_ms.max(floor), r.grant_seq, i))
+        .collect();
+    order.sort_unstable();
+    let before: std::collections::BTreeMap<LeaseId, u64> = t
+        .records()
+        .into_iter()
+        .map(|(i, r)| (i, r.deadline_ms))
+        .collect();
+    let mut want = std::collections::BTreeMap::new();
+    let (mut second, mut in_second) = (0u64, 0u64);
+    for (deadline, _, i) in order {
+        let mut deadline = deadline.max(second * 1000);
+        if deadline / 1000 > second {
+            second = deadline / 1000;
+            in_second = 0;
+        }
+        if in_second == MAX {
+            second += 1;
+            in_second = 0;
+            deadline = second * 1000;
+        }
+        in_second += 1;
+        want.insert(i, deadline);
+    }
+    let moved = t.extend_all(now_ms, extend_ms);
+    let got: std::collections::BTreeMap<LeaseId, u64> = t
+        .records()
+        .into_iter()
+        .map(|(i, r)| (i, r.deadline_ms))
+        .collect();
+    assert!(got == want, "a deadline differs from the rule's");
+    let mut want_moved: Vec<LeaseId> = want
+        .iter()
+        .filter(|(i, d)| before[*i] != **d)
+        .map(|(i, _)| *i)
+        .collect();
+    let mut moved_sorted = moved.clone();
+    moved_sorted.sort_unstable();
+    want_moved.sort_unstable();
+    assert_eq!(moved_sorted, want_moved, "reported moves");
+    assert!(
+        moved.len() < count as usize,
+        "some leases keep their deadline"
+    );
+    t.validate();
+}
+
 #[test]
 fn recent_ends_keep_the_latest_ends_newest_first_and_stay_bounded() {
     let mut t = LeaseTable::new();
