@@ -143,35 +143,62 @@ impl Replica {
         transport: Arc<dyn RaftTransport>,
         forwarder: Arc<dyn Forwarder>,
     ) -> Result<Arc<Replica>, StartError> {
-        let (db, sm) = open_state(&cfg)?;
-        let shared = sm.shared();
-        drop(sm);
-        let db_closed = db.closed();
-        let db_weak = Arc::downgrade(&db);
-        let telemetry = db.telemetry().clone();
+        let db = storage::open(&cfg.data_dir)?;
+        let (last_applied, membership) = {
+            let txn = db
+                .begin_read()
+                .map_err(storage::StorageError::read("sm_meta"))?;
+            let meta = storage::SmMeta::read(&txn)?;
+            (meta.last_applied, meta.membership)
+        };
         let bootstrap = cfg.bootstrap.then(|| {
             let mut members = cfg.initial_peers.clone();
             members.insert(cfg.member_id, cfg.peer_url.clone());
             members
         });
-        let data_dir = cfg.data_dir.clone();
-        let start = rs::RsStart {
+        let opening = rs::LogOpening {
             member_id: cfg.member_id,
-            data_dir,
+            data_dir: cfg.data_dir.clone(),
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
             election_timeout_ms: cfg.election_timeout_ms,
             catch_up_entries: cfg.snapshot_log_entries_max,
-            bootstrap,
+            last_applied,
+            members: rs::starting_membership(last_applied, membership, bootstrap.as_ref()),
+        };
+        // The log and the state machine are read at the same time: neither needs the other.
+        let (log, sm) = tokio::task::spawn_blocking({
+            let db = db.clone();
+            let token_ttl = cfg.auth_token_ttl;
+            move || {
+                let log = std::thread::Builder::new()
+                    .name("leasehold-log-open".into())
+                    .spawn(move || rs::open_log(opening))
+                    .expect("spawn the log-opening thread");
+                let sm = open_state_machine(db, token_ttl);
+                let log = log
+                    .join()
+                    .map_err(|_| StartError::Core("opening the log panicked".into()))
+                    .and_then(|opened| opened.map_err(StartError::Core));
+                (log, sm)
+            }
+        })
+        .await
+        .map_err(|e| StartError::Core(e.to_string()))?;
+        let sm = sm?;
+        let log = log?;
+        let shared = sm.shared();
+        drop(sm);
+        let db_closed = db.closed();
+        let db_weak = Arc::downgrade(&db);
+        let telemetry = db.telemetry().clone();
+        let start = rs::RsStart {
             initial_peers: cfg.initial_peers.clone(),
             shared: shared.clone(),
             db,
             telemetry: telemetry.clone(),
             transport,
         };
-        let (rs, status) = tokio::task::spawn_blocking(move || rs::RsEngine::start(start))
-            .await
-            .map_err(|e| StartError::Core(e.to_string()))?
-            .map_err(StartError::Core)?;
+        let (rs, status) = rs::RsEngine::start(log, start);
         let parts = Parts {
             engine: rs,
             status,
@@ -790,16 +817,17 @@ struct Parts {
     telemetry: Arc<Telemetry>,
 }
 
-/// Opens the data dir's database (refusing one the openraft engine wrote: `storage::open`) and
-/// loads the state machine, with this member's token TTL.
-fn open_state(cfg: &ReplicaConfig) -> Result<(Arc<storage::Db>, StateMachine), StartError> {
-    let db = storage::open(&cfg.data_dir)?;
-    let sm = StateMachine::open(db.clone())?;
+/// Loads the state machine, with this member's token TTL. Blocking.
+fn open_state_machine(
+    db: Arc<storage::Db>,
+    token_ttl: Duration,
+) -> Result<StateMachine, StartError> {
+    let sm = StateMachine::open(db)?;
     sm.shared()
         .state
         .write()
         .expect("state lock poisoned")
         .tokens
-        .set_ttl(cfg.auth_token_ttl);
-    Ok((db, sm))
+        .set_ttl(token_ttl);
+    Ok(sm)
 }

@@ -1,5 +1,5 @@
-//! The raft-rs engine (`--experimental-raft-engine raft-rs`): `leasehold-consensus`'s Raft
-//! thread under the same replica, with its log in `leasehold-wal` and the state machine in redb.
+//! The engine under the replica: `leasehold-consensus`'s Raft thread, with its log in
+//! `leasehold-wal` and the state machine in redb.
 //!
 //! ```text
 //!   propose_batches ─► RsEngine::submit ─► Raft thread (Core: one append + fdatasync per Ready)
@@ -99,8 +99,10 @@ struct Checkpointer {
     thread: std::thread::JoinHandle<()>,
 }
 
-/// What starting the engine needs from the replica.
-pub(super) struct RsStart {
+/// What opening the log needs: where, how Raft is tuned, and the state machine's applied
+/// position and membership as its file records them (read before the state itself is loaded, so
+/// that the log and the state are read at the same time).
+pub(super) struct LogOpening {
     pub(super) member_id: u64,
     pub(super) data_dir: std::path::PathBuf,
     pub(super) heartbeat_interval_ms: u64,
@@ -108,9 +110,78 @@ pub(super) struct RsStart {
     /// Entries the log keeps behind a checkpoint for followers that lag (`--snapshot-count`,
     /// at most etcd's 5,000 catch-up entries); one further behind gets a snapshot.
     pub(super) catch_up_entries: u64,
-    /// The members of a new cluster (this one included) by ID and peer URL; `None` when the
-    /// data dir holds a cluster already or this member waits to be added.
-    pub(super) bootstrap: Option<BTreeMap<u64, String>>,
+    pub(super) last_applied: Option<LogPosition>,
+    /// The membership to start with ([`starting_membership`]).
+    pub(super) members: position::Members,
+}
+
+/// The log, opened and recovered, with the Raft core over it: what [`RsEngine::start`] runs.
+pub(super) struct OpenedLog {
+    member_id: u64,
+    core: Core<StdFs>,
+    applied_index: u64,
+    heartbeat_ms: u64,
+    election_tick: u64,
+    members: position::Members,
+}
+
+/// The membership a member starts with: the one its file holds, or, in a data dir that holds
+/// nothing yet, the new cluster's members (`bootstrap`) as voters.
+pub(super) fn starting_membership(
+    last_applied: Option<LogPosition>,
+    membership: position::Members,
+    bootstrap: Option<&BTreeMap<u64, String>>,
+) -> position::Members {
+    match bootstrap {
+        Some(members) if last_applied.is_none() && membership.is_empty() => {
+            position::voters(members)
+        }
+        _ => membership,
+    }
+}
+
+/// Opens and recovers the log (every segment read and checked). Blocking; needs nothing of the
+/// loaded state, so it runs while the state machine loads.
+pub(super) fn open_log(opening: LogOpening) -> Result<OpenedLog, String> {
+    let LogOpening {
+        member_id,
+        data_dir,
+        heartbeat_interval_ms,
+        election_timeout_ms,
+        catch_up_entries,
+        last_applied,
+        members,
+    } = opening;
+    let (mut applied_index, mut applied_term) = last_applied.map_or((0, 0), |l| (l.index, l.term));
+    if !members.is_empty() && applied_index < INIT_INDEX {
+        (applied_index, applied_term) = (INIT_INDEX, 1);
+    }
+    let checkpoint = Checkpoint {
+        applied_index,
+        applied_term,
+        conf_state: conf_state_of(&members),
+    };
+    let heartbeat_ms = heartbeat_interval_ms.max(1);
+    let mut config = CoreConfig::new(member_id);
+    config.election_tick =
+        usize::try_from((election_timeout_ms / heartbeat_ms).max(2)).unwrap_or(usize::MAX);
+    let election_tick = config.election_tick as u64;
+    config.catch_up_entries = catch_up_entries.clamp(1, config.catch_up_entries);
+    let logger = leasehold_consensus::tracing_logger();
+    let core = Core::open(StdFs, &data_dir.join("wal"), &config, checkpoint, &logger)
+        .map_err(|e| e.to_string())?;
+    Ok(OpenedLog {
+        member_id,
+        core,
+        applied_index,
+        heartbeat_ms,
+        election_tick,
+        members,
+    })
+}
+
+/// What starting the engine needs from the replica besides the opened log.
+pub(super) struct RsStart {
     /// The peers `--initial-cluster` names: a member that waits to be added answers the
     /// leader there until a snapshot tells it the membership.
     pub(super) initial_peers: BTreeMap<u64, String>,
@@ -121,53 +192,34 @@ pub(super) struct RsStart {
 }
 
 impl RsEngine {
-    /// Opens the log, starts the Raft thread and the checkpointer; returns the handle and the
-    /// status it publishes.
+    /// Starts the Raft thread on the opened log, and the checkpointer; returns the handle and
+    /// the status it publishes.
     pub(super) fn start(
+        log: OpenedLog,
         start: RsStart,
-    ) -> Result<(Arc<RsEngine>, watch::Receiver<EngineStatus>), String> {
-        let RsStart {
+    ) -> (Arc<RsEngine>, watch::Receiver<EngineStatus>) {
+        let OpenedLog {
             member_id,
-            data_dir,
-            heartbeat_interval_ms,
-            election_timeout_ms,
-            catch_up_entries,
-            bootstrap,
+            core,
+            applied_index,
+            heartbeat_ms,
+            election_tick,
+            members,
+        } = log;
+        let RsStart {
             initial_peers,
             shared,
             db,
             telemetry,
             transport,
         } = start;
-        let (applied, membership) = {
+        {
             let mut state = shared.state.write().expect("state lock poisoned");
-            if state.last_applied.is_none()
-                && state.membership.is_empty()
-                && let Some(members) = bootstrap
-            {
-                state.membership = position::voters(&members);
+            if state.last_applied.is_none() && state.membership.is_empty() {
+                // A new cluster's first start: its members, as the log was opened with them.
+                state.membership = members.clone();
             }
-            (state.last_applied, state.membership.clone())
-        };
-        let members = membership;
-        let (mut applied_index, mut applied_term) = applied.map_or((0, 0), |l| (l.index, l.term));
-        if !members.is_empty() && applied_index < INIT_INDEX {
-            (applied_index, applied_term) = (INIT_INDEX, 1);
         }
-        let checkpoint = Checkpoint {
-            applied_index,
-            applied_term,
-            conf_state: conf_state_of(&members),
-        };
-        let heartbeat_ms = heartbeat_interval_ms.max(1);
-        let mut config = CoreConfig::new(member_id);
-        config.election_tick =
-            usize::try_from((election_timeout_ms / heartbeat_ms).max(2)).unwrap_or(usize::MAX);
-        let election_tick = config.election_tick as u64;
-        config.catch_up_entries = catch_up_entries.clamp(1, config.catch_up_entries);
-        let logger = leasehold_consensus::tracing_logger();
-        let core = Core::open(StdFs, &data_dir.join("wal"), &config, checkpoint, &logger)
-            .map_err(|e| e.to_string())?;
         if members.is_empty() {
             transport.set_peers(initial_peers.into_iter().collect());
         } else {
@@ -197,7 +249,7 @@ impl RsEngine {
         let driver = Driver::start(core, machine, Duration::from_millis(heartbeat_ms), reads);
         let inputs = driver.inputs();
         let checkpointer = Checkpointer::start(db, inputs.clone(), fatal.clone());
-        Ok((
+        (
             Arc::new(RsEngine {
                 member_id,
                 inputs,
@@ -208,7 +260,7 @@ impl RsEngine {
                 telemetry,
             }),
             watched,
-        ))
+        )
     }
 
     /// Proposes one entry of stamped commands; the future completes once this member has

@@ -99,8 +99,7 @@ proptest! {
                 state.store.compact_revision(),
                 state.store.records(),
             ),
-            state.leases.clock_ms(),
-            state.leases.records(),
+            leasehold_lease::LeaseTable::restore(state.leases.clock_ms(), state.leases.records()),
             None,
             Default::default(),
         );

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable};
+use leasehold_lease::LeaseTable;
 use leasehold_mvcc::Store;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -63,12 +63,10 @@ impl SmState {
     /// KV store's live keys (a key whose lease is gone stays unbound, as in etcd).
     fn assemble(
         store: Store,
-        lease_clock_ms: u64,
-        leases: Vec<(LeaseId, LeaseRecord)>,
+        mut table: LeaseTable,
         last_applied: Option<LogPosition>,
         membership: Members,
     ) -> SmState {
-        let mut table = LeaseTable::restore(lease_clock_ms, leases);
         for (key, lease) in store.leased_keys() {
             if !table.attach(key, lease) {
                 tracing::warn!(

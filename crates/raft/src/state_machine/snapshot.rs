@@ -1,7 +1,7 @@
 //! The whole state machine as one value: loaded from the file at start, encoded from the file for
 //! a follower, and installed from a leader's bytes.
 
-use leasehold_lease::{LeaseId, LeaseRecord};
+use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable};
 use leasehold_mvcc::{Change, Record, Revision, Store};
 use redb::{ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
@@ -40,21 +40,86 @@ pub(crate) fn lease_id_of_row(key: [u8; 8]) -> Result<LeaseId, StorageError> {
     })
 }
 
-/// The state machine as the file holds it (an empty one on a new database).
+/// The state machine as the file holds it (an empty one on a new database). The leases (rows
+/// and table) are read and built on a second thread while this one reads the keys and builds the
+/// store: the two share nothing until keys are bound to their leases.
 pub(super) fn load(db: &Db) -> Result<SmState, StorageError> {
     let started = std::time::Instant::now();
-    let persisted = SnapshotPayload::read(db)?;
-    let read_ms = started.elapsed().as_millis();
-    let state = persisted.into_state(None);
+    let txn = db.begin_read().map_err(StorageError::read("sm_meta"))?;
+    let meta = SmMeta::read(&txn)?;
+    let (store, table) = side_by_side(
+        || {
+            let records = kv_rows(&txn)?;
+            Ok(Store::restore(
+                meta.current_revision,
+                meta.compact_revision,
+                records,
+            ))
+        },
+        || Ok(LeaseTable::restore(meta.lease_clock_ms, lease_rows(&txn)?)),
+    )?;
+    let built_ms = started.elapsed().as_millis();
+    let mut state = SmState::assemble(store, table, meta.last_applied, meta.membership);
+    state.alarms = meta.alarms.into_iter().collect();
+    state.member_attrs = by_id(meta.member_attrs);
+    state.auth = meta.auth;
     tracing::info!(
         keys = state.store.key_history_len(),
         leases = state.leases.len(),
         revision = state.store.current_revision(),
-        read_ms,
+        built_ms,
         total_ms = started.elapsed().as_millis(),
         "loaded the state machine"
     );
     Ok(state)
+}
+
+/// Builds the store and the lease table at the same time, on this thread and a second one.
+fn side_by_side<E: Send>(
+    store: impl FnOnce() -> Result<Store, E>,
+    table: impl FnOnce() -> Result<LeaseTable, E> + Send,
+) -> Result<(Store, LeaseTable), E> {
+    std::thread::scope(|scope| {
+        let table = std::thread::Builder::new()
+            .name("leasehold-load-leases".into())
+            .spawn_scoped(scope, table)
+            .expect("spawn the lease-loading thread");
+        let store = store();
+        let table = table.join().expect("building the lease table panicked");
+        Ok((store?, table?))
+    })
+}
+
+/// The KV table's rows, decoded, in revision order.
+fn kv_rows(txn: &redb::ReadTransaction) -> Result<Vec<(Revision, Record)>, StorageError> {
+    let table = txn.open_table(KV).map_err(StorageError::read("kv"))?;
+    let len = table.len().map_err(StorageError::read("kv"))?;
+    let mut records = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    for row in table.iter().map_err(StorageError::read("kv"))? {
+        let (k, v) = row.map_err(StorageError::read("kv"))?;
+        records.push((
+            Revision::from_bytes(k.value()),
+            decode::<Record>("kv", v.value())?,
+        ));
+    }
+    Ok(records)
+}
+
+/// The lease table's rows, decoded, in id order.
+fn lease_rows(txn: &redb::ReadTransaction) -> Result<Vec<(LeaseId, LeaseRecord)>, StorageError> {
+    let table = txn
+        .open_table(LEASES)
+        .map_err(StorageError::read("leases"))?;
+    let len = table.len().map_err(StorageError::read("leases"))?;
+    let mut leases = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    for row in table.iter().map_err(StorageError::read("leases"))? {
+        let (k, v) = row.map_err(StorageError::read("leases"))?;
+        leases.push((
+            lease_id_of_row(k.value())?,
+            decode::<LeaseRecord>("leases", v.value())?,
+        ));
+    }
+    Ok(leases)
 }
 
 impl SnapshotPayload {
@@ -62,14 +127,14 @@ impl SnapshotPayload {
     /// `None`: the ones it holds).
     fn into_state(self, at: Option<AppliedAt>) -> SmState {
         let (last_applied, membership) = at.unwrap_or((self.last_applied, self.membership));
-        let store = Store::restore(self.current_revision, self.compact_revision, self.records);
-        let mut state = SmState::assemble(
-            store,
-            self.lease_clock_ms,
-            self.leases,
-            last_applied,
-            membership,
+        let (records, leases, clock_ms) = (self.records, self.leases, self.lease_clock_ms);
+        let (current, compact) = (self.current_revision, self.compact_revision);
+        let built: Result<_, std::convert::Infallible> = side_by_side(
+            || Ok(Store::restore(current, compact, records)),
+            || Ok(LeaseTable::restore(clock_ms, leases)),
         );
+        let Ok((store, table)) = built;
+        let mut state = SmState::assemble(store, table, last_applied, membership);
         state.alarms = self.alarms.into_iter().collect();
         state.member_attrs = by_id(self.member_attrs);
         state.auth = self.auth;
@@ -77,37 +142,18 @@ impl SnapshotPayload {
     }
 
     /// The state machine as the file holds it (an empty one on a new database).
+    #[cfg(test)]
     pub(super) fn read(db: &Db) -> Result<SnapshotPayload, StorageError> {
         let txn = db.begin_read().map_err(StorageError::read("sm_meta"))?;
         let meta = SmMeta::read(&txn)?;
-        let table = txn.open_table(KV).map_err(StorageError::read("kv"))?;
-        let mut records = Vec::new();
-        for row in table.iter().map_err(StorageError::read("kv"))? {
-            let (k, v) = row.map_err(StorageError::read("kv"))?;
-            records.push((
-                Revision::from_bytes(k.value()),
-                decode::<Record>("kv", v.value())?,
-            ));
-        }
-        let lease_rows = txn
-            .open_table(LEASES)
-            .map_err(StorageError::read("leases"))?;
-        let mut leases = Vec::new();
-        for row in lease_rows.iter().map_err(StorageError::read("leases"))? {
-            let (k, v) = row.map_err(StorageError::read("leases"))?;
-            leases.push((
-                lease_id_of_row(k.value())?,
-                decode::<LeaseRecord>("leases", v.value())?,
-            ));
-        }
         Ok(SnapshotPayload {
             last_applied: meta.last_applied,
             membership: meta.membership,
             current_revision: meta.current_revision,
             compact_revision: meta.compact_revision,
-            records,
+            records: kv_rows(&txn)?,
             lease_clock_ms: meta.lease_clock_ms,
-            leases,
+            leases: lease_rows(&txn)?,
             alarms: meta.alarms,
             member_attrs: meta.member_attrs,
             auth: meta.auth,
