@@ -322,3 +322,78 @@ async fn screenshot(client: &mut Client, page: &Page, path: PathBuf) {
     page.screenshot(&path).await;
     println!("screenshot saved to {}", path.display());
 }
+
+/// The events stream is pushed a lease that changed no revision: a grant without keys reaches an
+/// open stream long before the 10 s heartbeat would bring it (the hub is woken by the apply that
+/// touched the lease table, not by a timer). The one pause lets the hub fall idle first, which is
+/// where a wake that does not lead to an update would hide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_grant_is_pushed_to_an_open_events_stream() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+
+    let server = Leasehold::start_with(Setup::default()).await;
+    let mut client = server.client().await;
+    // curl ends the stream itself after 8 s: well short of the heartbeat's 10 s.
+    let mut curl = std::process::Command::new("curl")
+        .args(["-sN", "--max-time", "8"])
+        .arg(format!("{}/dashboard/events", server.endpoint()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run curl");
+    let (lines_tx, lines) = mpsc::channel::<String>();
+    let stdout = curl.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("data:") && lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = tokio::task::spawn_blocking({
+        let lines_wait = Duration::from_secs(5);
+        move || {
+            let first = lines
+                .recv_timeout(lines_wait)
+                .expect("the first pushed state");
+            (first, lines)
+        }
+    });
+    let (first, lines) = first.await.expect("join");
+    // Past the hub's 250 ms between updates, so it waits idle for news: the grant must wake it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let revision_before = client
+        .get("nothing", None)
+        .await
+        .expect("get")
+        .header()
+        .unwrap()
+        .revision();
+    let id = client.lease_grant(60, None).await.expect("grant").id();
+    let hex = format!("\"{id:016x}\"");
+    assert!(!first.contains(&hex), "the lease is new");
+    let found = tokio::task::spawn_blocking(move || {
+        // Until curl's own 8 s end closes the channel.
+        lines.iter().find(|line| line.contains(&hex))
+    })
+    .await
+    .expect("join");
+    let revision_after = client
+        .get("nothing", None)
+        .await
+        .expect("get")
+        .header()
+        .unwrap()
+        .revision();
+    assert_eq!(
+        revision_before, revision_after,
+        "a grant writes no revision"
+    );
+    assert!(
+        found.is_some(),
+        "the keyless grant never reached the open stream before curl ended it"
+    );
+    let _ = curl.kill();
+    let _ = curl.wait();
+    let _ = reader.join();
+}

@@ -32,9 +32,9 @@ pub use leasehold_lease::{
     LeaseView, RECENT_ENDS_LEN_MAX,
 };
 pub use replica::{
-    BoxFuture, Fatal, Forwarded, Forwarder, MemberChange, MemberHash, MemberInfo, MembershipError,
-    NoForwarding, NoTransport, RaftStatus, RaftTransport, ReadIndex, Replica, ReplicaConfig,
-    ReplicaError, StartError,
+    BoxFuture, Fatal, Forwarded, Forwarder, LeadershipWatch, MemberChange, MemberHash, MemberInfo,
+    MembershipError, NoForwarding, NoTransport, RaftStatus, RaftTransport, ReadIndex, Replica,
+    ReplicaConfig, ReplicaError, StartError,
 };
 pub use state_machine::rebind;
 pub use storage::{Defragmented, StorageError};

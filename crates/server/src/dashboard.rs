@@ -2,9 +2,10 @@
 //! its script and style, and `/dashboard/events`, a Server-Sent Events stream of the page's state.
 //!
 //! ```text
-//!   apply ─► revision published ─┐
-//!   lease counters moved (checked every 500 ms) ─┼─► Hub task (one per listener, only while a
-//!   heartbeat (10 s) ────────────┘                 page is open; at most 4 updates/s)
+//!   apply ─► revision published ──┐
+//!   apply ─► lease table moved ────┤
+//!   new term or leader ────────────┼─► Hub task (one per listener, only while a
+//!   heartbeat (10 s) ──────────────┘   page is open; at most 4 updates/s)
 //!        read_local: a bounded copy (first page, histogram, recent ends) ─► Summary
 //!        queue scan: 4,096 keys per read of the state, then one range per queue
 //!        ─► watch channel (the latest Summary only) ─► each page's SSE stream ─► browser
@@ -42,9 +43,6 @@ use view::{Query, Summary};
 const EVENT_STREAMS_MAX: usize = 64;
 /// The least time between two updates: a busy store gives at most 4 updates per second.
 const UPDATE_INTERVAL_MIN: Duration = Duration::from_millis(250);
-/// How often the hub looks whether leases changed without a store write (a renewal, a grant or
-/// revoke of a lease without keys): a read of the lease counters.
-const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// An update at least this often even when nothing changed: the page re-syncs its countdowns
 /// and proxies see traffic.
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
@@ -303,11 +301,15 @@ impl Hub {
     }
 
     /// Computes a summary after every change (at most every [`UPDATE_INTERVAL_MIN`]) and at
-    /// least every [`HEARTBEAT_INTERVAL`], until nobody watches or the member stops.
+    /// least every [`HEARTBEAT_INTERVAL`], until nobody watches or the member stops. Woken by
+    /// what it shows: a new revision, an apply that touched a lease, a new term or leader.
     async fn run(self: Arc<Hub>) {
         let replica = self.ctx.replica.clone();
         let mut revisions = replica.subscribe_revisions();
-        let mut seen = None;
+        let mut lease_changes = replica.subscribe_lease_changes();
+        let mut leadership = replica.subscribe_leadership();
+        // Due at once: the first watcher waits for a first summary.
+        let mut moved = true;
         let mut published_at: Option<Instant> = None;
         loop {
             {
@@ -318,13 +320,13 @@ impl Hub {
                     return;
                 }
             }
-            let revision_moved = revisions.has_changed().unwrap_or(false);
+            moved |= revisions.has_changed().unwrap_or(false);
+            moved |= lease_changes.has_changed().unwrap_or(false);
             revisions.mark_unchanged();
-            let status = replica.status();
-            let now_seen = (replica.lease_counters(), status.term, status.leader);
-            let due = published_at.is_none_or(|at| at.elapsed() >= HEARTBEAT_INTERVAL);
-            if revision_moved || seen != Some(now_seen) || due {
-                seen = Some(now_seen);
+            lease_changes.mark_unchanged();
+            let heartbeat_at = published_at.map_or_else(Instant::now, |at| at + HEARTBEAT_INTERVAL);
+            if moved || Instant::now() >= heartbeat_at {
+                moved = false;
                 let summary = self.summarize().await;
                 self.latest.send_replace(Some(Arc::new(summary)));
                 published_at = Some(Instant::now());
@@ -334,16 +336,28 @@ impl Hub {
                 }
                 continue;
             }
-            tokio::select! {
+            // `changed` marks what it saw as seen: the wake itself is the news.
+            let gone = tokio::select! {
                 changed = revisions.changed() => {
-                    if changed.is_err() {
-                        // The replica is gone.
-                        *self.running.lock().expect("hub lock poisoned") = false;
-                        return;
-                    }
+                    moved = true;
+                    changed.is_err()
                 }
-                () = tokio::time::sleep(LEASE_CHECK_INTERVAL) => {}
-                () = replica.stopping() => {}
+                changed = lease_changes.changed() => {
+                    moved = true;
+                    changed.is_err()
+                }
+                changed = leadership.changed() => {
+                    moved = true;
+                    !changed
+                }
+                () = tokio::time::sleep_until(heartbeat_at.into()) => false,
+                () = self.latest.closed() => false,
+                () = replica.stopping() => false,
+            };
+            if gone {
+                // The replica is gone.
+                *self.running.lock().expect("hub lock poisoned") = false;
+                return;
             }
         }
     }

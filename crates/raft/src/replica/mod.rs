@@ -364,6 +364,22 @@ impl Replica {
         state_machine::read_leases(&self.shared, LeaseTable::len)
     }
 
+    /// Follows the lease table: the receiver sees a change after every apply that touched a
+    /// lease (a grant, renewal, revoke or expiry) and after a snapshot install.
+    pub fn subscribe_lease_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.lease_changes.subscribe()
+    }
+
+    /// Follows the leadership as this member sees it (the term and the leader).
+    pub fn subscribe_leadership(&self) -> LeadershipWatch {
+        let mut status = self.status.clone();
+        let seen = {
+            let s = status.borrow_and_update();
+            (s.term, s.leader)
+        };
+        LeadershipWatch { status, seen }
+    }
+
     /// Completes after the next apply that touched a lease (the earliest deadline may have moved).
     pub async fn leases_changed(&self) {
         self.shared.leases_changed.notified().await;
@@ -815,6 +831,32 @@ struct Parts {
     db_closed: watch::Receiver<()>,
     db: std::sync::Weak<storage::Db>,
     telemetry: Arc<Telemetry>,
+}
+
+/// The leadership as a member sees it, followed: see [`Replica::subscribe_leadership`].
+pub struct LeadershipWatch {
+    status: watch::Receiver<EngineStatus>,
+    seen: (u64, Option<u64>),
+}
+
+impl LeadershipWatch {
+    /// Completes once the term or the leader differs from what this watch last saw; `false` if
+    /// the member is gone.
+    pub async fn changed(&mut self) -> bool {
+        loop {
+            if self.status.changed().await.is_err() {
+                return false;
+            }
+            let now = {
+                let s = self.status.borrow_and_update();
+                (s.term, s.leader)
+            };
+            if now != self.seen {
+                self.seen = now;
+                return true;
+            }
+        }
+    }
 }
 
 /// Loads the state machine, with this member's token TTL. Blocking.

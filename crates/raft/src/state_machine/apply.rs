@@ -298,7 +298,7 @@ pub(crate) fn apply_entries(
         .unwrap_or_else(std::time::Instant::now);
     shared.note_lease_time(lease_clock_ms, dated);
     if !lease_rows.is_empty() {
-        shared.leases_changed.notify_one();
+        shared.leases_moved();
     }
     shared.publish_revision(meta.current_revision);
     shared

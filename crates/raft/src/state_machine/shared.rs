@@ -14,6 +14,10 @@ pub(crate) struct SharedState {
     pub(crate) state: RwLock<SmState>,
     /// Notified after every apply that touched a lease: the earliest deadline may have moved.
     pub(crate) leases_changed: tokio::sync::Notify,
+    /// How many applies (and snapshot installs) have touched a lease: for any number of
+    /// followers that want to know the lease table moved (the dashboard), where
+    /// `leases_changed` wakes the one expiry driver.
+    pub(crate) lease_changes: tokio::sync::watch::Sender<u64>,
     /// The store revision after the latest apply: what watchers wait on.
     pub(crate) revision: tokio::sync::watch::Sender<i64>,
     /// The replicated lease time after the latest apply that moved it, and when (on this
@@ -66,6 +70,7 @@ impl SharedState {
             alarms_raised,
             state: RwLock::new(state),
             leases_changed: tokio::sync::Notify::new(),
+            lease_changes: tokio::sync::watch::Sender::new(0),
             revision,
             lease_time_applied: std::sync::Mutex::new(None),
             key_deletes: KeyDeletes::default(),
@@ -82,6 +87,12 @@ impl SharedState {
         if seen.is_none_or(|(ms, _)| clock_ms > ms) {
             *seen = Some((clock_ms, at));
         }
+    }
+
+    /// Tells the expiry driver and every follower of the lease table that it moved.
+    pub(super) fn leases_moved(&self) {
+        self.leases_changed.notify_one();
+        self.lease_changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Publishes the store revision (after an apply or a snapshot install).

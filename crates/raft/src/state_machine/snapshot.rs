@@ -260,7 +260,7 @@ pub(crate) fn install_snapshot_bytes(
     }
     // The state it replaced is freed; give its memory back to the OS.
     leasehold_alloc::release_soon();
-    shared.leases_changed.notify_one();
+    shared.leases_moved();
     shared.publish_revision(revision);
     shared.key_deletes.replaced();
     Ok(())
