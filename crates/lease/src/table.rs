@@ -445,8 +445,9 @@ impl LeaseTable {
                 deadline = deadline.max(second * 1000);
             }
             in_second += 1;
+            // A raised lease always moves: its deadline was below the floor.
             let old = self.leases[&id].record.deadline_ms;
-            if take_raised || deadline != old {
+            if deadline != old {
                 moves.push(((old, key.1), deadline, id));
             }
         }
@@ -454,11 +455,12 @@ impl LeaseTable {
         for ((old, seq), deadline, id) in moves {
             self.queue.remove(&(old, seq));
             self.queue.insert((deadline, seq), id);
-            let lease = self.leases.get_mut(&id).expect("queued leases exist");
-            if lease.record.deadline_ms != deadline {
-                lease.record.deadline_ms = deadline;
-                moved.push(id);
-            }
+            self.leases
+                .get_mut(&id)
+                .expect("queued leases exist")
+                .record
+                .deadline_ms = deadline;
+            moved.push(id);
         }
         moved
     }
