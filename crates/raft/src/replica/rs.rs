@@ -213,13 +213,13 @@ impl RsEngine {
             telemetry,
             transport,
         } = start;
-        {
-            let mut state = shared.state.write().expect("state lock poisoned");
-            if state.last_applied.is_none() && state.membership.is_empty() {
-                // A new cluster's first start: its members, as the log was opened with them.
-                state.membership = members.clone();
-            }
-        }
+        // The membership the log was opened with ([`starting_membership`]): the loaded one, or a
+        // new cluster's members on its first start.
+        shared
+            .state
+            .write()
+            .expect("state lock poisoned")
+            .membership = members.clone();
         if members.is_empty() {
             transport.set_peers(initial_peers.into_iter().collect());
         } else {
