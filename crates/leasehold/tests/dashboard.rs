@@ -323,6 +323,12 @@ async fn screenshot(client: &mut Client, page: &Page, path: PathBuf) {
     println!("screenshot saved to {}", path.display());
 }
 
+/// The store's revision, from a read's header.
+async fn revision(client: &mut Client) -> i64 {
+    let read = client.get("nothing", None).await.expect("get");
+    read.header().expect("a response header").revision()
+}
+
 /// The events stream is pushed a lease that changed no revision: a grant without keys reaches an
 /// open stream long before the 10 s heartbeat would bring it (the hub is woken by the apply that
 /// touched the lease table, not by a timer). The one pause lets the hub fall idle first, which is
@@ -362,13 +368,7 @@ async fn a_keyless_grant_is_pushed_to_an_open_events_stream() {
     let (first, lines) = first.await.expect("join");
     // Past the hub's 250 ms between updates, so it waits idle for news: the grant must wake it.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let revision_before = client
-        .get("nothing", None)
-        .await
-        .expect("get")
-        .header()
-        .unwrap()
-        .revision();
+    let revision_before = revision(&mut client).await;
     let id = client.lease_grant(60, None).await.expect("grant").id();
     let hex = format!("\"{id:016x}\"");
     assert!(!first.contains(&hex), "the lease is new");
@@ -378,13 +378,7 @@ async fn a_keyless_grant_is_pushed_to_an_open_events_stream() {
     })
     .await
     .expect("join");
-    let revision_after = client
-        .get("nothing", None)
-        .await
-        .expect("get")
-        .header()
-        .unwrap()
-        .revision();
+    let revision_after = revision(&mut client).await;
     assert_eq!(
         revision_before, revision_after,
         "a grant writes no revision"
