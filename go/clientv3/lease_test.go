@@ -93,53 +93,6 @@ func TestLeaseExpiryDeletesKeysDifferential(t *testing.T) {
 	})
 }
 
-// The leader dies while a client keeps a lease alive over KeepAlive: the client's stream moves
-// to a surviving member and the lease, with its key, outlives the deadline it had at the kill.
-func TestKeepAliveSurvivesLeaderKill(t *testing.T) {
-	differential(t, 3, func(t *testing.T, c *cluster, tr *transcript) {
-		cli := c.client(t)
-		const ttlSeconds = 4
-		grant, err := cli.Grant(ctxT(t), ttlSeconds)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cli.Put(ctxT(t), "ka/k", "v", clientv3.WithLease(grant.ID)); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		ch, err := cli.KeepAlive(ctx, grant.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		<-ch
-		c.leader(t).kill()
-		killed := time.Now()
-		// Past twice the TTL from the kill, counting renewals that arrived after it.
-		after := 0
-		limit := time.After(2 * ttlSeconds * time.Second)
-	wait:
-		for {
-			select {
-			case ka, ok := <-ch:
-				if !ok {
-					t.Fatalf("the keepalive channel closed %s after the kill", time.Since(killed))
-				}
-				if ka.TTL > 0 {
-					after++
-				}
-			case <-limit:
-				break wait
-			}
-		}
-		tr.add("renewals after the kill: %t", after > 0)
-		get, err := cli.Get(ctxT(t), "ka/k")
-		tr.add("key after twice the TTL: %s count %d", errName(err), get.Count)
-		ttl, err := cli.TimeToLive(ctxT(t), grant.ID)
-		tr.add("lease alive: %s %t", errName(err), ttl.TTL > 0)
-	})
-}
-
 func TestMutexDifferential(t *testing.T) {
 	differential(t, 1, func(t *testing.T, c *cluster, tr *transcript) {
 		cli := c.client(t)

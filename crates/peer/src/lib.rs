@@ -255,8 +255,9 @@ impl PeerForwarder {
         }
     }
 
-    /// Asks over the leader's line. What comes back is the leader's answer or, for any
-    /// transport failure, "no leader".
+    /// Asks over the leader's line. What comes back is the leader's answer or, for a transport
+    /// failure, "leader unreachable" when the ask was never sent (the line did not open) and
+    /// "no leader" when it may have been.
     fn ask_on_line<Resp: Send + 'static>(
         &self,
         addr: String,
@@ -277,6 +278,7 @@ impl PeerForwarder {
             tracing::debug!(%addr, elapsed = ?started.elapsed(), ok = matches!(answer, Ok(Ok(_))), "asked the leader over its line");
             match answer {
                 Ok(Ok(answer)) => unwrap(answer),
+                Ok(Err(LineError::NotSent)) => Err(ReplicaError::LeaderUnreachable),
                 Ok(Err(LineError::Broken)) | Err(_) => Err(ReplicaError::NoLeader),
             }
         })

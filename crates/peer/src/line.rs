@@ -48,7 +48,10 @@ pub(crate) enum Answer {
 /// Why a request got no answer over a line.
 #[derive(Debug)]
 pub(crate) enum LineError {
-    /// The line broke (or never opened) before the answer came.
+    /// The line never opened, or broke before the request was handed to it: the leader never
+    /// saw it.
+    NotSent,
+    /// The line broke after the request was handed to it: the leader may have taken it.
     Broken,
 }
 
@@ -93,22 +96,22 @@ impl Lines {
         let opened = *state
             .wait_for(|s| *s != State::Opening)
             .await
-            .map_err(|_| LineError::Broken)?;
+            .map_err(|_| LineError::NotSent)?;
         match opened {
             State::Open => {}
-            State::Opening | State::Broken => return Err(LineError::Broken),
+            State::Opening | State::Broken => return Err(LineError::NotSent),
         }
         let seq = line.next_seq.fetch_add(1, Ordering::Relaxed);
         let (answer_tx, answer_rx) = oneshot::channel();
         match line.waiting.lock().expect("line lock poisoned").as_mut() {
             Some(waiting) => waiting.insert(seq, answer_tx),
-            None => return Err(LineError::Broken),
+            None => return Err(LineError::NotSent),
         };
         // A caller that gives up (its bound, a leader change) must not leave its number behind.
         let _forget = Forget { line: &line, seq };
         line.asks
             .send(encode(&Numbered { seq, body: ask }))
-            .map_err(|_| LineError::Broken)?;
+            .map_err(|_| LineError::NotSent)?;
         answer_rx.await.map_err(|_| LineError::Broken)
     }
 
@@ -406,5 +409,20 @@ mod tests {
         assert_eq!(second.expect("answered on a new line").log_index, 4);
         assert_eq!(leader.lines_opened.load(Ordering::SeqCst), 2);
         let _ = leader.stop.send(());
+    }
+
+    #[tokio::test]
+    async fn a_leader_nobody_answers_for_is_unreachable_not_lost() {
+        // A port that was bound and released: nothing listens there, so the line never opens
+        // and the writes were never sent (the follower may send them to the next leader).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = format!("http://{}", listener.local_addr().expect("local addr"));
+        drop(listener);
+        let forwarder = PeerForwarder::new(PeerNetwork::new(), Duration::from_secs(5));
+        let answer = forwarder.forward(1, addr, batch(1)).await;
+        assert!(
+            matches!(answer, Err(ReplicaError::LeaderUnreachable)),
+            "a write to a leader whose line never opened: {answer:?}"
+        );
     }
 }

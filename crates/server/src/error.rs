@@ -226,7 +226,9 @@ impl From<ApiError> for Status {
             ApiError::AuthUnmapped(e) => auth_unmapped(e),
             ApiError::Replica(r) => match r {
                 ReplicaError::Auth(e) => auth_status(e),
-                ReplicaError::NoLeader => Status::new(Code::Unavailable, "etcdserver: no leader"),
+                ReplicaError::NoLeader | ReplicaError::LeaderUnreachable => {
+                    Status::new(Code::Unavailable, "etcdserver: no leader")
+                }
                 ReplicaError::Stopped => {
                     Status::new(Code::Unavailable, "etcdserver: server stopped")
                 }

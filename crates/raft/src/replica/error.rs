@@ -19,6 +19,11 @@ use crate::storage::StorageError;
 pub enum ReplicaError {
     #[error("no leader")]
     NoLeader,
+    /// The leader could not be reached, and the request was never handed to it: sending it
+    /// again cannot apply it twice. A client write waits for the next leader and goes again
+    /// (`Replica::write`); whatever gives up on it answers as for `NoLeader`.
+    #[error("the leader could not be reached")]
+    LeaderUnreachable,
     /// An orderly stop: this process is shutting the member down.
     #[error("raft stopped")]
     Stopped,
@@ -107,7 +112,7 @@ enum WireError {
 impl From<ReplicaError> for WireError {
     fn from(e: ReplicaError) -> WireError {
         match e {
-            ReplicaError::NoLeader => WireError::NoLeader,
+            ReplicaError::NoLeader | ReplicaError::LeaderUnreachable => WireError::NoLeader,
             ReplicaError::Stopped | ReplicaError::Fatal(_) => WireError::Stopped,
             ReplicaError::MembershipChange(e) => WireError::MembershipChange(e),
             ReplicaError::Membership(e) => WireError::Membership(e),

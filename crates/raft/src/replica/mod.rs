@@ -593,9 +593,50 @@ impl Replica {
         Err(ReplicaError::NoSpace)
     }
 
-    async fn write(&self, write: Write) -> Result<Applied, ReplicaError> {
-        let committed = self.enqueue(write, false).await?;
-        Ok(committed.await.map_err(|_| ReplicaError::Stopped)??.applied)
+    /// Writes `write` and waits until it is applied here. While no leader is known (an election
+    /// is under way), or the known one cannot be reached and the write was never handed to it,
+    /// the write waits for the next leader and goes to it, as etcd's proposals wait, for at most
+    /// [`Replica::leader_wait`]; then it answers "no leader". Answering "no leader" at once
+    /// failed every write a client sent during an election: etcd's clients send a Put or a Txn
+    /// again only when it never left them.
+    async fn write(&self, mut write: Write) -> Result<Applied, ReplicaError> {
+        let deadline = tokio::time::Instant::now() + self.leader_wait();
+        let mut unreachable = None;
+        loop {
+            self.await_leader(deadline, unreachable).await;
+            let leader = self.status.borrow().leader;
+            // Kept only where it may go again: a write forwarded to another member.
+            let again = leader_elsewhere(&self.status, self.member_id).map(|_| write.clone());
+            let committed = self.enqueue(write, false).await?;
+            match committed.await.map_err(|_| ReplicaError::Stopped)? {
+                Err(ReplicaError::LeaderUnreachable) => match again {
+                    Some(w) if tokio::time::Instant::now() < deadline => {
+                        write = w;
+                        unreachable = leader;
+                    }
+                    _ => return Err(ReplicaError::NoLeader),
+                },
+                other => return other.map(|c| c.applied),
+            }
+        }
+    }
+
+    /// How long a client write waits for a leader: three election timeouts, time for the
+    /// members to notice a dead leader and elect the next one (etcd's own bound is its request
+    /// timeout, 5 s and two election timeouts).
+    fn leader_wait(&self) -> Duration {
+        self.election_timeout * 3
+    }
+
+    /// Waits, until `deadline`, for a leader other than `not` to be known (or for this member
+    /// to stop).
+    async fn await_leader(&self, deadline: tokio::time::Instant, not: Option<u64>) {
+        let known = |s: &EngineStatus| s.stopped || s.leader.is_some_and(|l| Some(l) != not);
+        if known(&self.status.borrow()) {
+            return;
+        }
+        let mut status = self.status.clone();
+        let _ = tokio::time::timeout_at(deadline, status.wait_for(known)).await;
     }
 
     /// Queues `write` for the next batch; the receiver gets its outcome.
