@@ -10,6 +10,11 @@
 #   chromium (Debian's, no recommends): tests/dashboard.rs opens /dashboard in headless Chromium,
 #   driven over the DevTools protocol (no chromium-driver needed). As root it needs --no-sandbox,
 #   which the test kit passes.
+#   openssl: scripts/k8s-check.sh makes kube-apiserver's service-account key with it.
+# Then, from the Go module proxy (the machine's Go 1.26 or newer; scripts/lib/go-tools.sh), built
+# once into ~/.cache/leasehold-tools: etcd 3.7 for go/clientv3, Go's etcd client run against
+# leasehold and etcd 3.7 side by side, and kube-apiserver and kubectl for scripts/k8s-check.sh,
+# which runs a real kube-apiserver on leasehold (1 and 3 members) and on etcd 3.7.
 # The leasehold binary itself builds with cargo alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +25,7 @@ command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 python_etcd3() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import etcd3' >/dev/null 2>&1; }
 python_etcd3 || missing+=(python3-etcd3)
 # Check the header file itself, not only the binary: protobuf-compiler without recommends does not
@@ -32,7 +38,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-for need in etcd etcdctl protoc curl chromium; do
+for need in etcd etcdctl protoc curl chromium openssl; do
   command -v "$need" >/dev/null 2>&1 || { echo "test.sh: $need is still missing after install" >&2; exit 1; }
 done
 [ -f /usr/include/google/protobuf/descriptor.proto ] ||
@@ -51,3 +57,12 @@ rm -rf "$chromium_profile"
 if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd >/dev/null 2>&1 || true; fi
 
 cargo test --workspace --all-targets --no-fail-fast "$@"
+
+# Go's etcd client against leasehold and etcd 3.7, then kube-apiserver on both. Both use the
+# debug binary the tests above built.
+source scripts/lib/go-tools.sh
+find_go
+leasehold_bin="$PWD/target/debug/leasehold"
+etcd37=$(etcd37_bin)
+(cd go/clientv3 && LEASEHOLD_BIN="$leasehold_bin" ETCD37_BIN="$etcd37" go test -count=1 ./...)
+LEASEHOLD_BIN="$leasehold_bin" ./scripts/k8s-check.sh
