@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark of 3-member clusters: starts a throwaway 3-member etcd (Debian's
-# etcd-server) and a 3-member leasehold on free loopback ports (all data on the same disk),
-# then runs the same `leasehold bench` workloads against each, alternating, and prints one JSON
-# line per run plus the ratio per workload.
+# Side-by-side benchmark of 3-member clusters: starts a throwaway 3-member etcd 3.4 (Debian's
+# etcd-server), etcd 3.7 (built from the Go module proxy, scripts/lib/go-tools.sh) and leasehold
+# on free loopback ports (all data on the same disk), then runs the same `leasehold bench`
+# workloads against each, alternating, and prints one JSON line per run plus the ratios per
+# workload. TARGETS picks the servers (default "etcd etcd37 leasehold").
 #
 #   scripts/bench-compare-cluster.sh [rounds]   (default 1 round; needs `etcd` and `etcdctl`)
 #
@@ -19,14 +20,18 @@ bin=./target/release/leasehold
 . scripts/lib/require.sh
 require_release_and_etcd
 
+read -r -a targets <<<"${TARGETS:-etcd etcd37 leasehold}"
+
 # shellcheck source=lib/ports.sh
 . scripts/lib/ports.sh
+# shellcheck source=lib/go-tools.sh
+. scripts/lib/go-tools.sh
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-# start <etcd|leasehold>: three members; sets <target>_clients to their client URLs.
+# start <etcd|etcd37|leasehold>: three members; sets <target>_clients to their client URLs.
 start() {
   local target=$1 cluster="" clients=() peers=()
   for i in 1 2 3; do clients+=("$(free_port)"); peers+=("$(free_port)"); done
@@ -36,12 +41,13 @@ start() {
       --listen-client-urls "http://127.0.0.1:${clients[$i]}" --advertise-client-urls "http://127.0.0.1:${clients[$i]}"
       --listen-peer-urls "http://127.0.0.1:${peers[$i]}" --initial-advertise-peer-urls "http://127.0.0.1:${peers[$i]}"
       --initial-cluster "$cluster" --initial-cluster-token "$target-bench")
-    if [ "$target" = etcd ]; then
-      etcd "${args[@]}" >"$work/$target-m$i.log" 2>&1 &
-    else
+    case $target in
+      etcd) etcd "${args[@]}" >"$work/$target-m$i.log" 2>&1 & ;;
+      etcd37) "$(etcd37_bin)" "${args[@]}" >"$work/$target-m$i.log" 2>&1 & ;;
       # shellcheck disable=SC2086 # LEASEHOLD_ARGS is a list of flags
-      LEASEHOLD_LOG=warn "$bin" "${args[@]}" ${LEASEHOLD_ARGS:-} >"$work/$target-m$i.log" 2>&1 &
-    fi
+      leasehold) LEASEHOLD_LOG=warn "$bin" "${args[@]}" ${LEASEHOLD_ARGS:-} >"$work/$target-m$i.log" 2>&1 & ;;
+      *) echo "unknown target $target" >&2; exit 2 ;;
+    esac
     pids+=($!)
   done
   local urls=""
@@ -69,8 +75,7 @@ endpoints() {
   echo "$out"
 }
 
-start etcd
-start leasehold
+for target in "${targets[@]}"; do start "$target"; done
 
 workloads=(
   "leader|put --clients 1 --conns 1 --total 1000"
@@ -95,30 +100,13 @@ results="$work/results.jsonl"
 for r in $(seq 1 "$rounds"); do
   for entry in "${workloads[@]}"; do
     which=${entry%%|*} w=${entry#*|}
-    for target in etcd leasehold; do
-      urls=$etcd_clients; [ "$target" = leasehold ] && urls=$leasehold_clients
-      eps=$(endpoints "$urls" "$which")
+    for target in "${targets[@]}"; do
+      urls_var="${target}_clients"
+      eps=$(endpoints "${!urls_var}" "$which")
       # shellcheck disable=SC2086
       line=$("$bin" bench $w --endpoints "$eps" -w json)
       echo "{\"round\":$r,\"target\":\"$target\",\"args\":\"$which: $w\",\"result\":$line}" | tee -a "$results"
     done
   done
 done
-python3 - "$results" <<'PY'
-import json, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1])]
-print("\n| 3 members: clients → workload | etcd req/s (median) | leasehold req/s (median) | leasehold/etcd | etcd p99 ms | leasehold p99 ms | etcd leases lost | leasehold leases lost |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
-for args in dict.fromkeys(r["args"] for r in rows):
-    def med(t, k): return statistics.median(r["result"][k] for r in rows if r["args"] == args and r["target"] == t)
-    e, l = med("etcd", "throughput_per_s"), med("leasehold", "throughput_per_s")
-    lost = lambda t: sum(r["result"].get("leases_lost", 0) for r in rows if r["args"] == args and r["target"] == t)
-    print(f"| {args} | {e:.0f} | {l:.0f} | {l/e:.2f} | {med('etcd','p99_ms'):.2f} | {med('leasehold','p99_ms'):.2f} | {lost('etcd')} | {lost('leasehold')} |")
-storms = [r for r in rows if r["result"]["workload"] == "expiry-storm"]
-if storms:
-    print("\n| expiry-storm | target | lag p50 ms | lag p99 ms | last delete after the last deadline (ms) | early deletes | all deleted |")
-    print("|---|---|---:|---:|---:|---:|---|")
-    for r in storms:
-        x = r["result"]
-        print(f"| round {r['round']} | {r['target']} | {x.get('p50_ms', float('nan')):.1f} | {x.get('p99_ms', float('nan')):.1f} | {x.get('last_delete_after_latest_deadline_ms') or float('nan'):.0f} | {x['early_deletes']} | {x['all_deleted']} |")
-PY
+python3 scripts/lib/bench_table.py "$results" "3 members: clients → workload"

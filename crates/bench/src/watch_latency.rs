@@ -18,6 +18,10 @@ pub struct WatchLatency {
     interval_ms: u64,
     #[arg(long, default_value = "watch-bench")]
     key: String,
+    /// Each watcher watches every key under `--key` (kube-apiserver watches a resource's
+    /// prefix), not the key alone.
+    #[arg(long)]
+    prefix: bool,
 }
 
 /// Opens `watchers` watch streams on `key`, then puts it `--total` times; records for every
@@ -33,6 +37,11 @@ impl Workload for WatchLatency {
         for w in 0..watchers {
             let create = WatchCreateRequest {
                 key: key.as_bytes().to_vec(),
+                range_end: if self.prefix {
+                    leasehold_types::prefix_range_end(key.as_bytes())
+                } else {
+                    Vec::new()
+                },
                 ..Default::default()
             };
             let (tx, mut stream) = open_watch(channels[w % channels.len()].clone(), create).await?;
