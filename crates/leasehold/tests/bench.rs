@@ -67,6 +67,28 @@ const WORKLOADS: &[&[&str]] = &[
         "--interval-ms",
         "1",
     ],
+    &[
+        "watch-latency",
+        "--total",
+        "20",
+        "--watchers",
+        "5",
+        "--interval-ms",
+        "1",
+        "--prefix",
+    ],
+    // Each request a whole list of 300 keys in pages of 37; a list short of a key is an error.
+    &[
+        "list-paged",
+        "--total",
+        "5",
+        "--clients",
+        "2",
+        "--objects",
+        "300",
+        "--page",
+        "37",
+    ],
 ];
 
 fn bench(server: &Server, args: &[&str]) -> Value {
