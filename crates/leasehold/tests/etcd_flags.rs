@@ -166,6 +166,37 @@ async fn kubeadm_and_systemd_style_flags_start_leasehold() {
     stop(server).await;
 }
 
+/// kubeadm v1.37's etcd command line: the same, but with etcd 3.6's names for the two
+/// `--experimental-` flags (`cmd/kubeadm/app/phases/etcd/local.go`), which etcd 3.7 requires.
+fn kubeadm_1_37_flags(metrics_port: u16) -> Vec<String> {
+    kubeadm_and_systemd_flags(metrics_port)
+        .into_iter()
+        .map(|flag| match flag.as_str() {
+            "--experimental-initial-corrupt-check=true" => {
+                "--feature-gates=InitialCorruptCheck=true".to_owned()
+            }
+            "--experimental-watch-progress-notify-interval=5s" => {
+                "--watch-progress-notify-interval=5s".to_owned()
+            }
+            _ => flag,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeadm_1_37_flags_start_leasehold() {
+    let server = Leasehold::start_with(Setup {
+        style: ConfigStyle::Flags,
+        args: kubeadm_1_37_flags(common::free_port()),
+        ..Setup::default()
+    })
+    .await;
+    serves_with_limits(&server).await;
+    // The feature gate asks for the initial corruption check, as the old flag did.
+    assert_logged(&server, "initial corruption checking passed");
+    stop(server).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_environment_variables_alone_start_leasehold() {
     let server = Leasehold::start_with(Setup {

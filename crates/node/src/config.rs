@@ -78,6 +78,19 @@ pub struct NodeConfig {
     /// `500ms`.
     #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
     pub experimental_watch_progress_notify_interval: Duration,
+    /// etcd 3.6's name for `--experimental-watch-progress-notify-interval` (the only one etcd
+    /// 3.7 takes, and the one kubeadm writes); wins when both are given.
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub watch_progress_notify_interval: Option<Duration>,
+    /// etcd 3.6's name for `--experimental-corrupt-check-time`; wins when both are given.
+    #[arg(long, value_parser = parse_duration)]
+    pub corrupt_check_time: Option<Duration>,
+    /// etcd 3.6's server feature gates, `Name=bool,...` (kubeadm writes
+    /// `InitialCorruptCheck=true`): `InitialCorruptCheck` is
+    /// `--experimental-initial-corrupt-check`, and wins over it; etcd's other gates are taken
+    /// and have no effect here.
+    #[arg(long, value_parser = parse_feature_gates)]
+    pub feature_gates: Option<FeatureGates>,
     /// `periodic` (keep `--auto-compaction-retention` of history by time) or `revision` (keep
     /// that many revisions).
     #[arg(long, default_value = "periodic")]
@@ -203,6 +216,28 @@ pub(crate) fn split_urls(s: &str) -> Vec<String> {
 }
 
 impl NodeConfig {
+    /// How often idle watchers that asked for progress get one: etcd 3.6's flag, else 3.5's.
+    pub fn watch_progress_interval(&self) -> Duration {
+        self.watch_progress_notify_interval
+            .unwrap_or(self.experimental_watch_progress_notify_interval)
+    }
+
+    /// How often the leader compares every member's KV hash (zero: never): etcd 3.6's flag,
+    /// else 3.5's.
+    pub fn corrupt_check_period(&self) -> Duration {
+        self.corrupt_check_time
+            .unwrap_or(self.experimental_corrupt_check_time)
+    }
+
+    /// Whether the initial corruption check runs: the `InitialCorruptCheck` feature gate if
+    /// given, else `--experimental-initial-corrupt-check`.
+    pub fn initial_corrupt_check(&self) -> bool {
+        self.feature_gates
+            .as_ref()
+            .and_then(|g| g.get("InitialCorruptCheck"))
+            .unwrap_or(self.experimental_initial_corrupt_check)
+    }
+
     pub fn identity(&self) -> anyhow::Result<Identity> {
         Identity::derive(
             &self.name,
@@ -536,6 +571,68 @@ pub(crate) fn parse_listen_url(url: &str) -> anyhow::Result<ListenUrl> {
 
 /// Go's `strconv.ParseBool`, as Go's flag package parses a bool flag's value (and words its
 /// refusal).
+/// etcd's server feature gates (`server/features/etcd_features.go`, 3.7), and the two every
+/// Kubernetes-style gate set knows.
+const FEATURE_GATES: &[&str] = &[
+    "StopGRPCServiceOnDefrag",
+    "TxnModeWriteWithSharedBuffer",
+    "InitialCorruptCheck",
+    "CompactHashCheck",
+    "LeaseCheckpoint",
+    "LeaseCheckpointPersist",
+    "SetMemberLocalAddr",
+    "FastLeaseKeepAlive",
+    "PriorityRequest",
+    "AllAlpha",
+    "AllBeta",
+];
+
+/// `--feature-gates` as given: each gate named with its value, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FeatureGates(pub Vec<(&'static str, bool)>);
+
+impl FeatureGates {
+    /// The value given last for `gate`, if it was given.
+    pub fn get(&self, gate: &str) -> Option<bool> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(g, _)| *g == gate)
+            .map(|(_, v)| *v)
+    }
+
+    /// The gates given that change nothing here (all but `InitialCorruptCheck`).
+    pub fn without_effect(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = self
+            .0
+            .iter()
+            .map(|(g, _)| *g)
+            .filter(|g| *g != "InitialCorruptCheck")
+            .collect();
+        names.dedup();
+        names
+    }
+}
+
+/// `Name=bool,...`, as Kubernetes' feature-gate flag reads it (and with its error texts): an
+/// unknown gate or a value that is not a Go bool is refused.
+pub(crate) fn parse_feature_gates(s: &str) -> Result<FeatureGates, String> {
+    let mut gates = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = part.split_once('=') else {
+            return Err(format!("missing bool value for {part}"));
+        };
+        let (name, value) = (name.trim(), value.trim());
+        let Some(gate) = FEATURE_GATES.iter().find(|g| **g == name) else {
+            return Err(format!("unrecognized feature gate: {name}"));
+        };
+        let on = leasehold_types::go::parse_bool(value)
+            .map_err(|_| format!("invalid value of {name}={value}, err: strconv.ParseBool: parsing {value:?}: invalid syntax"))?;
+        gates.push((*gate, on));
+    }
+    Ok(FeatureGates(gates))
+}
+
 pub(crate) fn parse_go_bool(s: &str) -> Result<bool, String> {
     leasehold_types::go::parse_bool(s).map_err(|_| format!("parse error: {s:?} is not a boolean"))
 }

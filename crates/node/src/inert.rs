@@ -1,4 +1,5 @@
-//! etcd 3.5's server flags that leasehold accepts but that do nothing here: one table, from
+//! etcd's server flags (3.5's, and 3.6's and 3.7's new names) that leasehold accepts but that
+//! do nothing here: one table, from
 //! which the command-line arguments (and so their `ETCD_*` variables and config file keys, see
 //! `sources.rs`) are made. A flag given from this table gets one warning line at start-up.
 //!
@@ -243,6 +244,63 @@ const TABLE: &[Inert] = &[
     inert("snapshot", Legacy, LEGACY),
     inert("v", Legacy, LEGACY),
     inert("vv", Legacy, LEGACY),
+    // etcd 3.6's names for the `experimental-` flags above (the only ones 3.7 takes), and its
+    // new flags (`server/embed/config.go`). `--watch-progress-notify-interval`,
+    // `--corrupt-check-time` and `--feature-gates` are implemented (`config.rs`).
+    inert("enable-distributed-tracing", Bool, NO_TRACING),
+    inert("distributed-tracing-address", Str, NO_TRACING),
+    inert("distributed-tracing-service-name", Str, NO_TRACING),
+    inert("distributed-tracing-instance-id", Str, NO_TRACING),
+    inert("distributed-tracing-sampling-rate", Int, NO_TRACING),
+    inert("compact-hash-check-time", Duration, NO_COMPACT_HASH_CHECK),
+    inert("compaction-batch-limit", Int, STORAGE),
+    inert("compaction-sleep-interval", Duration, STORAGE),
+    inert("downgrade-check-time", Duration, "there are no downgrades"),
+    inert(
+        "warning-apply-duration",
+        Duration,
+        "slow applies are not reported",
+    ),
+    inert(
+        "warning-unary-request-duration",
+        Duration,
+        "slow requests are not reported",
+    ),
+    inert("memory-mlock", Bool, STORAGE),
+    inert(
+        "bootstrap-defrag-threshold-megabytes",
+        Uint,
+        "nothing is defragmented at start-up",
+    ),
+    inert(
+        "snapshot-catchup-entries",
+        Uint,
+        "a follower further behind than min(--snapshot-count, 5000) entries gets a snapshot",
+    ),
+    inert(
+        "peer-skip-client-san-verification",
+        Bool,
+        "peer client certificates' SANs are always checked",
+    ),
+    inert("max-learners", Int, "learners are not limited in number"),
+    inert(
+        "log-format",
+        Str,
+        "logs are written in leasehold's own format",
+    ),
+    only("discovery-endpoints", Str, "", NO_DISCOVERY),
+    inert("discovery-token", Str, NO_DISCOVERY),
+    inert("discovery-dial-timeout", Duration, NO_DISCOVERY),
+    inert("discovery-request-timeout", Duration, NO_DISCOVERY),
+    inert("discovery-keepalive-time", Duration, NO_DISCOVERY),
+    inert("discovery-keepalive-timeout", Duration, NO_DISCOVERY),
+    inert("discovery-insecure-transport", Bool, NO_DISCOVERY),
+    inert("discovery-insecure-skip-tls-verify", Bool, NO_DISCOVERY),
+    inert("discovery-cert", Str, NO_DISCOVERY),
+    inert("discovery-key", Str, NO_DISCOVERY),
+    inert("discovery-cacert", Str, NO_DISCOVERY),
+    inert("discovery-user", Str, NO_DISCOVERY),
+    inert("discovery-password", Str, NO_DISCOVERY),
 ];
 
 /// The flags of [`TABLE`] that were given, with their values (clap `Args`, flattened into

@@ -166,7 +166,7 @@ impl Node {
                 config.election_timeout,
             ),
             lease_ids: leasehold_server::LeaseIdGenerator::new(identity.member_id, unix_ms()),
-            watch_progress_interval: config.experimental_watch_progress_notify_interval,
+            watch_progress_interval: config.watch_progress_interval(),
             cluster_token: config.initial_cluster_token.clone(),
             member_names: identity.names.clone(),
             metrics: Arc::new(leasehold_server::Metrics::new(replica.clone())),
@@ -192,7 +192,7 @@ impl Node {
             serve_in_background("peers", https, addr, served);
         }
         // etcd's initial corruption check runs with the peers served and before the clients.
-        if config.experimental_initial_corrupt_check
+        if config.initial_corrupt_check()
             && let Err(why) = leasehold_server::initial_check(&replica, identity.member_id).await
         {
             let _ = stop_tx.send(true);
@@ -240,10 +240,10 @@ impl Node {
                 stop_rx.clone(),
             ))
         });
-        if !config.experimental_corrupt_check_time.is_zero() {
+        if !config.corrupt_check_period().is_zero() {
             tokio::spawn(leasehold_server::drive_corruption_checks(
                 replica.clone(),
-                config.experimental_corrupt_check_time,
+                config.corrupt_check_period(),
                 stop_rx.clone(),
             ));
         }

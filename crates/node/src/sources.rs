@@ -174,6 +174,15 @@ impl NodeConfig {
                 inert.join(", ")
             )));
         }
+        if let Some(gates) = &config.feature_gates {
+            let idle = gates.without_effect();
+            if !idle.is_empty() {
+                notices.push(Notice::warn(format!(
+                    "feature gates accepted for etcd compatibility, no effect in leasehold: {}",
+                    idle.join(", ")
+                )));
+            }
+        }
         let tls = config.tls.not_applied();
         if !tls.is_empty() {
             notices.push(Notice::warn(format!(
@@ -620,6 +629,40 @@ mod tests {
         ("snapshot", "-"),
         ("v", "-"),
         ("vv", "-"),
+        // etcd 3.6's and 3.7's names.
+        ("watch-progress-notify-interval", "5s"),
+        ("corrupt-check-time", "1m"),
+        ("feature-gates", "InitialCorruptCheck=true"),
+        ("enable-distributed-tracing", "-"),
+        ("distributed-tracing-address", "localhost:4317"),
+        ("distributed-tracing-service-name", "etcd"),
+        ("distributed-tracing-instance-id", "i"),
+        ("distributed-tracing-sampling-rate", "10"),
+        ("compact-hash-check-time", "1m"),
+        ("compaction-batch-limit", "1000"),
+        ("compaction-sleep-interval", "10ms"),
+        ("downgrade-check-time", "5s"),
+        ("warning-apply-duration", "100ms"),
+        ("warning-unary-request-duration", "300ms"),
+        ("memory-mlock", "-"),
+        ("bootstrap-defrag-threshold-megabytes", "10"),
+        ("snapshot-catchup-entries", "5000"),
+        ("peer-skip-client-san-verification", "-"),
+        ("max-learners", "1"),
+        ("log-format", "json"),
+        ("discovery-endpoints", ""),
+        ("discovery-token", "t"),
+        ("discovery-dial-timeout", "2s"),
+        ("discovery-request-timeout", "1s"),
+        ("discovery-keepalive-time", "2s"),
+        ("discovery-keepalive-timeout", "6s"),
+        ("discovery-insecure-transport", "-"),
+        ("discovery-insecure-skip-tls-verify", "-"),
+        ("discovery-cert", "/d.pem"),
+        ("discovery-key", "/dk.pem"),
+        ("discovery-cacert", "/dca.pem"),
+        ("discovery-user", "u"),
+        ("discovery-password", "p"),
     ];
 
     fn strings(args: &[&str]) -> Vec<String> {
@@ -679,8 +722,86 @@ mod tests {
             let ours = ["client-cert-allowed-cn"];
             assert!(
                 etcd || CLAP_FLAGS.contains(&long) || ours.contains(&long),
-                "--{long} is not an etcd 3.5 flag"
+                "--{long} is not an etcd 3.5 or 3.7 flag"
             );
+        }
+    }
+
+    #[test]
+    fn kubeadm_1_37s_etcd_flags_take_effect() {
+        // kubeadm v1.37 (cmd/kubeadm/app/phases/etcd/local.go) starts etcd with 3.6's names.
+        let r = resolve(
+            &[
+                "--feature-gates=InitialCorruptCheck=true",
+                "--watch-progress-notify-interval=5s",
+                "--corrupt-check-time=2m",
+            ],
+            &[],
+        )
+        .unwrap();
+        assert!(r.config.initial_corrupt_check());
+        assert_eq!(r.config.watch_progress_interval(), Duration::from_secs(5));
+        assert_eq!(r.config.corrupt_check_period(), Duration::from_secs(120));
+        assert!(warnings(&r).is_empty(), "{:?}", r.notices);
+        // 3.6's names win over 3.5's, whatever the order; each alone keeps its meaning.
+        let r = resolve(
+            &[
+                "--watch-progress-notify-interval=5s",
+                "--experimental-watch-progress-notify-interval=7s",
+                "--experimental-initial-corrupt-check=true",
+                "--feature-gates=InitialCorruptCheck=false",
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(r.config.watch_progress_interval(), Duration::from_secs(5));
+        assert!(!r.config.initial_corrupt_check());
+        let r = resolve(&["--experimental-initial-corrupt-check"], &[]).unwrap();
+        assert!(r.config.initial_corrupt_check());
+        // The same through etcd's environment variables.
+        let r = resolve(
+            &[],
+            &[
+                ("ETCD_FEATURE_GATES", "InitialCorruptCheck=true"),
+                ("ETCD_WATCH_PROGRESS_NOTIFY_INTERVAL", "5s"),
+            ],
+        )
+        .unwrap();
+        assert!(r.config.initial_corrupt_check());
+        assert_eq!(r.config.watch_progress_interval(), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn feature_gates_are_read_as_kubernetes_reads_them() {
+        let r = resolve(
+            &["--feature-gates=LeaseCheckpoint=true, CompactHashCheck=false"],
+            &[],
+        )
+        .unwrap();
+        assert!(!r.config.initial_corrupt_check());
+        assert_eq!(
+            warnings(&r),
+            [
+                "feature gates accepted for etcd compatibility, no effect in leasehold: \
+              LeaseCheckpoint, CompactHashCheck"
+            ]
+        );
+        for (given, error) in [
+            (
+                "--feature-gates=Nope=true",
+                "unrecognized feature gate: Nope",
+            ),
+            (
+                "--feature-gates=InitialCorruptCheck",
+                "missing bool value for InitialCorruptCheck",
+            ),
+            (
+                "--feature-gates=InitialCorruptCheck=yes",
+                "invalid value of InitialCorruptCheck=yes",
+            ),
+        ] {
+            let e = resolve(&[given], &[]).expect_err(given);
+            assert!(format!("{e:#}").contains(error), "{given}: {e:#}");
         }
     }
 
