@@ -216,6 +216,7 @@ for i, s in enumerate(json.load(sys.stdin)):
         print(i); break')
     [ -n "$leader_index" ] || fail "$1: no leader found to kill"
     kill -9 "${member_pids[$leader_index]}"
+    wait "${member_pids[$leader_index]}" 2>/dev/null || true # reaped here, so bash says nothing
     log "$1 killed the leader, m$leader_index, after $(grep -c ' created$' "$dir/namespaces.out") namespaces"
     eps=$(echo "$eps" | tr , '\n' | sed "$((leader_index + 1))d" | paste -sd,)
   fi
