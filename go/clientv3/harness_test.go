@@ -26,6 +26,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 const (
@@ -219,22 +220,22 @@ func startCluster(t *testing.T, tg target, n int) *cluster {
 // client is a clientv3 client over every running member, closed when the test ends.
 func (c *cluster) client(t *testing.T) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   c.endpoints(),
-		DialTimeout: 5 * time.Second,
-		Logger:      quietLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	return newClient(t, c.endpoints())
 }
 
 // memberClient is a client of one member only.
 func (c *cluster) memberClient(t *testing.T, m *member) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.client}, DialTimeout: 5 * time.Second, Logger: quietLogger()})
+	return newClient(t, []string{m.client})
+}
+
+func newClient(t *testing.T, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
-
-func quietLogger() *zap.Logger { return zap.NewNop() }
 
 // revs turns absolute revisions into offsets from the revision a scenario started at, so that
 // two servers whose stores begin at different revisions still compare equal.

@@ -93,23 +93,25 @@ func TestLeaseExpiryDeletesKeysDifferential(t *testing.T) {
 	})
 }
 
+// session is a concurrency session (a lease of 10 s, kept alive), closed when the test ends.
+func session(t *testing.T, cli *clientv3.Client) *concurrency.Session {
+	t.Helper()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func TestMutexDifferential(t *testing.T) {
 	differential(t, 1, func(t *testing.T, c *cluster, tr *transcript) {
 		cli := c.client(t)
-		s1, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s1.Close()
-		s2, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s2.Close()
+		s1, s2 := session(t, cli), session(t, cli)
 		m1 := concurrency.NewMutex(s1, "locks/a")
 		m2 := concurrency.NewMutex(s2, "locks/a")
 		tr.add("m1 lock: %s", errName(m1.Lock(ctxT(t))))
-		err = m2.TryLock(ctxT(t))
+		err := m2.TryLock(ctxT(t))
 		tr.add("m2 try lock while held: %v", err)
 		got := make(chan error, 1)
 		go func() { got <- m2.Lock(ctxT(t)) }()
@@ -144,16 +146,7 @@ func TestMutexDifferential(t *testing.T) {
 func TestElectionDifferential(t *testing.T) {
 	differential(t, 1, func(t *testing.T, c *cluster, tr *transcript) {
 		cli := c.client(t)
-		s1, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s1.Close()
-		s2, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s2.Close()
+		s1, s2 := session(t, cli), session(t, cli)
 		e1 := concurrency.NewElection(s1, "elect/")
 		e2 := concurrency.NewElection(s2, "elect/")
 		tr.add("e1 campaign: %s", errName(e1.Campaign(ctxT(t), "one")))
