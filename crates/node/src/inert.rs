@@ -29,6 +29,7 @@ enum Kind {
     Legacy,
 }
 
+#[derive(Clone, Copy)]
 struct Inert {
     name: &'static str,
     kind: Kind,
@@ -244,38 +245,13 @@ const TABLE: &[Inert] = &[
     inert("snapshot", Legacy, LEGACY),
     inert("v", Legacy, LEGACY),
     inert("vv", Legacy, LEGACY),
-    // etcd 3.6's names for the `experimental-` flags above (the only ones 3.7 takes), and its
-    // new flags (`server/embed/config.go`). `--watch-progress-notify-interval`,
+    // etcd 3.6's and 3.7's new flags (`server/embed/config.go`); its new names for the
+    // `experimental-` flags above are in RENAMED. `--watch-progress-notify-interval`,
     // `--corrupt-check-time` and `--feature-gates` are implemented (`config.rs`).
-    inert("enable-distributed-tracing", Bool, NO_TRACING),
-    inert("distributed-tracing-address", Str, NO_TRACING),
-    inert("distributed-tracing-service-name", Str, NO_TRACING),
-    inert("distributed-tracing-instance-id", Str, NO_TRACING),
-    inert("distributed-tracing-sampling-rate", Int, NO_TRACING),
-    inert("compact-hash-check-time", Duration, NO_COMPACT_HASH_CHECK),
-    inert("compaction-batch-limit", Int, STORAGE),
-    inert("compaction-sleep-interval", Duration, STORAGE),
-    inert("downgrade-check-time", Duration, "there are no downgrades"),
-    inert(
-        "warning-apply-duration",
-        Duration,
-        "slow applies are not reported",
-    ),
     inert(
         "warning-unary-request-duration",
         Duration,
         "slow requests are not reported",
-    ),
-    inert("memory-mlock", Bool, STORAGE),
-    inert(
-        "bootstrap-defrag-threshold-megabytes",
-        Uint,
-        "nothing is defragmented at start-up",
-    ),
-    inert(
-        "snapshot-catchup-entries",
-        Uint,
-        "a follower further behind than min(--snapshot-count, 5000) entries gets a snapshot",
     ),
     inert(
         "peer-skip-client-san-verification",
@@ -303,6 +279,69 @@ const TABLE: &[Inert] = &[
     inert("discovery-password", Str, NO_DISCOVERY),
 ];
 
+/// etcd 3.6's names for `experimental-` flags of [`TABLE`] (etcd 3.7 takes only these): new,
+/// old. Each is the old one's entry under its new name.
+const RENAMED: &[(&str, &str)] = &[
+    (
+        "enable-distributed-tracing",
+        "experimental-enable-distributed-tracing",
+    ),
+    (
+        "distributed-tracing-address",
+        "experimental-distributed-tracing-address",
+    ),
+    (
+        "distributed-tracing-service-name",
+        "experimental-distributed-tracing-service-name",
+    ),
+    (
+        "distributed-tracing-instance-id",
+        "experimental-distributed-tracing-instance-id",
+    ),
+    (
+        "distributed-tracing-sampling-rate",
+        "experimental-distributed-tracing-sampling-rate",
+    ),
+    (
+        "compact-hash-check-time",
+        "experimental-compact-hash-check-time",
+    ),
+    (
+        "compaction-batch-limit",
+        "experimental-compaction-batch-limit",
+    ),
+    (
+        "compaction-sleep-interval",
+        "experimental-compaction-sleep-interval",
+    ),
+    ("downgrade-check-time", "experimental-downgrade-check-time"),
+    (
+        "warning-apply-duration",
+        "experimental-warning-apply-duration",
+    ),
+    ("memory-mlock", "experimental-memory-mlock"),
+    (
+        "bootstrap-defrag-threshold-megabytes",
+        "experimental-bootstrap-defrag-threshold-megabytes",
+    ),
+    (
+        "snapshot-catchup-entries",
+        "experimental-snapshot-catchup-entries",
+    ),
+];
+
+/// Every flag without effect: [`TABLE`], then [`RENAMED`]'s new names.
+fn entries() -> impl Iterator<Item = Inert> {
+    let renamed = RENAMED.iter().map(|&(new, old)| Inert {
+        name: new,
+        ..*TABLE
+            .iter()
+            .find(|e| e.name == old)
+            .expect("RENAMED names an entry of TABLE")
+    });
+    TABLE.iter().copied().chain(renamed)
+}
+
 /// The flags of [`TABLE`] that were given, with their values (clap `Args`, flattened into
 /// `NodeConfig`).
 #[derive(Debug, Clone, Default)]
@@ -314,7 +353,7 @@ impl InertFlags {
     /// Refuses a value that cannot be ignored safely (see the module header).
     pub(crate) fn check(&self) -> anyhow::Result<()> {
         for (name, value) in &self.given {
-            let entry = TABLE.iter().find(|e| e.name == *name).expect("from TABLE");
+            let entry = entries().find(|e| e.name == *name).expect("from entries()");
             let Some(allowed) = entry.only else { continue };
             let same = match entry.kind {
                 Bool => parse_go_bool(value) == parse_go_bool(allowed),
@@ -356,7 +395,7 @@ fn arg(entry: &Inert) -> Arg {
 
 impl Args for InertFlags {
     fn augment_args(cmd: Command) -> Command {
-        TABLE.iter().fold(cmd, |cmd, entry| cmd.arg(arg(entry)))
+        entries().fold(cmd, |cmd, entry| cmd.arg(arg(&entry)))
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {
@@ -372,7 +411,7 @@ impl FromArgMatches for InertFlags {
     }
 
     fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-        for entry in TABLE {
+        for entry in entries() {
             // The typed value is only checked (by the value parser); what is kept is the text
             // as given, for the warning and the refusal.
             let Some(mut raw) = matches.get_raw(entry.name) else {
@@ -393,8 +432,7 @@ impl FromArgMatches for InertFlags {
 /// step with the table.
 #[cfg(test)]
 pub(crate) fn markdown_rows() -> Vec<String> {
-    TABLE
-        .iter()
+    entries()
         .map(|e| match e.only {
             Some("") => format!("| `--{}` | {} (refused unless empty) |", e.name, e.why),
             Some(v) => format!("| `--{}` | {} (refused unless `{v}`) |", e.name, e.why),
