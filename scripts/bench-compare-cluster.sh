@@ -26,6 +26,8 @@ read -r -a targets <<<"${TARGETS:-etcd etcd37 leasehold}"
 . scripts/lib/ports.sh
 # shellcheck source=lib/go-tools.sh
 . scripts/lib/go-tools.sh
+# shellcheck source=lib/member.sh
+. scripts/lib/member.sh
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -41,14 +43,8 @@ start() {
       --listen-client-urls "http://127.0.0.1:${clients[$i]}" --advertise-client-urls "http://127.0.0.1:${clients[$i]}"
       --listen-peer-urls "http://127.0.0.1:${peers[$i]}" --initial-advertise-peer-urls "http://127.0.0.1:${peers[$i]}"
       --initial-cluster "$cluster" --initial-cluster-token "$target-bench")
-    case $target in
-      etcd) etcd "${args[@]}" >"$work/$target-m$i.log" 2>&1 & ;;
-      etcd37) "$(etcd37_bin)" "${args[@]}" >"$work/$target-m$i.log" 2>&1 & ;;
-      # shellcheck disable=SC2086 # LEASEHOLD_ARGS is a list of flags
-      leasehold) LEASEHOLD_LOG=warn "$bin" "${args[@]}" ${LEASEHOLD_ARGS:-} >"$work/$target-m$i.log" 2>&1 & ;;
-      *) echo "unknown target $target" >&2; exit 2 ;;
-    esac
-    pids+=($!)
+    run_server "$target" "$work/$target-m$i.log" "${args[@]}"
+    pids+=("$pid")
   done
   local urls=""
   for i in 0 1 2; do urls+="${urls:+,}http://127.0.0.1:${clients[$i]}"; done

@@ -22,6 +22,8 @@ read -r -a targets <<<"${TARGETS:-etcd etcd37 leasehold}"
 . scripts/lib/ports.sh
 # shellcheck source=lib/go-tools.sh
 . scripts/lib/go-tools.sh
+# shellcheck source=lib/member.sh
+. scripts/lib/member.sh
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -33,14 +35,8 @@ for target in "${targets[@]}"; do
   flags=(--name m --data-dir "$work/$target" --listen-client-urls "http://127.0.0.1:$c"
     --advertise-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$p"
     --initial-advertise-peer-urls "http://127.0.0.1:$p" --initial-cluster "m=http://127.0.0.1:$p")
-  case $target in
-    etcd) etcd "${flags[@]}" >"$work/$target.log" 2>&1 & ;;
-    etcd37) "$(etcd37_bin)" "${flags[@]}" >"$work/$target.log" 2>&1 & ;;
-    # shellcheck disable=SC2086
-    leasehold) LEASEHOLD_LOG=warn "$bin" "${flags[@]}" ${LEASEHOLD_ARGS:-} >"$work/$target.log" 2>&1 & ;;
-    *) echo "unknown target $target" >&2; exit 2 ;;
-  esac
-  pids+=($!)
+  run_server "$target" "$work/$target.log" "${flags[@]}"
+  pids+=("$pid")
 done
 for target in "${targets[@]}"; do
   for _ in $(seq 1 100); do
