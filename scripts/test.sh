@@ -11,7 +11,8 @@
 #   driven over the DevTools protocol (no chromium-driver needed). As root it needs --no-sandbox,
 #   which the test kit passes.
 #   openssl: scripts/k8s-check.sh makes kube-apiserver's service-account key with it.
-# Then, from the Go module proxy (the machine's Go 1.26 or newer; scripts/lib/go-tools.sh), built
+# Then, from the Go module proxy (the machine's Go 1.26 or newer, else Go 1.26.8 fetched from the
+# proxy too; scripts/lib/go-tools.sh), built
 # once into ~/.cache/leasehold-tools: etcd 3.7 for go/clientv3, Go's etcd client run against
 # leasehold and etcd 3.7 side by side, and kube-apiserver and kubectl for scripts/k8s-check.sh,
 # which runs a real kube-apiserver on leasehold (1 and 3 members) and on etcd 3.7.

@@ -7,15 +7,45 @@
 # once per wrapper content into $LEASEHOLD_TOOLS_CACHE (default ~/.cache/leasehold-tools),
 # outside the repository, so a second run builds nothing.
 
-# find_go: puts a Go toolchain on PATH (the machine's, or /usr/local/go's), or stops (exit 2).
+tools_cache="${LEASEHOLD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold-tools}"
+# The Go fetched when the machine has none: the Go project publishes every release on the module
+# proxy as the module golang.org/toolchain, which is where the go command itself fetches one.
+fallback_go=1.26.8
+
+# find_go: puts a Go toolchain on PATH: the machine's, /usr/local/go's, or else Go
+# $fallback_go fetched once from the module proxy into the tools cache (or stops, exit 2).
 # The wrappers say `go 1.26.0`; an older go command (1.21 or newer) fetches that toolchain from
 # the module proxy by itself (GOTOOLCHAIN=auto).
 find_go() {
   if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
     export PATH="$PATH:/usr/local/go/bin"
   fi
-  command -v go >/dev/null 2>&1 ||
-    { echo "go not found: install Go 1.26 or newer (https://go.dev/dl/), or put it on PATH" >&2; exit 2; }
+  command -v go >/dev/null 2>&1 && return
+  local root="$tools_cache/go$fallback_go"
+  [ -x "$root/bin/go" ] || fetch_go "$root" ||
+    { echo "go not found, and Go $fallback_go could not be fetched: install Go 1.26 or newer" >&2; exit 2; }
+  export PATH="$PATH:$root/bin"
+}
+
+# fetch_go DIR: Go $fallback_go for this machine, from the module proxy, unpacked into DIR.
+fetch_go() {
+  local dir=$1 arch tmp
+  case $(uname -m) in
+    x86_64) arch=amd64 ;;
+    aarch64 | arm64) arch=arm64 ;;
+    *) echo "no Go download known for $(uname -m)" >&2; return 1 ;;
+  esac
+  local version="v0.0.1-go$fallback_go.linux-$arch"
+  echo "go not found: fetching Go $fallback_go (golang.org/toolchain@$version) into $dir" >&2
+  tmp=$(mktemp -d)
+  curl -fsSL --retry 3 -o "$tmp/go.zip" "https://proxy.golang.org/golang.org/toolchain/@v/$version.zip" &&
+    python3 -m zipfile -e "$tmp/go.zip" "$tmp/x" || { rm -rf "$tmp"; return 1; }
+  # zipfile drops the executable bits: the programs are bin/* and pkg/tool/*/*.
+  local unpacked="$tmp/x/golang.org/toolchain@$version"
+  chmod +x "$unpacked"/bin/* "$unpacked"/pkg/tool/*/*
+  mkdir -p "$(dirname "$dir")" && rm -rf "$dir" && mv "$unpacked" "$dir"
+  rm -rf "$tmp"
+  "$dir/bin/go" version >&2
 }
 
 # go_tool WRAPPER PACKAGE NAME: prints the path of program NAME, built from PACKAGE with the
@@ -29,7 +59,7 @@ go_tool() {
   [ -f "$dir/go.mod" ] || { echo "go_tool: no wrapper module at $dir" >&2; return 2; }
   find_go
   key=$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-12)
-  out="${LEASEHOLD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold-tools}/$wrapper-$key"
+  out="$tools_cache/$wrapper-$key"
   if [ ! -x "$out/$name" ]; then
     mkdir -p "$out"
     echo "building $name from $package (wrapper go/tools/$wrapper) into $out" >&2
