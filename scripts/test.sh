@@ -5,9 +5,9 @@
 #   (Debian's libprotobuf-dev, /usr/include/google/protobuf/descriptor.proto): the etcd-client
 #   crate used by the tests needs both to build;
 #   curl: the HTTP endpoint tests read /health, /livez, /readyz and /version with it.
-#   python3-etcd3 (Debian's, for /usr/bin/python3): tests/python_client.rs drives the Python etcd
+#   python3-etcd3 (Debian's, for /usr/bin/python3): tests/e2e/python_client.rs drives the Python etcd
 #   client library against etcd and leasehold;
-#   chromium (Debian's, no recommends): tests/dashboard.rs opens /dashboard in headless Chromium,
+#   chromium (Debian's, no recommends): tests/e2e/dashboard.rs opens /dashboard in headless Chromium,
 #   driven over the DevTools protocol (no chromium-driver needed). As root it needs --no-sandbox,
 #   which the test kit passes.
 #   openssl: scripts/k8s-check.sh makes kube-apiserver's service-account key with it.

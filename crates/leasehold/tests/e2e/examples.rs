@@ -4,7 +4,7 @@
 use leasehold_testkit as common;
 
 #[allow(dead_code)]
-#[path = "../examples/fenced_counter.rs"]
+#[path = "../../examples/fenced_counter.rs"]
 mod fenced_counter;
 
 use std::time::Duration;

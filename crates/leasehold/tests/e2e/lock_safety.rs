@@ -230,7 +230,7 @@ impl Worker {
         let mut child = Command::new(exe)
             .args([
                 "--exact",
-                "jepsen_worker",
+                "lock_safety::jepsen_worker",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",

@@ -3,7 +3,7 @@
 //! Each must give an error (or, where a good copy survives, the good data): never a panic, a hang
 //! or a huge allocation.
 
-mod common;
+use crate::common;
 
 use common::{Model, branch_child, bytes_of, open_bytes, read_model, revision_key, write_model};
 use leasehold_bbolt::Error;

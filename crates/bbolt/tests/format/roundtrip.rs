@@ -1,7 +1,7 @@
 //! Writer → reader round trips: empty files and buckets, one key, trees several levels deep,
 //! values spanning overflow pages, many buckets, random models; and the writer's refusals.
 
-mod common;
+use crate::common;
 
 use std::io::{Cursor, Seek, SeekFrom, Write};
 

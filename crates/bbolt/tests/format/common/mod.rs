@@ -2,8 +2,6 @@
 //! sorted key/value pairs), writing a model with the crate's writer, and reading a file back into
 //! a model with the crate's reader.
 
-#![allow(dead_code)]
-
 use std::io::{Cursor, Read, Seek};
 
 use leasehold_bbolt::{Db, Writer};

@@ -8,7 +8,7 @@
 //!
 //! No server is started and no port is opened. etcdctl must be installed: scripts/test.sh does it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
