@@ -308,6 +308,16 @@ impl<F: Fs> Core<F> {
         }
     }
 
+    /// On a leader, the last log index `id` is known to hold (Raft's match index for it; the
+    /// leader's own for its own id). `None` off the leader or for a non-member.
+    pub fn matched(&self, id: u64) -> Option<u64> {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader {
+            return None;
+        }
+        raft.prs().get(id).map(|p| p.matched)
+    }
+
     /// The index up to which the log holds the host's snapshot (and no entries).
     pub fn compacted_index(&self) -> u64 {
         self.node.store().compacted().0

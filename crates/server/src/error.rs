@@ -281,7 +281,8 @@ impl From<ApiError> for Status {
                         MembershipError::NotFound => Code::NotFound,
                         MembershipError::IdExists
                         | MembershipError::PeerUrlExists
-                        | MembershipError::NotLearner => Code::FailedPrecondition,
+                        | MembershipError::NotLearner
+                        | MembershipError::LearnerNotReady => Code::FailedPrecondition,
                     };
                     Status::new(code, m.to_string())
                 }
@@ -406,6 +407,11 @@ mod tests {
                 MembershipError::NotLearner,
                 FailedPrecondition,
                 "etcdserver: can only promote a learner member",
+            ),
+            (
+                MembershipError::LearnerNotReady,
+                FailedPrecondition,
+                "etcdserver: can only promote a learner member which is in sync with leader",
             ),
         ];
         for (e, code, message) in membership {

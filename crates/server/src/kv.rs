@@ -85,8 +85,10 @@ impl Kv for KvService {
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         let caller = self.ctx.caller(&req)?;
         let req = req.into_inner();
-        self.ctx.limits.proposal_size(&req)?;
+        // etcd's order: grpc-go's transport limit, then etcd's txn check, then the log's limit.
+        self.ctx.limits.message_size(&req)?;
         validate::txn(&req, self.ctx.limits.txn_ops_max).map_err(ApiError::from)?;
+        self.ctx.limits.proposal_size(&req)?;
         let resp = self
             .propose(caller, convert::txn_request(req))
             .await?

@@ -23,6 +23,7 @@ mod context;
 mod convert;
 mod corruption;
 mod dashboard;
+mod deep_txn;
 mod election;
 mod error;
 mod expiry;
@@ -35,6 +36,7 @@ mod lease;
 mod lock;
 mod maintenance;
 mod metrics;
+mod oversize;
 mod recipe;
 mod validate;
 mod watch;
@@ -169,10 +171,20 @@ where
     // etcd serves its HTTP endpoints and its JSON gateway (`/v3/...`) on the client port too,
     // over HTTP/1.1 as well as HTTP/2. Only the gRPC routes are counted as gRPC calls.
     let counted = axum::middleware::from_fn_with_state(ctx.metrics.clone(), metrics::count_grpc);
+    // Inside the counter, so the call is counted with the code the client gets.
+    let oversize = axum::middleware::from_fn_with_state(
+        ctx.limits.grpc_message_bytes_max(),
+        oversize::etcd_answer,
+    );
     // Without the gateway (`--enable-grpc-gateway=false`) its paths get etcd's 404 page.
     let mut http = grpc
         .routes()
         .into_axum_router()
+        .route(
+            deep_txn::PATH,
+            axum::routing::any(deep_txn_route(&ctx, decode_bytes_max)),
+        )
+        .layer(oversize)
         .layer(counted)
         .merge(dashboard::router(ctx.clone()))
         .merge(health::router(ctx.clone()));
@@ -187,6 +199,28 @@ where
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+/// The `KV/Txn` route that decodes nested txns as deep as etcd does (deep_txn.rs); it takes
+/// that one path from the generated KV service.
+fn deep_txn_route(
+    ctx: &Arc<ServerContext>,
+    decode_bytes_max: usize,
+) -> impl Fn(axum::extract::Request) -> futures::future::BoxFuture<'static, axum::response::Response>
++ Clone
++ Send
++ Sync
++ 'static {
+    let kv = Arc::new(kv::KvService::new(ctx.clone()));
+    let txn_ops_max = ctx.limits.txn_ops_max;
+    move |request| {
+        Box::pin(deep_txn::serve(
+            kv.clone(),
+            txn_ops_max,
+            decode_bytes_max,
+            request,
+        ))
+    }
 }
 
 /// Serves only the HTTP endpoints (no gRPC) on the connections `incoming` yields, as etcd serves

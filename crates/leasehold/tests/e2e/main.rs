@@ -4,6 +4,7 @@
 //! `cargo test -p leasehold --test e2e <module>::`.
 
 mod alarms;
+mod answers;
 mod auth;
 mod auto_compaction;
 mod bench;

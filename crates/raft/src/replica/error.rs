@@ -164,6 +164,8 @@ pub enum MembershipError {
     PeerUrlExists,
     #[error("etcdserver: can only promote a learner member")]
     NotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
 }
 
 /// Why [`crate::Replica::start`] failed.

@@ -86,6 +86,12 @@ impl Replica {
                 if !find(*id).ok_or(MembershipError::NotFound)?.learner {
                     return Err(MembershipError::NotLearner.into());
                 }
+                // A voter that holds little of the log would count in every quorum at once
+                // (promoting a learner that never started made a one-member cluster lose its
+                // leader); etcd refuses it the same way.
+                if !self.engine.learner_in_sync(*id, self.member_id).await? {
+                    return Err(MembershipError::LearnerNotReady.into());
+                }
                 learner_now = true;
             }
             MemberChange::Update { id, peer_url } => {

@@ -376,6 +376,25 @@ impl RsEngine {
         }
     }
 
+    /// Whether learner `id` may be promoted, by etcd's rule: its match index is at least 90% of
+    /// this leader's own (a learner the leader holds no progress for passes, as in etcd).
+    /// `Err(NoLeader)` when this member does not lead.
+    pub(super) async fn learner_in_sync(&self, id: u64, me: u64) -> Result<bool, ReplicaError> {
+        let (answer, answered) = oneshot::channel();
+        let asked = self.inputs.send(Input::With(Box::new(move |core| {
+            let _ = answer.send((core.matched(me), core.matched(id)));
+        })));
+        if asked.is_err() {
+            return Err(ReplicaError::Stopped);
+        }
+        match answered.await.map_err(|_| ReplicaError::Stopped)? {
+            (None, _) => Err(ReplicaError::NoLeader),
+            (Some(_), None) => Ok(true),
+            // Integer form of etcd's `learnerMatch >= leaderMatch * 0.9`.
+            (Some(leader), Some(learner)) => Ok(u128::from(learner) * 10 >= u128::from(leader) * 9),
+        }
+    }
+
     pub(super) fn transfer_leader(&self, to: u64) {
         let _ = self.inputs.send(Input::TransferLeader(to));
     }
