@@ -36,7 +36,7 @@ pub struct ViewMember {
 
 /// One consistent view of the state machine as the file holds it.
 pub struct StateView {
-    txn: redb::ReadTransaction,
+    txn: crate::storage::Txn<redb::ReadTransaction>,
     /// The last log index whose changes the view holds (etcd's consistent index).
     pub applied_index: u64,
     /// The term of that entry.

@@ -33,8 +33,8 @@ pub use leasehold_lease::{
 };
 pub use replica::{
     BoxFuture, Fatal, Forwarded, Forwarder, LeadershipWatch, MemberChange, MemberHash, MemberInfo,
-    MembershipError, NoForwarding, NoTransport, RaftStatus, RaftTransport, ReadIndex, Replica,
-    ReplicaConfig, ReplicaError, StartError,
+    MembershipError, NoForwarding, NoTransport, RaftChanges, RaftStatus, RaftTransport, ReadIndex,
+    Replica, ReplicaConfig, ReplicaError, StartError,
 };
 pub use state_machine::rebind;
 pub use storage::{Defragmented, StorageError};

@@ -8,8 +8,9 @@
 //! redb's single write transaction, so stages reach the file whole and in order.
 
 use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use std::collections::BTreeMap;
 
@@ -127,6 +128,8 @@ pub(crate) struct Db {
     /// Transactions begin under the read side; a defragmentation takes the write side, so that
     /// none begins while redb compacts the file (it needs the database to itself).
     db: RwLock<Database>,
+    /// Transactions begun and not yet ended, which a defragmentation waits out.
+    open: Arc<OpenTxns>,
     /// State-machine writes applied but not yet in the file; the next log commit (or snapshot
     /// build) writes them.
     staged_sm: Mutex<StagedSm>,
@@ -241,13 +244,109 @@ pub struct Defragmented {
 /// holds a read transaction for its whole stream) before it gives up.
 const DEFRAG_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
-impl Db {
-    pub(crate) fn begin_write(&self) -> Result<redb::WriteTransaction, redb::TransactionError> {
-        self.db.read().expect("db lock poisoned").begin_write()
+/// The count of transactions begun and not yet ended, with a signal for when it reaches zero.
+#[derive(Default)]
+struct OpenTxns {
+    count: Mutex<usize>,
+    none_open: Condvar,
+}
+
+impl OpenTxns {
+    fn began(&self) {
+        *self.count.lock().expect("open txns lock poisoned") += 1;
     }
 
-    pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction, redb::TransactionError> {
-        redb::ReadableDatabase::begin_read(&*self.db.read().expect("db lock poisoned"))
+    fn ended(&self) {
+        let mut count = self.count.lock().expect("open txns lock poisoned");
+        *count -= 1;
+        if *count == 0 {
+            self.none_open.notify_all();
+        }
+    }
+
+    /// Waits, at most `bound`, until no transaction is open; whether none is.
+    fn wait_none(&self, bound: std::time::Duration) -> bool {
+        let count = self.count.lock().expect("open txns lock poisoned");
+        let (count, _) = self
+            .none_open
+            .wait_timeout_while(count, bound, |open| *open > 0)
+            .expect("open txns lock poisoned");
+        *count == 0
+    }
+}
+
+/// A redb transaction counted as open until it is committed, aborted or dropped.
+pub(crate) struct Txn<T> {
+    txn: Option<T>,
+    open: Arc<OpenTxns>,
+}
+
+impl<T> Txn<T> {
+    fn new(txn: T, open: &Arc<OpenTxns>) -> Txn<T> {
+        open.began();
+        Txn {
+            txn: Some(txn),
+            open: open.clone(),
+        }
+    }
+
+    fn take(&mut self) -> T {
+        self.txn
+            .take()
+            .expect("a transaction is used only until it ends")
+    }
+}
+
+impl<T> Deref for Txn<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.txn
+            .as_ref()
+            .expect("a transaction is used only until it ends")
+    }
+}
+
+impl<T> DerefMut for Txn<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.txn
+            .as_mut()
+            .expect("a transaction is used only until it ends")
+    }
+}
+
+impl<T> Drop for Txn<T> {
+    fn drop(&mut self) {
+        // The transaction itself ends first, then the count.
+        drop(self.txn.take());
+        self.open.ended();
+    }
+}
+
+impl Txn<redb::WriteTransaction> {
+    pub(crate) fn commit(mut self) -> Result<(), redb::CommitError> {
+        self.take().commit()
+    }
+
+    pub(crate) fn abort(mut self) -> Result<(), redb::StorageError> {
+        self.take().abort()
+    }
+}
+
+impl Db {
+    pub(crate) fn begin_write(
+        &self,
+    ) -> Result<Txn<redb::WriteTransaction>, redb::TransactionError> {
+        let db = self.db.read().expect("db lock poisoned");
+        Ok(Txn::new(db.begin_write()?, &self.open))
+    }
+
+    pub(crate) fn begin_read(&self) -> Result<Txn<redb::ReadTransaction>, redb::TransactionError> {
+        let db = self.db.read().expect("db lock poisoned");
+        Ok(Txn::new(
+            redb::ReadableDatabase::begin_read(&*db)?,
+            &self.open,
+        ))
     }
 
     /// Compacts the file (etcd's defragment): every page in use is moved to the front and the
@@ -262,26 +361,27 @@ impl Db {
         // rows written after the compaction (puts and the deletes that undo them, on the raft-rs
         // engine up to a checkpoint's worth) would grow the file again.
         self.flush_staged_sm()?;
-        loop {
-            let bytes_before = size();
-            let mut db = self.db.write().expect("db lock poisoned");
-            match db.compact() {
-                Ok(_) => {
-                    drop(db);
-                    return Ok(Some(Defragmented {
-                        bytes_before,
-                        bytes_after: size(),
-                    }));
-                }
-                Err(redb::CompactionError::TransactionInProgress) => {
-                    drop(db);
-                    if started.elapsed() > DEFRAG_WAIT_MAX {
-                        return Ok(None);
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                Err(e) => return Err(StorageError::write::<redb::Error>(WHAT)(e.into())),
+        let bytes_before = size();
+        // No transaction begins from here on; those already open are waited out (woken as the
+        // last one ends).
+        let mut db = self.db.write().expect("db lock poisoned");
+        if !self
+            .open
+            .wait_none(DEFRAG_WAIT_MAX.saturating_sub(started.elapsed()))
+        {
+            return Ok(None);
+        }
+        match db.compact() {
+            Ok(_) => {
+                drop(db);
+                Ok(Some(Defragmented {
+                    bytes_before,
+                    bytes_after: size(),
+                }))
             }
+            // Not expected with every transaction counted; answered as a wait that ran out.
+            Err(redb::CompactionError::TransactionInProgress) => Ok(None),
+            Err(e) => Err(StorageError::write::<redb::Error>(WHAT)(e.into())),
         }
     }
 
@@ -419,6 +519,7 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
     txn.commit().map_err(StorageError::commit("the tables"))?;
     let (closed, _) = tokio::sync::watch::channel(());
     Ok(Arc::new(Db {
+        open: Arc::default(),
         db: RwLock::new(db),
         staged_sm: Mutex::new(StagedSm::default()),
         closed,

@@ -32,14 +32,15 @@ fn is_peer_url(url: &str) -> bool {
 }
 
 /// Publishes this member's name and client URLs through the log, as etcd does when a member
-/// starts, retrying (every half second) until it is applied or `shutdown` turns true. Skipped
-/// when the state already holds the same.
+/// starts, trying again after a failure once Raft's state here moves (or an election timeout
+/// passes), until it is applied or `shutdown` turns true. Skipped when the state already holds
+/// the same.
 pub async fn publish_member(
     replica: Arc<leasehold_raft::Replica>,
     attrs: MemberAttrs,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    const RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+    let mut raft = replica.subscribe_raft_changes();
     loop {
         if *shutdown.borrow() {
             return;
@@ -56,7 +57,7 @@ pub async fn publish_member(
             Err(e) => tracing::debug!("publishing this member's attributes: {e}; retrying"),
         }
         tokio::select! {
-            () = tokio::time::sleep(RETRY) => {}
+            alive = raft.next(replica.election_timeout()) => if !alive { return; },
             _ = shutdown.changed() => {}
         }
     }

@@ -20,8 +20,6 @@ use crate::validate;
 const KEEPALIVE_QUEUE_LEN_MAX: usize = 16;
 /// With two election timeouts, how long a renewal waits for a leader (etcd's request timeout).
 const RENEW_LEADER_WAIT_BASE: std::time::Duration = std::time::Duration::from_secs(5);
-/// Pause between a renewal's tries while it waits for a leader.
-const RENEW_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 /// Renewals one keepalive stream has in flight at once (read ahead of their answers).
 const KEEPALIVE_IN_FLIGHT_MAX: usize = 4096;
 
@@ -110,19 +108,25 @@ async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
     let Some(id) = LeaseId::from_wire(id) else {
         return Ok(0);
     };
-    let give_up =
-        std::time::Instant::now() + RENEW_LEADER_WAIT_BASE + 2 * ctx.replica.election_timeout();
+    let election_timeout = ctx.replica.election_timeout();
+    let give_up = std::time::Instant::now() + RENEW_LEADER_WAIT_BASE + 2 * election_timeout;
+    // Made before the first try, so a change while it is under way is not missed.
+    let mut raft = ctx.replica.subscribe_raft_changes();
     loop {
         match ctx.replica.propose(LeaseRenew { id }).await {
             Ok(ttl) => return Ok(ttl.unwrap_or(0)),
             Err(ReplicaError::NoLeader) => {
                 let left = give_up.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() || !ctx.replica.wait_for_leader(left).await {
+                if left.is_zero() {
                     return Err(ReplicaError::NoLeader.into());
                 }
-                // Bounded by `give_up`; the pause keeps a leader that is known but not yet
-                // serving from being asked in a tight loop.
-                tokio::time::sleep(RENEW_RETRY_PAUSE).await;
+                // Again once Raft's state here moves (an election, a transfer that ends, the
+                // next commit), or after an election timeout: never in a tight loop against a
+                // leader that is known but not serving, and never later than raft-rs's own
+                // timers settle what does not show in that state.
+                if !raft.next(left.min(election_timeout)).await {
+                    return Err(ReplicaError::Stopped.into());
+                }
             }
             Err(e) => return Err(e.into()),
         }

@@ -12,9 +12,6 @@ use super::error::ReplicaError;
 use crate::command::{Command, Proposal, Write};
 use crate::state_machine;
 
-/// Pause before a failed promotion is tried again (unless Raft's state changes first).
-const PROMOTION_RETRY: Duration = Duration::from_millis(50);
-
 /// How long lease grants and renewals wait for a newly elected leader to start timing leases.
 pub(super) const PROMOTION_WAIT_MAX: Duration = Duration::from_secs(2);
 
@@ -102,11 +99,13 @@ pub(super) async fn follow_leadership(replica: std::sync::Weak<Replica>) {
                         continue;
                     }
                     tracing::warn!("promotion at term {term} failed: {e}; retrying");
+                    // Again once Raft's state here moves (a failed promotion failed because of
+                    // it: a new term, a transfer, a lost quorum), or after an election timeout,
+                    // within which raft-rs settles what does not show in that state.
+                    let bound = r.election_timeout();
                     drop(r);
-                    // Again after a pause, or at once when leadership or the term moves.
-                    tokio::select! {
-                        () = tokio::time::sleep(PROMOTION_RETRY) => {}
-                        changed = status.changed() => if changed.is_err() { return; },
+                    if let Ok(Err(_)) = tokio::time::timeout(bound, status.changed()).await {
+                        return;
                     }
                     continue;
                 }

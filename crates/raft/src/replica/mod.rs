@@ -380,6 +380,14 @@ impl Replica {
         LeadershipWatch { status, seen }
     }
 
+    /// Follows every change of this member's Raft state (term, leader, role, log and applied
+    /// index, members): what a write that found no leader waits on before it goes again.
+    pub fn subscribe_raft_changes(&self) -> RaftChanges {
+        let mut status = self.status.clone();
+        status.borrow_and_update();
+        RaftChanges { status }
+    }
+
     /// Completes after the next apply that touched a lease (the earliest deadline may have moved).
     pub async fn leases_changed(&self) {
         self.shared.leases_changed.notified().await;
@@ -895,6 +903,27 @@ impl LeadershipWatch {
             if now != self.seen {
                 self.seen = now;
                 return true;
+            }
+        }
+    }
+}
+
+/// See [`Replica::subscribe_raft_changes`].
+pub struct RaftChanges {
+    status: watch::Receiver<EngineStatus>,
+}
+
+impl RaftChanges {
+    /// Completes at the first change of Raft's state since this watch was made or last
+    /// completed, or after `bound` without one (raft-rs's own timers, a leader transfer that
+    /// gives up or a leader deposed for want of a quorum, act within an election timeout, and not
+    /// every one of them shows in the state). `false` once the member is gone.
+    pub async fn next(&mut self, bound: Duration) -> bool {
+        match tokio::time::timeout(bound, self.status.changed()).await {
+            Ok(Err(_)) => false,
+            Ok(Ok(())) | Err(_) => {
+                self.status.borrow_and_update();
+                true
             }
         }
     }
