@@ -97,7 +97,7 @@ fn authorize(_hub: &Hub, _headers: &HeaderMap) -> Result<(), Response> {
     Ok(())
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
+fn asset(content_type: &'static str, body: impl IntoResponse) -> Response {
     let headers = [
         (header::CONTENT_TYPE, content_type),
         (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
@@ -116,11 +116,50 @@ fn plain(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-async fn page(State(hub): State<Arc<Hub>>, headers: HeaderMap) -> Response {
+/// The page, with the state it first shows inside it (as the `state` event would bring it, for
+/// the page's own query), so its first paint never waits for the event stream: a browser that
+/// draws at its load event, before the stream's first event arrived, showed "connecting…"
+/// with nothing else. Without a state within [`STATE_WAIT_MAX`], or for a query the events
+/// endpoint refuses, the page comes without one and waits for the stream (which shows why).
+async fn page(
+    State(hub): State<Arc<Hub>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
     if let Err(refused) = authorize(&hub, &headers) {
         return refused;
     }
-    asset("text/html; charset=utf-8", PAGE_HTML)
+    let initial = match Query::parse(raw.as_deref()) {
+        Ok(query) => {
+            let mut updates = hub.subscribe();
+            let first =
+                tokio::time::timeout(STATE_WAIT_MAX, updates.wait_for(Option::is_some)).await;
+            match first {
+                Ok(Ok(summary)) => {
+                    let summary = summary.clone().expect("waited for it");
+                    Some(hub.render(&summary, &query))
+                }
+                _ => None,
+            }
+        }
+        Err(_) => None,
+    };
+    asset(
+        "text/html; charset=utf-8",
+        with_initial_state(initial.as_deref()),
+    )
+}
+
+/// The page's HTML with `state` (JSON) in its `initial-state` data block. A data block is not
+/// run, so the page's Content-Security-Policy allows it; every `<` is escaped (`\u003c`, the
+/// same JSON) so no text in the state can end the block.
+fn with_initial_state(state: Option<&str>) -> String {
+    let json = state.map(|s| s.replace('<', "\\u003c")).unwrap_or_default();
+    PAGE_HTML.replacen(
+        "</head>",
+        &format!("<script id=\"initial-state\" type=\"application/json\">{json}</script>\n</head>"),
+        1,
+    )
 }
 
 /// `/dashboard/` to `/dashboard`, relative so that a proxy's path prefix is kept.

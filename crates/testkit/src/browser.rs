@@ -82,15 +82,59 @@ impl Cdp {
     }
 }
 
+/// The chromium binary: `$LEASEHOLD_CHROMIUM`, else `chromium` on PATH.
+fn chromium_binary() -> PathBuf {
+    let binary = std::env::var_os(CHROMIUM_VAR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("chromium"));
+    if std::env::var_os(CHROMIUM_VAR).is_none() && !on_path(&binary) {
+        panic!("chromium {MISSING_CHROMIUM}");
+    }
+    binary
+}
+
+/// Loads `url` in a fresh headless Chromium (its own new profile) with `--dump-dom`, as a user
+/// checking a page from a shell does, and returns the DOM it printed once the page had loaded,
+/// with how long the whole run took. Blocking; Chromium's own `--timeout` bounds the load.
+pub fn dump_dom(url: &str) -> (String, Duration) {
+    let profile = tempfile::Builder::new()
+        .prefix("leasehold-chromium.")
+        .tempdir()
+        .expect("chromium profile dir");
+    let started = Instant::now();
+    let output = Command::new(chromium_binary())
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--timeout=10000",
+            &format!("--user-data-dir={}", profile.path().display()),
+            "--dump-dom",
+            url,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .expect("run chromium --dump-dom");
+    assert!(
+        output.status.success(),
+        "chromium --dump-dom {url}: {}",
+        output.status
+    );
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        started.elapsed(),
+    )
+}
+
 impl Browser {
     /// Starts headless Chromium with a fresh profile; returns once its DevTools answer.
     pub async fn start() -> Browser {
-        let binary = std::env::var_os(CHROMIUM_VAR)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("chromium"));
-        if std::env::var_os(CHROMIUM_VAR).is_none() && !on_path(&binary) {
-            panic!("chromium {MISSING_CHROMIUM}");
-        }
+        let binary = chromium_binary();
         let profile = tempfile::Builder::new()
             .prefix("leasehold-chromium.")
             .tempdir()
@@ -178,6 +222,12 @@ impl Browser {
 
     /// Opens a new tab at `url` and waits for its document to load.
     pub async fn open(&self, url: &str) -> Page {
+        self.open_blocking(url, &[]).await
+    }
+
+    /// As [`Browser::open`], with requests to URLs matching any of `blocked` (DevTools patterns,
+    /// `*` a wildcard) failing as if the network refused them.
+    pub async fn open_blocking(&self, url: &str, blocked: &[&str]) -> Page {
         let target = self
             .cdp
             .call(None, "Target.createTarget", json!({ "url": "about:blank" }))
@@ -204,6 +254,11 @@ impl Browser {
             json!({ "width": VIEWPORT.0, "height": VIEWPORT.1, "deviceScaleFactor": 1, "mobile": false }),
         )
         .await;
+        if !blocked.is_empty() {
+            page.call("Network.enable", json!({})).await;
+            page.call("Network.setBlockedURLs", json!({ "urls": blocked }))
+                .await;
+        }
         page.call("Page.navigate", json!({ "url": url })).await;
         page.wait_for(
             "the document to load",

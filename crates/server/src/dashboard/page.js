@@ -45,21 +45,27 @@
 
   // --- connection -----------------------------------------------------------------------------
 
-  function connect() {
+  function show(json) {
+    state = JSON.parse(json);
+    receivedAt = performance.now();
+    document.body.dataset.state = 'live';
+    $('conn').textContent = 'live';
+    $('error').hidden = true;
+    render();
+  }
+
+  // `keep`: what is shown stays until the stream's first state replaces it (the state the page
+  // was served with); otherwise the page says it is connecting (another page of leases).
+  function connect(keep) {
     if (source) source.close();
     const qs = params.toString();
     history.replaceState(null, '', qs ? '?' + qs : location.pathname);
-    document.body.dataset.state = 'connecting';
-    $('conn').textContent = 'connecting…';
+    if (!keep) {
+      document.body.dataset.state = 'connecting';
+      $('conn').textContent = 'connecting…';
+    }
     source = new EventSource('dashboard/events' + (qs ? '?' + qs : ''));
-    source.addEventListener('state', (event) => {
-      state = JSON.parse(event.data);
-      receivedAt = performance.now();
-      document.body.dataset.state = 'live';
-      $('conn').textContent = 'live';
-      $('error').hidden = true;
-      render();
-    });
+    source.addEventListener('state', (event) => show(event.data));
     source.addEventListener('error', () => {
       if (source.readyState === EventSource.CLOSED) {
         // Refused (a bad query, too many pages open): ask the same endpoint once more to show
@@ -321,5 +327,10 @@
 
   $('search').value = params.get('lease') || '';
   setInterval(tick, TICK_MS);
-  connect();
+  // The first paint draws the state the page came with, so it never waits for the stream; the
+  // stream then brings every newer state.
+  const initial = $('initial-state');
+  const served = initial !== null && initial.textContent !== '';
+  if (served) show(initial.textContent);
+  connect(served);
 })();
