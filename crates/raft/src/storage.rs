@@ -10,6 +10,7 @@
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use std::collections::BTreeMap;
@@ -126,8 +127,12 @@ pub(crate) fn decode<T: DeserializeOwned>(
 /// lock on it) is released: that is what a restart in the same process must wait for.
 pub(crate) struct Db {
     /// Transactions begin under the read side; a defragmentation takes the write side, so that
-    /// none begins while redb compacts the file (it needs the database to itself).
-    db: RwLock<Database>,
+    /// none begins while redb compacts the file (it needs the database to itself), and so does
+    /// opening the file again after a write that ran out of space (`None` until that succeeds).
+    db: RwLock<Option<Database>>,
+    path: std::path::PathBuf,
+    /// The last write of the staged state ran out of space (see [`Db::out_of_space`]).
+    out_of_space: AtomicBool,
     /// Transactions begun and not yet ended, which a defragmentation waits out.
     open: Arc<OpenTxns>,
     /// State-machine writes applied but not yet in the file; the next log commit (or snapshot
@@ -240,6 +245,14 @@ pub struct Defragmented {
     pub bytes_after: u64,
 }
 
+/// How long opening the file again waits for transactions already running.
+const REOPEN_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a transaction on a database not open again yet gets.
+fn closed() -> redb::TransactionError {
+    redb::TransactionError::Storage(redb::StorageError::DatabaseClosed)
+}
+
 /// How long a defragmentation waits for transactions already running (a snapshot being sent
 /// holds a read transaction for its whole stream) before it gives up.
 const DEFRAG_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
@@ -338,15 +351,124 @@ impl Db {
         &self,
     ) -> Result<Txn<redb::WriteTransaction>, redb::TransactionError> {
         let db = self.db.read().expect("db lock poisoned");
+        let db = db.as_ref().ok_or_else(closed)?;
         Ok(Txn::new(db.begin_write()?, &self.open))
     }
 
     pub(crate) fn begin_read(&self) -> Result<Txn<redb::ReadTransaction>, redb::TransactionError> {
         let db = self.db.read().expect("db lock poisoned");
+        let db = db.as_ref().ok_or_else(closed)?;
         Ok(Txn::new(
-            redb::ReadableDatabase::begin_read(&*db)?,
+            redb::ReadableDatabase::begin_read(db)?,
             &self.open,
         ))
+    }
+
+    /// Whether the disk ran out of space under the last write of the staged state: writes that
+    /// add data are refused meanwhile (`Replica::admit`, etcd's NOSPACE), reads go on from
+    /// memory, and every checkpoint tries again, so the member resumes once space is freed.
+    pub(crate) fn out_of_space(&self) -> bool {
+        self.out_of_space.load(Ordering::SeqCst)
+    }
+
+    /// redb refuses every write after one that failed, until its file is opened again (which
+    /// brings back its last commit). Whether it is open again; with the disk still too full to
+    /// open it, it stays closed until the next try.
+    fn reopen(&self) -> Result<bool, StorageError> {
+        let mut db = self.db.write().expect("db lock poisoned");
+        if !self.open.wait_none(REOPEN_WAIT_MAX) {
+            return Ok(false);
+        }
+        // The old handle (and redb's lock on the file) goes first.
+        *db = None;
+        match redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(&self.path)
+        {
+            Ok(reopened) => {
+                *db = Some(reopened);
+                Ok(true)
+            }
+            Err(e) => {
+                let e = StorageError::Open {
+                    path: self.path.clone(),
+                    error: e.into(),
+                };
+                if e.is_out_of_space() {
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Puts staged changes whose write failed back on the stage, ahead of what was staged since,
+    /// so the next write holds them (the Raft log is never compacted past an unwritten stage).
+    fn restage(&self, older: StagedSm) {
+        let mut staged = self.staged_sm.lock().expect("staged lock poisoned");
+        let newer = std::mem::replace(&mut *staged, older);
+        staged.changes.extend(newer.changes);
+        staged.leases.extend(newer.leases);
+        if newer.meta.is_some() {
+            staged.meta = newer.meta;
+        }
+    }
+
+    /// Writes the staged state-machine changes in one durable transaction and returns the applied
+    /// position they bring the file to (`None`: nothing was staged). A failed write leaves them
+    /// staged ([`Db::restage`]); one that ran out of space also marks the disk full, until a
+    /// later write gets through. Blocking.
+    fn write_staged(&self, what: &'static str) -> Result<Option<LogPosition>, StorageError> {
+        if self.out_of_space() && !self.reopen()? {
+            return Err(StorageError::Write {
+                what,
+                error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+            });
+        }
+        // Taken once the write transaction has begun: transactions run one at a time, so what
+        // is staged later lands in a later one, never under an older checkpoint.
+        let mut txn = self.begin_write().map_err(StorageError::write(what))?;
+        let staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
+        let Some(meta) = staged.meta.as_ref() else {
+            return Ok(None);
+        };
+        let applied = meta.last_applied;
+        let written = txn
+            .set_durability(Durability::Immediate)
+            .map_err(StorageError::write(what))
+            .and_then(|()| write_sm(&txn, &staged.changes, &staged.leases, meta));
+        let committed = match written {
+            Ok(()) => {
+                let started = std::time::Instant::now();
+                let committed = txn.commit().map_err(StorageError::commit(what));
+                if committed.is_ok() {
+                    self.telemetry.state_commit.observe(started.elapsed());
+                }
+                committed
+            }
+            Err(e) => Err(e),
+        };
+        match committed {
+            Ok(()) => {
+                if self.out_of_space.swap(false, Ordering::SeqCst) {
+                    tracing::warn!(
+                        "the disk has room again: the state is written and writes are admitted"
+                    );
+                }
+                Ok(applied)
+            }
+            Err(e) => {
+                self.restage(staged);
+                if e.is_out_of_space() && !self.out_of_space.swap(true, Ordering::SeqCst) {
+                    tracing::error!(
+                        "the disk is full ({e}): writes that add data get NOSPACE and reads go on \
+                         until space is freed; the state is written again at every checkpoint"
+                    );
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Compacts the file (etcd's defragment): every page in use is moved to the front and the
@@ -371,7 +493,10 @@ impl Db {
         {
             return Ok(None);
         }
-        match db.compact() {
+        let Some(open) = db.as_mut() else {
+            return Err(StorageError::write(WHAT)(closed()));
+        };
+        match open.compact() {
             Ok(_) => {
                 drop(db);
                 Ok(Some(Defragmented {
@@ -409,51 +534,22 @@ impl Db {
         staged.meta = Some(meta);
     }
 
-    /// Writes the staged state-machine rows into `txn` (a snapshot build's); whether there were
-    /// any.
-    pub(crate) fn write_staged_sm(
-        &self,
-        txn: &redb::WriteTransaction,
-    ) -> Result<bool, StorageError> {
-        let staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
-        match staged.meta {
-            Some(meta) => write_sm(txn, &staged.changes, &staged.leases, &meta).map(|()| true),
-            None => Ok(false),
-        }
-    }
-
     /// Writes the staged state-machine changes now, in a durable transaction of their own
     /// (a snapshot is about to read the file and must see everything applied so far). Blocking.
     pub(crate) fn flush_staged_sm(&self) -> Result<(), StorageError> {
-        const WHAT: &str = "staged state-machine changes";
-        let mut txn = self.begin_write().map_err(StorageError::write(WHAT))?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(StorageError::write(WHAT))?;
-        if self.write_staged_sm(&txn)? {
-            txn.commit().map_err(StorageError::commit(WHAT))?;
-        }
-        Ok(())
+        self.write_staged("staged state-machine changes")
+            .map(|_| ())
     }
 
     /// The checkpoint: writes the staged state-machine changes durably, and returns the applied
-    /// log position they bring the file to (`None`: nothing was staged). The Raft log may be
-    /// compacted up to it. Blocking.
+    /// log position they bring the file to (`None`: nothing was written). The Raft log may be
+    /// compacted up to it. A disk out of space is not an error here: the stage waits for the
+    /// next checkpoint ([`Db::out_of_space`]). Blocking.
     pub(crate) fn checkpoint(&self) -> Result<Option<LogPosition>, StorageError> {
-        const WHAT: &str = "the state machine's checkpoint";
-        // Taken once the write transaction has begun: transactions run one at a time, so what
-        // is staged later lands in a later one, never under an older checkpoint.
-        let mut txn = self.begin_write().map_err(StorageError::write(WHAT))?;
-        let staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
-        let Some(meta) = staged.meta else {
-            return Ok(None);
-        };
-        txn.set_durability(Durability::Immediate)
-            .map_err(StorageError::write(WHAT))?;
-        write_sm(&txn, &staged.changes, &staged.leases, &meta)?;
-        let started = std::time::Instant::now();
-        txn.commit().map_err(StorageError::commit(WHAT))?;
-        self.telemetry.state_commit.observe(started.elapsed());
-        Ok(meta.last_applied)
+        match self.write_staged("the state machine's checkpoint") {
+            Err(e) if e.is_out_of_space() => Ok(None),
+            other => other,
+        }
     }
 
     pub(crate) fn telemetry(&self) -> &Arc<Telemetry> {
@@ -520,7 +616,9 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
     let (closed, _) = tokio::sync::watch::channel(());
     Ok(Arc::new(Db {
         open: Arc::default(),
-        db: RwLock::new(db),
+        db: RwLock::new(Some(db)),
+        path,
+        out_of_space: AtomicBool::new(false),
         staged_sm: Mutex::new(StagedSm::default()),
         closed,
         telemetry: Arc::default(),

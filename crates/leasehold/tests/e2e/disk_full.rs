@@ -1,6 +1,7 @@
-//! A full disk ends the member with a clear message and a non-zero exit, instead of leaving a
-//! process that is up but serves nothing (which no supervisor would restart); and every write it
-//! acknowledged before is there after a restart with room on the disk.
+//! A full disk: the member stays up, refuses writes that add data with etcd's NOSPACE, serves
+//! every acknowledged key, says why in its log and `/health`, and takes writes again once the
+//! disk has room, without a restart; every write it acknowledged is there after a kill -9 and a
+//! restart.
 //!
 //! The data dir is a small tmpfs this test mounts (as root, like the namespace tests) and grows
 //! afterwards with a remount.
@@ -21,8 +22,12 @@ const VALUE_LEN: usize = 32 * 1024;
 /// Bounds of the filling loop.
 const PUTS_MAX: usize = 1_000;
 const FILL_TIME_MAX: Duration = Duration::from_secs(60);
-/// How long the member may take to exit once a write failed.
-const EXIT_WITHIN: Duration = Duration::from_secs(15);
+/// How long the member is watched for an exit it must not make once the disk is full.
+const STAYS_UP_FOR: Duration = Duration::from_secs(2);
+/// How long writes may take to be admitted again once the disk has room.
+const RESUMES_WITHIN: Duration = Duration::from_secs(15);
+/// etcd's NOSPACE refusal.
+const NOSPACE: &str = "etcdserver: mvcc: database space exceeded";
 
 /// A tmpfs mounted on a temp dir, unmounted on drop.
 struct Tmpfs {
@@ -71,7 +76,7 @@ fn value_of(n: usize) -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_ends_the_member_and_loses_no_acknowledged_write() {
+async fn a_full_disk_refuses_writes_serves_reads_and_recovers_without_restart() {
     let tmpfs = Tmpfs::mount(TMPFS_SIZE_FULL);
     let data_dir: PathBuf = tmpfs.path().join("data");
     let mut server = Leasehold::start_in(&data_dir).await;
@@ -102,27 +107,97 @@ async fn a_full_disk_ends_the_member_and_loses_no_acknowledged_write() {
         !acknowledged.is_empty(),
         "the very first put failed ({failed}): the disk was full before the test began"
     );
-
     eprintln!("{} puts acknowledged, then: {failed}", acknowledged.len());
-    // Not up-but-useless: the process ends, non-zero, saying why.
-    let status = match server.wait_exit(EXIT_WITHIN).await {
-        Some(status) => status,
-        None => server.fail(&format!(
-            "still running {EXIT_WITHIN:?} after a write failed ({failed})"
-        )),
-    };
     assert!(
-        !status.success(),
-        "a storage failure exits non-zero: {status}"
-    );
-    let log = server.log_tail();
-    assert!(
-        log.contains("storage failed"),
-        "the log says why it stopped:\n{log}"
+        failed.contains(NOSPACE),
+        "a full disk refuses writes with NOSPACE: {failed}"
     );
 
-    // With room again, every acknowledged write is there.
+    // Up, and says why, in its log and in /health.
+    if let Some(status) = server.wait_exit(STAYS_UP_FOR).await {
+        server.fail(&format!("exited on a full disk: {status}"));
+    }
+    let log = server.log_tail();
+    assert!(log.contains("the disk is full"), "the log says why:\n{log}");
+    let (code, health) = common::curl("GET", &server.endpoint(), "/health", None);
+    assert!(
+        code == 503 && health.contains("NOSPACE"),
+        "/health says NOSPACE: {code} {health}"
+    );
+    // Every acknowledged key is served, linearizably.
+    for n in &acknowledged {
+        let got = client
+            .get(format!("k{n:05}"), None)
+            .await
+            .unwrap_or_else(|e| server.fail(&format!("get k{n:05} on the full disk: {e}")));
+        let kv = got
+            .kvs()
+            .first()
+            .unwrap_or_else(|| server.fail(&format!("acknowledged k{n:05} not served")));
+        assert_eq!(kv.value(), value_of(*n).as_slice(), "k{n:05}");
+    }
+    // A write is refused at once, not left waiting.
+    let refused = tokio::time::timeout(Duration::from_secs(5), client.put("more", "x", None))
+        .await
+        .expect("a write on a full disk is answered at once");
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains(NOSPACE)),
+        "a write on a full disk gets NOSPACE: {refused:?}"
+    );
+
+    // Killed and started again on the still-full disk, it comes up and serves the same way.
+    server.kill9();
+    server.restart().await;
+    let mut client = server.client().await;
+    for n in &acknowledged {
+        let got = client
+            .get(format!("k{n:05}"), None)
+            .await
+            .unwrap_or_else(|e| {
+                server.fail(&format!("get k{n:05} after a restart on a full disk: {e}"))
+            });
+        assert_eq!(
+            got.kvs().first().map(|kv| kv.value().to_vec()),
+            Some(value_of(*n)),
+            "k{n:05} after a restart on the full disk"
+        );
+    }
+    let refused = tokio::time::timeout(Duration::from_secs(5), client.put("more", "x", None))
+        .await
+        .expect("a write on a full disk is answered at once");
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains(NOSPACE)),
+        "after a restart on the full disk, a write gets NOSPACE: {refused:?}"
+    );
+
+    // With room again, writes are taken without a restart.
     tmpfs.remount(TMPFS_SIZE_GROWN);
+    let resumed = Instant::now();
+    loop {
+        match client.put("after", "room", None).await {
+            Ok(_) => break,
+            Err(e) if resumed.elapsed() < RESUMES_WITHIN && e.to_string().contains(NOSPACE) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => server.fail(&format!(
+                "writes not taken {:?} after the disk had room: {e}",
+                resumed.elapsed()
+            )),
+        }
+    }
+    eprintln!(
+        "writes taken again {:?} after the disk had room",
+        resumed.elapsed()
+    );
+    let (code, health) = common::curl("GET", &server.endpoint(), "/health", None);
+    assert_eq!(code, 200, "healthy again: {health}");
+
+    // And nothing acknowledged was lost: kill -9, restart, read everything back.
+    server.kill9();
     server.restart().await;
     let mut client = server.client().await;
     for n in &acknowledged {
@@ -136,9 +211,10 @@ async fn a_full_disk_ends_the_member_and_loses_no_acknowledged_write() {
             .unwrap_or_else(|| server.fail(&format!("acknowledged k{n:05} was lost")));
         assert_eq!(kv.value(), value_of(*n).as_slice(), "k{n:05}");
     }
-    // And it serves writes again.
-    client
-        .put("after", "room", None)
-        .await
-        .unwrap_or_else(|e| server.fail(&format!("put after remount: {e}")));
+    let after = client.get("after", None).await.expect("get after");
+    assert_eq!(
+        after.kvs().len(),
+        1,
+        "the write taken after the remount was lost"
+    );
 }

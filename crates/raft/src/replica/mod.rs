@@ -552,8 +552,26 @@ impl Replica {
 
     /// The alarms raised, for every member.
     pub fn alarms(&self) -> Vec<AlarmMember> {
-        let state = self.shared.state.read().expect("state lock poisoned");
-        state.alarms.iter().copied().collect()
+        let mut alarms: Vec<AlarmMember> = {
+            let state = self.shared.state.read().expect("state lock poisoned");
+            state.alarms.iter().copied().collect()
+        };
+        // This member's own disk out of space: NOSPACE for this member, raised and cleared here
+        // with the disk (not through the log, which may have no room), so it clears itself.
+        let disk_full = AlarmMember {
+            member: self.member_id,
+            alarm: Alarm::NoSpace,
+        };
+        if self.disk_full() && !alarms.contains(&disk_full) {
+            alarms.push(disk_full);
+        }
+        alarms
+    }
+
+    /// Whether this member's disk ran out of space under its last checkpoint (see
+    /// `storage::Db::out_of_space`).
+    pub fn disk_full(&self) -> bool {
+        self.db.upgrade().is_some_and(|db| db.out_of_space())
     }
 
     /// Refuses what etcd refuses while an alarm is raised, or past the space quota (raising
@@ -572,7 +590,7 @@ impl Replica {
         if !write.adds_data() {
             return Ok(());
         }
-        if no_space {
+        if no_space || self.disk_full() {
             return Err(ReplicaError::NoSpace);
         }
         let Some(quota) = self.quota_bytes else {

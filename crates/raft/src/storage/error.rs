@@ -94,8 +94,32 @@ impl StorageError {
         }
     }
 
+    /// Whether the disk (or the file system's quota) ran out of space: a condition this member
+    /// waits out (see `Db::out_of_space`) rather than a failure.
+    pub fn is_out_of_space(&self) -> bool {
+        let redb_error = match self {
+            StorageError::CreateDir { error, .. } => return is_out_of_space(error),
+            StorageError::Open { error, .. }
+            | StorageError::Read { error, .. }
+            | StorageError::Write { error, .. }
+            | StorageError::Commit { error, .. } => error,
+            _ => return false,
+        };
+        matches!(redb_error, redb::Error::Io(io) if is_out_of_space(io))
+    }
+
     /// For `map_err`: `what` did not decode.
     pub(crate) fn decode(what: &'static str) -> impl FnOnce(postcard::Error) -> StorageError {
         move |error| StorageError::Decode { what, error }
     }
+}
+
+/// ENOSPC or EDQUOT, whichever way the OS reported it.
+fn is_out_of_space(error: &std::io::Error) -> bool {
+    const ENOSPC: i32 = 28;
+    const EDQUOT: i32 = 122;
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    ) || matches!(error.raw_os_error(), Some(ENOSPC | EDQUOT))
 }
