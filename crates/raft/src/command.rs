@@ -372,6 +372,9 @@ pub enum Applied {
     /// A client command refused by the auth store when applied (no user while auth is on, a
     /// permission missing or changed since the edge looked): nothing was applied.
     Denied(AuthError),
+    /// A follower's forwarded write that adds data, refused by a leader whose disk is full
+    /// (etcd's NOSPACE): never proposed.
+    NoSpace,
 }
 
 #[cfg(test)]

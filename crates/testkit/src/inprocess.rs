@@ -77,6 +77,17 @@ impl InProcessCluster {
             .prefix("leasehold-inprocess-")
             .tempdir()
             .expect("temp dir");
+        let data_dirs = (1..=size)
+            .map(|i| dir.path().join(format!("m{i}")))
+            .collect();
+        InProcessCluster::start_on(data_dirs, dir).await
+    }
+
+    /// [`InProcessCluster::start`] with member `i` on `data_dirs[i]` (on a file system of the
+    /// test's own, say); `dir` lives as long as the cluster.
+    pub async fn start_on(data_dirs: Vec<PathBuf>, dir: TempDir) -> InProcessCluster {
+        let size = data_dirs.len();
+        assert!(size > 0, "a cluster has members");
         let mut bound = Vec::new();
         for _ in 0..size {
             let client = bind_any().await;
@@ -95,7 +106,7 @@ impl InProcessCluster {
             .map(|i| {
                 let name = format!("m{}", i + 1);
                 let client_port = bound[i].0.local_addr().expect("bound").port();
-                let data_dir: PathBuf = dir.path().join(&name);
+                let data_dir = &data_dirs[i];
                 let args = vec![
                     "leasehold".to_owned(),
                     format!("--name={name}"),

@@ -218,3 +218,101 @@ async fn a_full_disk_refuses_writes_serves_reads_and_recovers_without_restart() 
         "the write taken after the remount was lost"
     );
 }
+
+/// Fills the file system under `dir` with a file of its own, in 1 MiB writes until one fails;
+/// returns the file, whose removal gives the room back.
+fn fill_up(dir: &Path) -> PathBuf {
+    use std::io::Write as _;
+    let path = dir.join("ballast");
+    let mut file = std::fs::File::create(&path).expect("create the ballast file");
+    let chunk = vec![0u8; 1 << 20];
+    // Bounded by the tmpfs's size.
+    for _ in 0..1024 {
+        if file
+            .write_all(&chunk)
+            .and_then(|()| file.sync_all())
+            .is_err()
+        {
+            return path;
+        }
+    }
+    panic!("1 GiB fit under {}: not a small tmpfs", dir.display());
+}
+
+/// A leader whose disk is full refuses what its followers forward that adds data (NOSPACE, as
+/// their own disks would), renews their leases, and takes their writes again once it has room.
+/// Members run in this process, each on a tmpfs of its own; the leader's is filled by a file of
+/// the test's, not by the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_with_a_full_disk_refuses_forwarded_writes_until_it_has_room() {
+    use leasehold_testkit::InProcessCluster;
+    let disks: Vec<Tmpfs> = (0..3).map(|_| Tmpfs::mount("size=96m")).collect();
+    let root = tempfile::tempdir().expect("temp dir");
+    let cluster =
+        InProcessCluster::start_on(disks.iter().map(|d| d.path().join("data")).collect(), root)
+            .await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let mut client = cluster.members[follower].client().await;
+    let lease = client.lease_grant(60, None).await.expect("grant").id();
+
+    let ballast = fill_up(disks[leader].path());
+    // The first writes may still go in: the leader learns its disk is full at its next
+    // checkpoint (every 100 ms). Bounded by the store's own writes filling nothing further.
+    let mut acknowledged = Vec::new();
+    let started = Instant::now();
+    let refused = loop {
+        let n = acknowledged.len();
+        match client.put(format!("f{n:05}"), value_of(n), None).await {
+            Ok(_) => acknowledged.push(n),
+            Err(e) => break e.to_string(),
+        }
+        assert!(
+            started.elapsed() < FILL_TIME_MAX && n < PUTS_MAX,
+            "a follower's writes went on {:?} after its leader's disk filled ({n} puts)",
+            started.elapsed()
+        );
+    };
+    assert!(
+        refused.contains(NOSPACE),
+        "a forwarded write gets NOSPACE: {refused}"
+    );
+    eprintln!(
+        "{} forwarded puts taken after the leader's disk filled, then: {refused}",
+        acknowledged.len()
+    );
+    // Renewals through the follower go on (they add nothing).
+    let (mut keeper, mut renewals) = client.lease_keep_alive(lease).await.expect("keepalive");
+    keeper.keep_alive().await.expect("renew");
+    let renewed = renewals
+        .message()
+        .await
+        .expect("renewal answer")
+        .expect("an answer");
+    assert!(renewed.ttl() > 0, "the lease was renewed: {renewed:?}");
+
+    std::fs::remove_file(&ballast).expect("remove the ballast file");
+    let resumed = Instant::now();
+    loop {
+        match client.put("after", "room", None).await {
+            Ok(_) => break,
+            Err(e) if resumed.elapsed() < RESUMES_WITHIN && e.to_string().contains(NOSPACE) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!(
+                "forwarded writes not taken {:?} after the leader had room: {e}",
+                resumed.elapsed()
+            ),
+        }
+    }
+    for n in &acknowledged {
+        let got = client.get(format!("f{n:05}"), None).await.expect("get");
+        assert_eq!(
+            got.kvs().first().map(|kv| kv.value().to_vec()),
+            Some(value_of(*n)),
+            "f{n:05}"
+        );
+    }
+    cluster.shutdown().await;
+    drop(disks);
+}

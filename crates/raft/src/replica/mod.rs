@@ -447,15 +447,26 @@ impl Replica {
         if leader_elsewhere(&self.status, self.member_id).is_some() {
             return Err(ReplicaError::NoLeader);
         }
+        // With this member's disk full, what adds data is refused here, one write at a time,
+        // as the follower's own admission would (renewals and deletes in the batch go on).
+        let disk_full = self.disk_full();
         let mut waits = Vec::with_capacity(writes.len());
         for write in writes {
-            waits.push(self.enqueue(write, true).await?);
+            waits.push(if disk_full && write.adds_data() {
+                None
+            } else {
+                Some(self.enqueue(write, true).await?)
+            });
         }
         let mut forwarded = Forwarded {
             log_index: 0,
             applied: Vec::with_capacity(waits.len()),
         };
         for wait in waits {
+            let Some(wait) = wait else {
+                forwarded.applied.push(Applied::NoSpace);
+                continue;
+            };
             let committed = wait.await.map_err(|_| ReplicaError::Stopped)??;
             forwarded.log_index = forwarded.log_index.max(committed.log_index);
             forwarded.applied.push(committed.applied);
@@ -508,8 +519,10 @@ impl Replica {
             None => write,
         };
         let applied = self.write(write).await?;
-        if let Applied::Denied(e) = applied {
-            return Err(ReplicaError::Auth(e));
+        match applied {
+            Applied::Denied(e) => return Err(ReplicaError::Auth(e)),
+            Applied::NoSpace => return Err(ReplicaError::NoSpace),
+            _ => {}
         }
         P::reply(applied).map_err(|other| {
             tracing::error!("the state machine answered with another command's reply: {other:?}");
