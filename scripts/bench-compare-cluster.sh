@@ -30,7 +30,9 @@ read -r -a targets <<<"${TARGETS:-etcd etcd37 leasehold}"
 . scripts/lib/member.sh
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+# Each target's member pids, for pause_others (lib/member.sh).
+declare -A target_pids
+cleanup() { stop_servers "${pids[@]}"; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
 # start <etcd|etcd37|leasehold>: three members; sets <target>_clients to their client URLs.
@@ -45,6 +47,7 @@ start() {
       --initial-cluster "$cluster" --initial-cluster-token "$target-bench")
     run_server "$target" "$work/$target-m$i.log" "${args[@]}"
     pids+=("$pid")
+    target_pids[$target]+="$pid "
   done
   local urls=""
   for i in 0 1 2; do urls+="${urls:+,}http://127.0.0.1:${clients[$i]}"; done
@@ -98,9 +101,11 @@ for r in $(seq 1 "$rounds"); do
     which=${entry%%|*} w=${entry#*|}
     for target in "${targets[@]}"; do
       urls_var="${target}_clients"
+      pause_others "$target"
       eps=$(endpoints "${!urls_var}" "$which")
       # shellcheck disable=SC2086
       line=$("$bin" bench $w --endpoints "$eps" -w json)
+      resume_all
       echo "{\"round\":$r,\"target\":\"$target\",\"args\":\"$which: $w\",\"result\":$line}" | tee -a "$results"
     done
   done

@@ -26,7 +26,9 @@ read -r -a targets <<<"${TARGETS:-etcd etcd37 leasehold}"
 . scripts/lib/member.sh
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+# Each target's pid, for pause_others (lib/member.sh).
+declare -A target_pids
+cleanup() { stop_servers "${pids[@]}"; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
 declare -A client_port
@@ -37,6 +39,7 @@ for target in "${targets[@]}"; do
     --initial-advertise-peer-urls "http://127.0.0.1:$p" --initial-cluster "m=http://127.0.0.1:$p")
   run_server "$target" "$work/$target.log" "${flags[@]}"
   pids+=("$pid")
+  target_pids[$target]=$pid
 done
 for target in "${targets[@]}"; do
   for _ in $(seq 1 100); do
@@ -80,8 +83,10 @@ results="$work/results.jsonl"
 for r in $(seq 1 "$rounds"); do
   for w in "${workloads[@]}"; do
     for target in "${targets[@]}"; do
+      pause_others "$target"
       # shellcheck disable=SC2086
       line=$("$bin" bench $w --endpoints "http://127.0.0.1:${client_port[$target]}" -w json)
+      resume_all
       echo "{\"round\":$r,\"target\":\"$target\",\"args\":\"$w\",\"result\":$line}" | tee -a "$results"
     done
   done

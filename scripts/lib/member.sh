@@ -37,3 +37,29 @@ ready() {
     sleep 0.005
   done
 }
+
+# The comparison scripts keep every server up for the whole run and measure one target at a
+# time. While one is measured, pause_others TARGET stops (SIGSTOP) every member of the other
+# targets and resume_all resumes them: on 2 cores another server's background work (an etcd
+# cluster revoking thousands of expired leases takes ~16 s) otherwise lands in the measured
+# one's figures. Callers list the targets in $targets and each target's member pids in the
+# associative array target_pids ("pid pid ..."). PAUSE_OTHERS=0 keeps them all running.
+pause_others() {
+  [ "${PAUSE_OTHERS:-1}" = 0 ] && return
+  local t
+  for t in "${targets[@]}"; do
+    # shellcheck disable=SC2086 # a list of pids
+    [ "$t" = "$1" ] || kill -STOP ${target_pids[$t]} 2>/dev/null || true
+  done
+}
+resume_all() {
+  local t
+  # shellcheck disable=SC2086 # a list of pids
+  for t in "${targets[@]}"; do kill -CONT ${target_pids[$t]} 2>/dev/null || true; done
+}
+
+# stop_servers PID...: resumes (a paused server would hold its SIGTERM) and stops each.
+stop_servers() {
+  local p
+  for p in "$@"; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+}
