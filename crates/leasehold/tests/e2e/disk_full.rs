@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Leasehold;
+use etcd_client::Client;
 
 /// Small enough to fill in a few seconds, large enough for redb to open the database and to
 /// hold the write-ahead log's first segment (64 MiB, written out when it is made).
@@ -75,6 +76,59 @@ fn value_of(n: usize) -> Vec<u8> {
     v
 }
 
+/// Whether every acknowledged key (`{prefix}{n:05}`) is served with its value: the first one
+/// that is not, and why.
+async fn all_served(
+    client: &mut Client,
+    prefix: &str,
+    acknowledged: &[usize],
+) -> Result<(), String> {
+    for n in acknowledged {
+        let key = format!("{prefix}{n:05}");
+        let got = client
+            .get(key.as_str(), None)
+            .await
+            .map_err(|e| format!("get {key}: {e}"))?;
+        match got.kvs().first() {
+            Some(kv) if kv.value() == value_of(*n).as_slice() => {}
+            Some(_) => return Err(format!("acknowledged {key} has another value")),
+            None => return Err(format!("acknowledged {key} is not served")),
+        }
+    }
+    Ok(())
+}
+
+/// A write that adds data, which a full disk must refuse at once with NOSPACE; what it got.
+async fn refused_at_once(client: &mut Client) -> Result<(), String> {
+    match tokio::time::timeout(Duration::from_secs(5), client.put("more", "x", None)).await {
+        Err(_) => Err("a write on a full disk was left waiting".to_owned()),
+        Ok(Err(e)) if e.to_string().contains(NOSPACE) => Ok(()),
+        Ok(other) => Err(format!(
+            "a write on a full disk did not get NOSPACE: {other:?}"
+        )),
+    }
+}
+
+/// Puts `after` until it is taken, while it gets NOSPACE and for at most [`RESUMES_WITHIN`];
+/// how long that took.
+async fn taken_again(client: &mut Client) -> Result<Duration, String> {
+    let resumed = Instant::now();
+    loop {
+        match client.put("after", "room", None).await {
+            Ok(_) => return Ok(resumed.elapsed()),
+            Err(e) if resumed.elapsed() < RESUMES_WITHIN && e.to_string().contains(NOSPACE) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "writes not taken {:?} after the disk had room: {e}",
+                    resumed.elapsed()
+                ));
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_writes_serves_reads_and_recovers_without_restart() {
     let tmpfs = Tmpfs::mount(TMPFS_SIZE_FULL);
@@ -124,75 +178,31 @@ async fn a_full_disk_refuses_writes_serves_reads_and_recovers_without_restart() 
         code == 503 && health.contains("NOSPACE"),
         "/health says NOSPACE: {code} {health}"
     );
-    // Every acknowledged key is served, linearizably.
-    for n in &acknowledged {
-        let got = client
-            .get(format!("k{n:05}"), None)
-            .await
-            .unwrap_or_else(|e| server.fail(&format!("get k{n:05} on the full disk: {e}")));
-        let kv = got
-            .kvs()
-            .first()
-            .unwrap_or_else(|| server.fail(&format!("acknowledged k{n:05} not served")));
-        assert_eq!(kv.value(), value_of(*n).as_slice(), "k{n:05}");
+    // Every acknowledged key is served, linearizably; a write is refused at once.
+    if let Err(e) = all_served(&mut client, "k", &acknowledged).await {
+        server.fail(&format!("on the full disk: {e}"));
     }
-    // A write is refused at once, not left waiting.
-    let refused = tokio::time::timeout(Duration::from_secs(5), client.put("more", "x", None))
-        .await
-        .expect("a write on a full disk is answered at once");
-    assert!(
-        refused
-            .as_ref()
-            .is_err_and(|e| e.to_string().contains(NOSPACE)),
-        "a write on a full disk gets NOSPACE: {refused:?}"
-    );
+    if let Err(e) = refused_at_once(&mut client).await {
+        server.fail(&e);
+    }
 
     // Killed and started again on the still-full disk, it comes up and serves the same way.
     server.kill9();
     server.restart().await;
     let mut client = server.client().await;
-    for n in &acknowledged {
-        let got = client
-            .get(format!("k{n:05}"), None)
-            .await
-            .unwrap_or_else(|e| {
-                server.fail(&format!("get k{n:05} after a restart on a full disk: {e}"))
-            });
-        assert_eq!(
-            got.kvs().first().map(|kv| kv.value().to_vec()),
-            Some(value_of(*n)),
-            "k{n:05} after a restart on the full disk"
-        );
+    if let Err(e) = all_served(&mut client, "k", &acknowledged).await {
+        server.fail(&format!("after a restart on the full disk: {e}"));
     }
-    let refused = tokio::time::timeout(Duration::from_secs(5), client.put("more", "x", None))
-        .await
-        .expect("a write on a full disk is answered at once");
-    assert!(
-        refused
-            .as_ref()
-            .is_err_and(|e| e.to_string().contains(NOSPACE)),
-        "after a restart on the full disk, a write gets NOSPACE: {refused:?}"
-    );
+    if let Err(e) = refused_at_once(&mut client).await {
+        server.fail(&format!("after a restart on the full disk: {e}"));
+    }
 
     // With room again, writes are taken without a restart.
     tmpfs.remount(TMPFS_SIZE_GROWN);
-    let resumed = Instant::now();
-    loop {
-        match client.put("after", "room", None).await {
-            Ok(_) => break,
-            Err(e) if resumed.elapsed() < RESUMES_WITHIN && e.to_string().contains(NOSPACE) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => server.fail(&format!(
-                "writes not taken {:?} after the disk had room: {e}",
-                resumed.elapsed()
-            )),
-        }
-    }
-    eprintln!(
-        "writes taken again {:?} after the disk had room",
-        resumed.elapsed()
-    );
+    let took = taken_again(&mut client)
+        .await
+        .unwrap_or_else(|e| server.fail(&e));
+    eprintln!("writes taken again {took:?} after the disk had room");
     let (code, health) = common::curl("GET", &server.endpoint(), "/health", None);
     assert_eq!(code, 200, "healthy again: {health}");
 
@@ -200,16 +210,8 @@ async fn a_full_disk_refuses_writes_serves_reads_and_recovers_without_restart() 
     server.kill9();
     server.restart().await;
     let mut client = server.client().await;
-    for n in &acknowledged {
-        let got = client
-            .get(format!("k{n:05}"), None)
-            .await
-            .unwrap_or_else(|e| server.fail(&format!("get k{n:05}: {e}")));
-        let kv = got
-            .kvs()
-            .first()
-            .unwrap_or_else(|| server.fail(&format!("acknowledged k{n:05} was lost")));
-        assert_eq!(kv.value(), value_of(*n).as_slice(), "k{n:05}");
+    if let Err(e) = all_served(&mut client, "k", &acknowledged).await {
+        server.fail(&format!("after a kill -9 and a restart with room: {e}"));
     }
     let after = client.get("after", None).await.expect("get after");
     assert_eq!(
@@ -292,26 +294,11 @@ async fn a_leader_with_a_full_disk_refuses_forwarded_writes_until_it_has_room() 
     assert!(renewed.ttl() > 0, "the lease was renewed: {renewed:?}");
 
     std::fs::remove_file(&ballast).expect("remove the ballast file");
-    let resumed = Instant::now();
-    loop {
-        match client.put("after", "room", None).await {
-            Ok(_) => break,
-            Err(e) if resumed.elapsed() < RESUMES_WITHIN && e.to_string().contains(NOSPACE) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!(
-                "forwarded writes not taken {:?} after the leader had room: {e}",
-                resumed.elapsed()
-            ),
-        }
+    if let Err(e) = taken_again(&mut client).await {
+        panic!("forwarded, once the leader had room: {e}");
     }
-    for n in &acknowledged {
-        let got = client.get(format!("f{n:05}"), None).await.expect("get");
-        assert_eq!(
-            got.kvs().first().map(|kv| kv.value().to_vec()),
-            Some(value_of(*n)),
-            "f{n:05}"
-        );
+    if let Err(e) = all_served(&mut client, "f", &acknowledged).await {
+        panic!("{e}");
     }
     cluster.shutdown().await;
     drop(disks);
