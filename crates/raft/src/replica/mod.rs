@@ -447,12 +447,11 @@ impl Replica {
         if leader_elsewhere(&self.status, self.member_id).is_some() {
             return Err(ReplicaError::NoLeader);
         }
-        // With this member's disk full, what adds data is refused here, one write at a time,
-        // as the follower's own admission would (renewals and deletes in the batch go on).
-        let disk_full = self.disk_full();
+        // The followers' own admission could not see this member's disk: its rule is applied
+        // here, one write at a time (renewals and deletes in the batch go on).
         let mut waits = Vec::with_capacity(writes.len());
         for write in writes {
-            waits.push(if disk_full && write.adds_data() {
+            waits.push(if self.refused_by_disk(&write) {
                 None
             } else {
                 Some(self.enqueue(write, true).await?)
@@ -587,6 +586,12 @@ impl Replica {
         self.db.upgrade().is_some_and(|db| db.out_of_space())
     }
 
+    /// The part of [`Replica::admit`] that is this member's disk, and so also a leader's to
+    /// apply to what followers forward: with it full, what adds data gets NOSPACE.
+    fn refused_by_disk(&self, write: &Write) -> bool {
+        write.adds_data() && self.disk_full()
+    }
+
     /// Refuses what etcd refuses while an alarm is raised, or past the space quota (raising
     /// NOSPACE for this member then, as etcd does). Checked here, on the member the client
     /// asked, against its applied alarms, as etcd checks its quota before proposing.
@@ -600,10 +605,13 @@ impl Replica {
         if corrupt && write.refused_when_corrupt() {
             return Err(ReplicaError::Corrupt);
         }
+        if self.refused_by_disk(write) {
+            return Err(ReplicaError::NoSpace);
+        }
         if !write.adds_data() {
             return Ok(());
         }
-        if no_space || self.disk_full() {
+        if no_space {
             return Err(ReplicaError::NoSpace);
         }
         let Some(quota) = self.quota_bytes else {
