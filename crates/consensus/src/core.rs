@@ -31,6 +31,10 @@ pub struct CoreConfig {
     /// This member's Raft ID (etcd's member ID); never 0.
     pub id: u64,
     pub election_tick: usize,
+    /// Elections are timed out at a tick drawn from `[election_tick, max_election_tick)`; 0:
+    /// raft-rs's default, twice `election_tick`. raft-rs draws with an unseeded generator, so
+    /// a simulator that must replay makes the range one tick wide.
+    pub max_election_tick: usize,
     pub heartbeat_tick: usize,
     pub pre_vote: bool,
     pub max_size_per_msg: u64,
@@ -46,6 +50,7 @@ impl CoreConfig {
         CoreConfig {
             id,
             election_tick: 10,
+            max_election_tick: 0,
             heartbeat_tick: 1,
             pre_vote: true,
             max_size_per_msg: 1024 * 1024,
@@ -197,6 +202,8 @@ impl<F: Fs> Core<F> {
         let raft_config = raft::Config {
             id: config.id,
             election_tick: config.election_tick,
+            min_election_tick: config.election_tick,
+            max_election_tick: config.max_election_tick,
             heartbeat_tick: config.heartbeat_tick,
             applied,
             max_size_per_msg: config.max_size_per_msg,
@@ -377,8 +384,10 @@ impl<F: Fs> Core<F> {
         if ready.ss().is_some() {
             handled.role_changed = true;
         }
+        let mut installed = None;
         if !ready.snapshot().is_empty() {
             let snapshot = ready.snapshot().clone();
+            installed = Some(snapshot.get_metadata().index);
             host.install_snapshot(&snapshot)?;
             let meta = snapshot.get_metadata();
             let mut hs = self.node.store().hard_state().clone();
@@ -418,6 +427,13 @@ impl<F: Fs> Core<F> {
         handled.committed = ready.take_committed_entries();
         handled.read_states = ready.take_read_states();
         let mut light = self.node.advance_append(ready);
+        if let Some(index) = installed {
+            // The host's state is the snapshot's now. raft-rs learns that only from the host
+            // (`advance_append` leaves its applied index where it was), and until it does, a
+            // campaign reads the entries from there on, which the snapshot replaced: raft-rs
+            // panics (found by the simulator, seed 280).
+            self.node.advance_apply_to(index);
+        }
         if let Some(commit) = light.commit_index() {
             // Not written on its own: a restart takes the commit index from the last hard state
             // written, raised to what the state machine applied (see `Core::open`).

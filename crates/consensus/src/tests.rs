@@ -530,6 +530,45 @@ fn a_follower_far_behind_is_caught_up_with_a_snapshot() {
     assert_eq!(c.applied(behind).len(), 40);
 }
 
+/// Found by the simulator (seed 280): a member that had just installed a snapshot, with no entry
+/// committed after it, panicked inside raft-rs when asked to campaign (MoveLeader's TimeoutNow),
+/// because raft-rs still counted it applied only up to where it was before the snapshot and
+/// read the compacted entries in between.
+#[test]
+fn a_member_that_just_installed_a_snapshot_can_take_over_leadership() {
+    let mut c = Cluster::with_catch_up(&[1, 2, 3], 5);
+    let leader = c.elect();
+    let behind = *c.members.keys().find(|id| **id != leader).unwrap();
+    c.crash(behind);
+    for i in 0..40 {
+        c.propose(leader, &format!("s{i}"));
+    }
+    c.settle();
+    let machine = c.members[&leader].machine.clone();
+    let mut snapshot = Snapshot {
+        data: machine.encode(),
+        ..Default::default()
+    };
+    snapshot.mut_metadata().index = machine.applied_index;
+    snapshot.mut_metadata().term = machine.applied_term;
+    snapshot
+        .mut_metadata()
+        .set_conf_state(crate::proto::conf_state_to_raft(machine.conf_state.clone()));
+    c.core(leader).compact(snapshot).expect("compact");
+    c.start(behind);
+    c.run_until(100, |c| c.members[&behind].machine.installs == 1);
+    assert_eq!(
+        c.core(behind).status().applied,
+        machine.applied_index,
+        "raft-rs counts the snapshot applied"
+    );
+    c.core(leader).transfer_leader(behind);
+    c.run_until(50, |c| c.leader() == Some(behind));
+    c.propose(behind, "after");
+    c.run_until(50, |c| c.applied(leader).len() == 41);
+    c.check_prefixes();
+}
+
 #[test]
 fn membership_changes_through_conf_change_v2() {
     let mut c = Cluster::new(&[1, 2, 3]);
