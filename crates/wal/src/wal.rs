@@ -14,12 +14,13 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use crate::error::WalError;
-use crate::frame::{self, BadFrame, Read};
+use crate::frame::{self, BadFrame, Headers, Read};
 use crate::fs::{Fs, StdFs, WalFile};
 use crate::proto::{Batch, Compacted, Entry, Frame, FrameKind, HardState, SegmentHeader};
 
-/// The only format this build reads and writes.
-pub const WAL_FORMAT: u32 = 1;
+/// The format this build writes: 2, frame headers with their own check. It also reads format 1
+/// (the same but for a zero where the check is).
+pub const WAL_FORMAT: u32 = 2;
 /// etcd's segment size.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 const ZEROS_CHUNK_BYTES: usize = 1024 * 1024;
@@ -601,18 +602,22 @@ fn replay_segment(
     };
     let mut at = 0usize;
     let mut max_index = 0;
+    // Until the segment's header says its format.
+    let mut headers = Headers::CheckedOrZero;
     loop {
-        match frame::read(bytes, at) {
+        match frame::read(bytes, at, headers) {
             Read::Frame { payload, next } => {
                 let frame = Frame::decode(payload)
                     .map_err(|e| corrupt(at, format!("a frame that does not decode: {e}")))?;
                 match frame.kind {
                     Some(FrameKind::Header(h)) if at == 0 => {
-                        if h.format != WAL_FORMAT {
+                        if h.format == WAL_FORMAT {
+                            headers = Headers::Checked;
+                        } else if h.format != 1 {
                             return Err(corrupt(
                                 at,
                                 format!(
-                                    "format {} (this build reads format {WAL_FORMAT})",
+                                    "format {} (this build reads formats 1 and {WAL_FORMAT})",
                                     h.format
                                 ),
                             ));
