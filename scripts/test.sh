@@ -59,6 +59,11 @@ if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd >/dev/null 2>&
 
 cargo test --workspace --all-targets --no-fail-fast "$@"
 
+# The deterministic simulator over a fixed set of seeds (docs/testing.md), in release: whole
+# clusters in one thread with seeded faults, every promise checked. A failure prints its seed and
+# trace; the seed replays with `cargo run --release -p leasehold-sim -- --seed S --trace`.
+cargo run --release -q -p leasehold-sim -- --seeds 1..200 --failures-file target/sim-failures.txt | grep -v ': ok, trace'
+
 # Go's etcd client against leasehold and etcd 3.7, then kube-apiserver on both. Both use the
 # debug binary the tests above built.
 source scripts/lib/go-tools.sh

@@ -26,7 +26,7 @@ pub mod browser;
 pub mod certs;
 pub mod differential;
 pub mod etcdctl;
-pub mod history;
+pub use leasehold_history as history;
 pub mod http;
 pub mod inprocess;
 pub mod netns;

@@ -238,6 +238,30 @@ pub(crate) enum Applying {
     Normal(Proposal),
 }
 
+/// Applies one committed entry to the state: one reply per command. The one function both the
+/// replica ([`apply_entries`]) and the simulator's [`super::Machine`] apply with.
+pub(super) fn apply_entry(
+    state: &mut SmState,
+    position: LogPosition,
+    payload: Applying,
+    fx: &mut Effects,
+) -> Vec<Applied> {
+    state.last_applied = Some(position);
+    match payload {
+        Applying::Blank => Vec::new(),
+        Applying::Membership(m) => {
+            // A removed member's attributes go with it.
+            state.member_attrs.retain(|id, _| m.contains_key(id));
+            state.membership = m;
+            Vec::new()
+        }
+        Applying::Normal(Proposal { commands }) => commands
+            .iter()
+            .map(|cmd| apply_command(state, cmd, fx))
+            .collect(),
+    }
+}
+
 /// Applies committed entries, in order, to the state machine: one reply per entry (one
 /// `Applied` per command). The changes are staged (`Db::stage_sm`), not written: the log holds
 /// the entries durably, and the staged rows reach the file with the next checkpoint. `dated`
@@ -258,21 +282,7 @@ pub(crate) fn apply_entries(
         let mut clock_moved_at = None;
         for (position, payload) in entries {
             let clock_before = state.leases.clock_ms();
-            state.last_applied = Some(position);
-            let reply = match payload {
-                Applying::Blank => Vec::new(),
-                Applying::Membership(m) => {
-                    // A removed member's attributes go with it.
-                    state.member_attrs.retain(|id, _| m.contains_key(id));
-                    state.membership = m;
-                    Vec::new()
-                }
-                Applying::Normal(Proposal { commands }) => commands
-                    .iter()
-                    .map(|cmd| apply_command(state, cmd, &mut fx))
-                    .collect(),
-            };
-            replies.push(reply);
+            replies.push(apply_entry(state, position, payload, &mut fx));
             if state.leases.clock_ms() > clock_before {
                 clock_moved_at = Some(position.index);
             }

@@ -27,6 +27,7 @@ use leasehold_auth::AuthState;
 mod apply;
 mod check;
 mod key_deletes;
+mod machine;
 mod shared;
 mod snapshot;
 
@@ -38,6 +39,7 @@ use snapshot::SnapshotPayload;
 pub use apply::rebind;
 pub(crate) use apply::{Applying, apply_entries};
 pub(crate) use key_deletes::KeyDeleteWaiter;
+pub use machine::{Machine, decode_proposal, encode_proposal};
 pub(crate) use shared::{RAISED_CORRUPT, RAISED_NO_SPACE, Shared, SharedState};
 pub(crate) use snapshot::{install_snapshot_bytes, lease_id_of_row, snapshot_bytes_from_file};
 
@@ -90,7 +92,6 @@ impl SmState {
     /// Checks that the lease table's key sets are exactly what the store's live keys name:
     /// every live key that names an existing lease is in that lease's set, and nothing else is
     /// in any set (no binding outlives a delete, a revoke or a move). Linear in the state.
-    #[cfg(test)]
     pub(crate) fn validate_bindings(&self) {
         let mut named = 0;
         for (key, lease) in self.store.leased_keys() {

@@ -125,7 +125,7 @@ fn lease_rows(txn: &redb::ReadTransaction) -> Result<Vec<(LeaseId, LeaseRecord)>
 impl SnapshotPayload {
     /// The state this payload describes, at `at` (its applied log position and membership;
     /// `None`: the ones it holds).
-    fn into_state(self, at: Option<AppliedAt>) -> SmState {
+    pub(super) fn into_state(self, at: Option<AppliedAt>) -> SmState {
         let (last_applied, membership) = at.unwrap_or((self.last_applied, self.membership));
         let (records, leases, clock_ms) = (self.records, self.leases, self.lease_clock_ms);
         let (current, compact) = (self.current_revision, self.compact_revision);
@@ -139,6 +139,22 @@ impl SnapshotPayload {
         state.member_attrs = by_id(self.member_attrs);
         state.auth = self.auth;
         state
+    }
+
+    /// A state held in memory as a payload (what the simulator's members checkpoint and send).
+    pub(super) fn from_state(state: &SmState) -> SnapshotPayload {
+        SnapshotPayload {
+            last_applied: state.last_applied,
+            membership: state.membership.clone(),
+            current_revision: state.store.current_revision(),
+            compact_revision: state.store.compact_revision(),
+            records: state.store.records(),
+            lease_clock_ms: state.leases.clock_ms(),
+            leases: state.leases.records(),
+            alarms: state.alarms.iter().copied().collect(),
+            member_attrs: state.member_attrs.values().cloned().collect(),
+            auth: state.auth.clone(),
+        }
     }
 
     /// The state machine as the file holds it (an empty one on a new database).

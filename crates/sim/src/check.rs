@@ -1,0 +1,180 @@
+//! The promises each run is checked against: linearizable keys, members that converge, and
+//! leases that end neither before the deadline their holder was last told nor much after it.
+
+use std::collections::BTreeMap;
+
+use leasehold_history::{self as history, Event};
+
+use crate::member::{Member, Stamp};
+
+/// Every key's history must be linearizable (the test kit's checker, per key).
+pub fn check_histories(histories: &BTreeMap<String, Vec<Event>>) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (key, events) in histories {
+        if events.len() > history::EVENTS_MAX {
+            failures.push(format!(
+                "key {key}: {} events, more than the checker takes",
+                events.len()
+            ));
+            continue;
+        }
+        if let Err(e) = history::check(None, events) {
+            failures.push(format!("key {key}: {e}"));
+        }
+    }
+    failures
+}
+
+/// Up members hold the same state: the same applied index, KV hash, revisions and leases.
+pub fn converged(up: &[&Member]) -> Result<(), String> {
+    let Some(first) = up.first() else {
+        return Err("no member is up at the end".into());
+    };
+    let digest = |m: &Member| {
+        let store = m.machine.store();
+        let hash = store.hash_kv(0).map(|h| h.hash).unwrap_or(0);
+        (
+            m.machine.applied().0,
+            hash,
+            store.current_revision(),
+            m.machine.leases().records(),
+            m.machine.leases().clock_ms(),
+        )
+    };
+    let want = digest(first);
+    for m in &up[1..] {
+        let got = digest(m);
+        if got != want {
+            return Err(format!(
+                "members diverge: m{} at index {} hash {:08x} revision {}, m{} at index {} hash {:08x} revision {} (leases equal: {})",
+                first.id,
+                want.0,
+                want.1,
+                want.2,
+                m.id,
+                got.0,
+                got.1,
+                got.2,
+                got.3 == want.3
+            ));
+        }
+    }
+    for m in up {
+        m.machine.validate();
+    }
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+struct LeaseFacts {
+    /// The latest deadline a holder was told, in true microseconds: the true time its grant or
+    /// renewal was stamped plus the TTL it was answered.
+    promised: u64,
+    /// The TTL its client asked for.
+    ttl_secs: u64,
+    /// The latest deadline any stamped grant or renewal may give it, in lease time (ms): the
+    /// lease may live that long whether or not its holder heard the answer.
+    stamped_lease_ms: u64,
+    /// When its client stopped renewing.
+    died: Option<u64>,
+    /// When it first left the state on any member, and whether a client's revoke ended it.
+    ended: Option<(u64, bool)>,
+}
+
+/// What the run saw of every lease.
+#[derive(Debug, Default)]
+pub struct Leases {
+    facts: BTreeMap<i64, LeaseFacts>,
+}
+
+impl Leases {
+    /// A grant or renewal stamped at `stamp` was answered with `ttl_secs`.
+    pub fn promised(&mut self, id: i64, stamp: Stamp, ttl_secs: u64) {
+        let f = self.facts.entry(id).or_default();
+        if f.ended.is_some_and(|(at, _)| stamp.true_us > at) {
+            // A grant retried after the lease it created had ended: a new lease, the same id.
+            // (Its stamps are kept: the new grant's is among them, and the old ones are older.)
+            *f = LeaseFacts {
+                ttl_secs: f.ttl_secs,
+                stamped_lease_ms: f.stamped_lease_ms,
+                ..LeaseFacts::default()
+            };
+        }
+        f.promised = f.promised.max(stamp.true_us + ttl_secs * 1_000_000);
+    }
+
+    /// A client asks for a lease with this TTL.
+    pub fn granting(&mut self, id: i64, ttl_secs: u64) {
+        self.facts.entry(id).or_default().ttl_secs = ttl_secs;
+    }
+
+    /// A leader stamped a grant or renewal of the lease at `lease_ms`.
+    pub fn stamped(&mut self, id: i64, lease_ms: u64) {
+        let f = self.facts.entry(id).or_default();
+        f.stamped_lease_ms = f.stamped_lease_ms.max(lease_ms + f.ttl_secs * 1000);
+    }
+
+    pub fn known(&self, id: i64) -> bool {
+        self.facts.contains_key(&id)
+    }
+
+    pub fn holder_died(&mut self, id: i64, at: u64) {
+        self.facts.entry(id).or_default().died = Some(at);
+    }
+
+    /// Records the first end; whether this was it.
+    pub fn ended(&mut self, id: i64, at: u64, by_client: bool) -> bool {
+        let f = self.facts.entry(id).or_default();
+        if f.ended.is_none() {
+            f.ended = Some((at, by_client));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// - Never early: no lease ends (but by its client's revoke) before the deadline its holder
+    ///   was last told, less what the members' clock drift allows (`tolerance(ttl)`).
+    /// - Gone in time (no fresh TTL from leader changes or restarts): a lease whose holder died
+    ///   ends within `bound` of the true time at which lease time reaches the latest deadline a
+    ///   stamped grant or renewal gave it, counted
+    ///   from `promoted` (true µs, lease ms), the first promotion once the faults stopped: lease
+    ///   time does not count what the cluster spent without a leader, as in etcd.
+    pub fn check(
+        &self,
+        promoted: Option<(u64, u64)>,
+        end: u64,
+        bound: u64,
+        tolerance: impl Fn(u64) -> u64,
+    ) -> Vec<String> {
+        let mut failures = Vec::new();
+        for (id, f) in &self.facts {
+            if let Some((at, false)) = f.ended
+                && f.promised > 0
+                && at + tolerance(f.promised.saturating_sub(at)) < f.promised
+            {
+                failures.push(format!(
+                    "lease {id} ended at {at} µs, {} µs before the deadline its holder was told ({})",
+                    f.promised - at,
+                    f.promised
+                ));
+            }
+            if let (Some(_), Some((t0, l0))) = (f.died, promoted)
+                && f.promised > 0
+            {
+                let due = t0 + f.stamped_lease_ms.saturating_sub(l0) * 1000 + bound;
+                match f.ended {
+                    Some((at, _)) if at > due => failures.push(format!(
+                        "lease {id} of a dead holder ended at {at} µs, {} µs after its bound ({due})",
+                        at - due
+                    )),
+                    None if end > due => failures.push(format!(
+                        "lease {id} of a dead holder still lives at {end} µs, its bound was {due}"
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        failures
+    }
+}

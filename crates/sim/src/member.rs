@@ -1,0 +1,971 @@
+//! One simulated member: the real consensus core on its simulated disk, the real state machine,
+//! and around them what `Replica` does, event by event instead of on threads and tasks: group
+//! writes into proposals stamped with the leader's lease time, forward a follower's writes,
+//! answer reads after a read index, promote the lease clock once a new leader has applied every
+//! earlier term, tick the replicated lease clock and drive expiry. Every clock read is this
+//! member's simulated monotonic clock.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leasehold_consensus::eraftpb::{self, EntryType, Snapshot};
+use leasehold_consensus::reads::{ReadBatcher, ReadError};
+use leasehold_consensus::{
+    Checkpoint, Core, CoreConfig, Host, HostError, decode_peer_message, encode_message,
+};
+use leasehold_lease::{LeaseClock, LeaseId};
+use leasehold_mvcc::RangeRequest;
+use leasehold_raft::{Applied, Command, Machine, Proposal, Write, encode_proposal};
+use leasehold_wal::WalOptions;
+use leasehold_wal::proto::ConfState;
+
+use crate::disk::SimFs;
+use crate::{Variant, WAL_DIR};
+
+/// A heartbeat interval: one Raft tick, 100 ms as etcd's default.
+pub const TICK_US: u64 = 100_000;
+/// The replicated lease clock is ticked this often while leases exist (as the expiry driver).
+const LEASE_TICK_MS: u64 = 500;
+/// A member saves its state machine and compacts its log this often (`rs::CHECKPOINT_EVERY`
+/// is 100 ms; a longer one here keeps more log to replay and to send as snapshots).
+pub const CHECKPOINT_TICKS: u64 = 10;
+
+/// A member's monotonic clock: `rate_ppm` fast (or slow) against true time, from an offset.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    pub rate_ppm: i64,
+    pub offset_us: u64,
+}
+
+impl Clock {
+    pub fn local_us(&self, true_us: u64) -> u64 {
+        let drift = (true_us as i128 * self.rate_ppm as i128) / 1_000_000;
+        (self.offset_us as i128 + true_us as i128 + drift) as u64
+    }
+
+    /// The first true microsecond at which this clock reads at least `local`.
+    pub fn true_at(&self, local: u64) -> u64 {
+        let since = local.saturating_sub(self.offset_us) as i128;
+        let mut t = ((since * 1_000_000) / (1_000_000 + self.rate_ppm as i128)).max(0) as u64;
+        while self.local_us(t) < local {
+            t += 1;
+        }
+        t
+    }
+
+    /// True microseconds for `local` microseconds of this clock to pass.
+    pub fn true_span(&self, local: u64) -> u64 {
+        ((local as i128 * 1_000_000) / (1_000_000 + self.rate_ppm as i128)) as u64
+    }
+}
+
+/// Who is waiting for an answer.
+#[derive(Clone, Debug)]
+pub enum Origin {
+    Client {
+        client: usize,
+        op: u64,
+    },
+    /// A follower's forwarded write, by its request number there.
+    Forwarded {
+        member: u64,
+        request: u64,
+    },
+}
+
+/// A client's request to a member.
+#[derive(Clone, Debug)]
+pub enum Request {
+    Write(Write),
+    Get { key: Vec<u8>, linearizable: bool },
+}
+
+/// What a member answers.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// The write's reply, and for a grant or renewal when it was stamped: the true time and the
+    /// lease time (what the simulator, not the client, knows: the lease checker counts from it).
+    Applied {
+        applied: Applied,
+        stamped_at: Option<Stamp>,
+    },
+    Value(Option<Vec<u8>>),
+    Failed(#[allow(dead_code)] &'static str),
+}
+
+/// When a grant or renewal was stamped.
+#[derive(Clone, Copy, Debug)]
+pub struct Stamp {
+    pub true_us: u64,
+    pub lease_ms: u64,
+}
+
+/// Member-to-member messages besides Raft's.
+#[derive(Clone, Debug)]
+pub enum PeerMsg {
+    Forward {
+        from: u64,
+        request: u64,
+        write: Write,
+    },
+    Forwarded {
+        request: u64,
+        index: u64,
+        answer: Answer,
+    },
+}
+
+/// What handling an input produced, for the world to deliver.
+#[derive(Debug)]
+pub enum Out {
+    Raft {
+        to: u64,
+        bytes: Vec<u8>,
+        after_sync: bool,
+    },
+    Peer {
+        to: u64,
+        msg: PeerMsg,
+    },
+    Reply {
+        to: Origin,
+        answer: Answer,
+    },
+    /// A lease left the state on this member at this apply (expired, or revoked by a renewal
+    /// that found it past its deadline); `by_client` for a client's revoke.
+    LeaseEnded {
+        id: LeaseId,
+        by_client: bool,
+        index: u64,
+    },
+    /// A leader stamped a grant or renewal of this lease (answered or not, it may commit).
+    Stamped {
+        id: LeaseId,
+        lease_ms: u64,
+    },
+    /// This member now times leases, from this lease time.
+    Promoted {
+        lease_ms: u64,
+    },
+    /// A line for the trace.
+    Note(String),
+}
+
+struct Waiter {
+    term: u64,
+    origin: Origin,
+    stamped_at: Option<Stamp>,
+}
+
+/// What the read batcher's readers were answered, for the member's next step.
+type ReadAnswers = Arc<Mutex<Vec<(ReadFor, Result<u64, ReadError>)>>>;
+
+/// Who a read index is for.
+enum ReadFor {
+    Client(Origin, Vec<u8>),
+    Promotion(u64),
+}
+
+enum Promotion {
+    Idle,
+    Reading {
+        term: u64,
+    },
+    Committing {
+        term: u64,
+        index: u64,
+        replicated_ms: u64,
+    },
+}
+
+pub struct Member {
+    pub id: u64,
+    pub disk: SimFs,
+    pub core: Option<Core<SimFs>>,
+    pub machine: Machine,
+    /// The state machine as last saved (what a crash leaves), with its checkpoint.
+    saved: (Vec<u8>, Checkpoint),
+    pub clock: Clock,
+    pub election_tick: usize,
+    /// Until when the process is stopped (SIGSTOP): it runs nothing, its clock runs on.
+    pub paused_until: u64,
+    pub variant: Variant,
+    /// When the world will wake this member's expiry driver (true µs), if it will.
+    pub wake_at: Option<u64>,
+    base: Instant,
+    ticks: u64,
+    lease_clock: Option<LeaseClock>,
+    promotion: Promotion,
+    promoted_term: Option<u64>,
+    append_times: BTreeMap<u64, u64>,
+    lease_time_applied: Option<(u64, u64)>,
+    waiters: BTreeMap<u64, Waiter>,
+    /// The driver's own batcher of ReadIndex rounds (retries included), and what its readers
+    /// were told, collected for the next step.
+    reads: ReadBatcher,
+    read_answers: ReadAnswers,
+    ready_reads: Vec<(u64, Origin, Vec<u8>)>,
+    /// Forwarded writes by request number: who asked, and whether the answer waits for this
+    /// member's own apply.
+    forwarded: BTreeMap<u64, (Origin, bool)>,
+    after_apply: Vec<(u64, Origin, Answer)>,
+    next_ctx: u64,
+    expiring: Option<u64>,
+    last_lease_tick_ms: u64,
+    /// What a refusal to start said (a damaged log): the member stays down.
+    pub refused: Option<String>,
+}
+
+fn logger() -> slog::Logger {
+    slog::Logger::root(slog::Discard, slog::o!())
+}
+
+impl Member {
+    pub fn new(
+        id: u64,
+        voters: &[u64],
+        disk: SimFs,
+        clock: Clock,
+        election_tick: usize,
+        variant: Variant,
+        base: Instant,
+    ) -> Member {
+        let machine = Machine::new(voters);
+        let checkpoint = Checkpoint {
+            applied_index: 0,
+            applied_term: 0,
+            conf_state: ConfState {
+                voters: voters.to_vec(),
+                ..ConfState::default()
+            },
+        };
+        Member {
+            id,
+            disk,
+            core: None,
+            saved: (machine.to_bytes(), checkpoint),
+            machine,
+            clock,
+            election_tick,
+            paused_until: 0,
+            variant,
+            wake_at: None,
+            base,
+            ticks: 0,
+            lease_clock: None,
+            promotion: Promotion::Idle,
+            promoted_term: None,
+            append_times: BTreeMap::new(),
+            lease_time_applied: None,
+            waiters: BTreeMap::new(),
+            reads: ReadBatcher::new(1, 1),
+            read_answers: Arc::new(Mutex::new(Vec::new())),
+            ready_reads: Vec::new(),
+            forwarded: BTreeMap::new(),
+            after_apply: Vec::new(),
+            next_ctx: 1,
+            expiring: None,
+            last_lease_tick_ms: 0,
+            refused: None,
+        }
+    }
+
+    fn config(&self) -> CoreConfig {
+        let mut config = CoreConfig::new(self.id);
+        config.election_tick = self.election_tick;
+        config.max_election_tick = self.election_tick + 1;
+        config.catch_up_entries = 64;
+        config.wal = WalOptions {
+            segment_bytes: 256 * 1024,
+        };
+        config
+    }
+
+    pub fn election_timeout_ms(&self) -> u64 {
+        self.election_tick as u64 * TICK_US / 1000
+    }
+
+    fn instant(&self, now: u64) -> Instant {
+        self.base + Duration::from_micros(self.clock.local_us(now))
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.core.is_some()
+    }
+
+    /// Starts the process from what its disk and saved state machine hold.
+    pub fn start(&mut self) -> Result<(), String> {
+        let (bytes, checkpoint) = self.saved.clone();
+        self.machine = Machine::from_bytes(&bytes).map_err(|e| e.to_string())?;
+        let core = Core::open(
+            self.disk.clone(),
+            Path::new(WAL_DIR),
+            &self.config(),
+            checkpoint,
+            &logger(),
+        )
+        .map_err(|e| e.to_string())?;
+        self.core = Some(core);
+        // As the replica's driver sets it up (`rs.rs`).
+        self.reads = ReadBatcher::new(
+            (self.election_tick as u64 / 2).max(1),
+            self.election_tick as u64 * 2,
+        );
+        self.ticks = 0;
+        self.lease_clock = None;
+        self.promotion = Promotion::Idle;
+        self.promoted_term = None;
+        self.append_times.clear();
+        self.lease_time_applied = None;
+        self.expiring = None;
+        Ok(())
+    }
+
+    /// The process dies: everything in memory goes, and its waiters hear nothing.
+    pub fn crash(&mut self) {
+        self.core = None;
+        self.lease_clock = None;
+        self.waiters.clear();
+        self.reads.stop();
+        self.read_answers.lock().expect("not poisoned").clear();
+        self.ready_reads.clear();
+        self.forwarded.clear();
+        self.after_apply.clear();
+    }
+
+    pub fn status(&self) -> Option<leasehold_consensus::CoreStatus> {
+        self.core.as_ref().map(|c| c.status())
+    }
+
+    pub fn tick(&mut self, now: u64, out: &mut Vec<Out>) {
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
+        core.tick();
+        self.reads.tick(core);
+        self.ticks += 1;
+        if self.ticks.is_multiple_of(CHECKPOINT_TICKS) {
+            self.checkpoint();
+        }
+        self.lease_duties(now, out);
+        self.drive(now, out);
+    }
+
+    /// Saves the state machine (durably: what a crash leaves) and lets the log go behind it.
+    fn checkpoint(&mut self) {
+        let (index, term) = self.machine.applied();
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
+        let checkpoint = Checkpoint {
+            applied_index: index,
+            applied_term: term,
+            conf_state: ConfState {
+                voters: self.machine.voters(),
+                ..ConfState::default()
+            },
+        };
+        let bytes = self.machine.to_bytes();
+        if core.snapshot_wanted().is_some() && index > core.compacted_index() {
+            let mut snapshot = Snapshot {
+                data: bytes.clone().into(),
+                ..Default::default()
+            };
+            let meta = snapshot.mut_metadata();
+            meta.index = index;
+            meta.term = term;
+            let cs = eraftpb::ConfState {
+                voters: self.machine.voters(),
+                ..Default::default()
+            };
+            meta.set_conf_state(cs);
+            self.saved = (bytes, checkpoint);
+            let _ = core.compact(snapshot);
+        } else {
+            self.saved = (bytes, checkpoint);
+            let _ = core.compact_log(index);
+        }
+    }
+
+    pub fn step(&mut self, now: u64, bytes: &[u8], out: &mut Vec<Out>) {
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
+        match decode_peer_message(bytes, self.id) {
+            Ok(message) => {
+                let _ = core.step(message);
+            }
+            Err(e) => out.push(Out::Note(format!("m{} refused a message: {e}", self.id))),
+        }
+        self.drive(now, out);
+    }
+
+    /// A leader moves leadership to `to` (MoveLeader).
+    pub fn transfer(&mut self, now: u64, to: u64, out: &mut Vec<Out>) {
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
+        core.transfer_leader(to);
+        self.drive(now, out);
+    }
+
+    pub fn request(&mut self, now: u64, origin: Origin, request: Request, out: &mut Vec<Out>) {
+        if self.core.is_none() {
+            return;
+        }
+        match request {
+            Request::Write(write) => self.write(now, origin, write, out),
+            Request::Get { key, linearizable } => {
+                let serve_here = !linearizable
+                    || (self.variant == Variant::StaleFollowerRead
+                        && !self.status().is_some_and(|s| s.is_leader));
+                if serve_here {
+                    let answer = self.get(&key);
+                    reply(out, origin, 0, answer);
+                } else {
+                    self.read(ReadFor::Client(origin, key));
+                }
+            }
+        }
+        self.drive(now, out);
+    }
+
+    fn read(&mut self, reader: ReadFor) {
+        let answers = self.read_answers.clone();
+        self.reads.add(Box::new(move |result| {
+            answers.lock().expect("not poisoned").push((reader, result));
+        }));
+        if let Some(core) = self.core.as_mut() {
+            self.reads.send(core);
+        }
+    }
+
+    fn next_ctx(&mut self) -> u64 {
+        self.next_ctx += 1;
+        (self.id << 48) | self.next_ctx
+    }
+
+    fn get(&self, key: &[u8]) -> Answer {
+        let request = RangeRequest {
+            key: key.to_vec(),
+            ..RangeRequest::default()
+        };
+        match self.machine.store().range(&request) {
+            Ok(r) => Answer::Value(r.kvs.into_iter().next().map(|kv| kv.value)),
+            Err(_) => Answer::Failed("range"),
+        }
+    }
+
+    fn write(&mut self, now: u64, origin: Origin, write: Write, out: &mut Vec<Out>) {
+        let Some(status) = self.status() else { return };
+        if status.is_leader {
+            let timed = write.is_lease_timed();
+            let now_ms = match (timed, self.lease_clock) {
+                (false, _) => 0,
+                (true, Some(clock)) => clock.now_ms_ceil(self.instant(now)),
+                (true, None) => {
+                    reply(out, origin, 0, Answer::Failed("not timing leases yet"));
+                    return;
+                }
+            };
+            if let Write::LeaseGrant(leasehold_raft::LeaseGrant { id, .. })
+            | Write::LeaseRenew(leasehold_raft::LeaseRenew { id }) = &write
+            {
+                out.push(Out::Stamped {
+                    id: *id,
+                    lease_ms: now_ms,
+                });
+            }
+            let command = write.stamp(now_ms);
+            let stamped_at = timed.then_some(Stamp {
+                true_us: now,
+                lease_ms: now_ms,
+            });
+            self.propose(vec![command], Some((origin, stamped_at)), out);
+        } else if status.leader != 0 {
+            let request = self.next_ctx();
+            let at_commit = write.answered_at_commit();
+            self.forwarded.insert(request, (origin, at_commit));
+            out.push(Out::Peer {
+                to: status.leader,
+                msg: PeerMsg::Forward {
+                    from: self.id,
+                    request,
+                    write,
+                },
+            });
+        } else {
+            reply(out, origin, 0, Answer::Failed("no leader"));
+        }
+    }
+
+    fn propose(
+        &mut self,
+        commands: Vec<Command>,
+        waiter: Option<(Origin, Option<Stamp>)>,
+        out: &mut Vec<Out>,
+    ) -> Option<u64> {
+        let core = self.core.as_mut()?;
+        let data = encode_proposal(&Proposal { commands });
+        if core.propose(data).is_err() {
+            if let Some((origin, _)) = waiter {
+                reply(out, origin, 0, Answer::Failed("proposal dropped"));
+            }
+            return None;
+        }
+        let status = core.status();
+        if let Some((origin, stamped_at)) = waiter {
+            self.waiters.insert(
+                status.last_index,
+                Waiter {
+                    term: status.term,
+                    origin,
+                    stamped_at,
+                },
+            );
+        }
+        Some(status.last_index)
+    }
+
+    pub fn peer(&mut self, now: u64, msg: PeerMsg, out: &mut Vec<Out>) {
+        if self.core.is_none() {
+            return;
+        }
+        match msg {
+            PeerMsg::Forward {
+                from,
+                request,
+                write,
+            } => self.write(
+                now,
+                Origin::Forwarded {
+                    member: from,
+                    request,
+                },
+                write,
+                out,
+            ),
+            PeerMsg::Forwarded {
+                request,
+                index,
+                answer,
+            } => {
+                if let Some((origin, at_commit)) = self.forwarded.remove(&request) {
+                    let applied_here = self.machine.applied().0 >= index;
+                    if at_commit || applied_here || matches!(answer, Answer::Failed(_)) {
+                        reply(out, origin, 0, answer);
+                    } else {
+                        self.after_apply.push((index, origin, answer));
+                    }
+                }
+            }
+        }
+        self.drive(now, out);
+    }
+
+    /// The leader's lease work at each tick: promotion retries, the replicated clock's tick and
+    /// expiry of what is due.
+    fn lease_duties(&mut self, now: u64, out: &mut Vec<Out>) {
+        let Some(status) = self.status() else { return };
+        if !status.is_leader {
+            return;
+        }
+        self.maybe_promote(now);
+        let Some(clock) = self.lease_clock else {
+            return;
+        };
+        let now_ms = clock.now_ms(self.instant(now) + self.expiry_skew());
+        if self
+            .expiring
+            .is_some_and(|index| self.machine.applied().0 >= index)
+        {
+            self.expiring = None;
+        }
+        if self.expiring.is_none() {
+            let due = self.machine.leases().expired(now_ms, 10_000);
+            if !due.is_empty() {
+                self.expiring =
+                    self.propose(vec![Command::LeaseExpire { ids: due, now_ms }], None, out);
+            }
+        }
+        let real_ms = clock.now_ms(self.instant(now));
+        if !self.machine.leases().is_empty() && real_ms >= self.last_lease_tick_ms + LEASE_TICK_MS {
+            self.last_lease_tick_ms = real_ms;
+            self.propose(vec![Command::LeaseTick { now_ms: real_ms }], None, out);
+        }
+    }
+
+    /// The expiry driver's clock is this member's; 1 ms ahead in the known-bad variant.
+    fn expiry_skew(&self) -> Duration {
+        if self.variant == Variant::EarlyExpiry {
+            Duration::from_millis(1)
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// When the expiry driver wakes next (true µs): at the next lease deadline, as the
+    /// replica's driver sleeps until it; `None` while an expiry is in flight or nothing is due.
+    pub fn next_wake(&self) -> Option<u64> {
+        let clock = self.lease_clock?;
+        if self
+            .expiring
+            .is_some_and(|index| self.machine.applied().0 < index)
+        {
+            return None;
+        }
+        let deadline = self.machine.leases().next_deadline_ms()?;
+        let at = clock.instant_at(deadline) - self.expiry_skew();
+        let local =
+            u64::try_from(at.saturating_duration_since(self.base).as_micros()).unwrap_or(u64::MAX);
+        Some(self.clock.true_at(local))
+    }
+
+    /// The expiry driver wakes.
+    pub fn wake(&mut self, now: u64, out: &mut Vec<Out>) {
+        if self.core.is_none() {
+            return;
+        }
+        self.lease_duties(now, out);
+        self.drive(now, out);
+    }
+
+    /// The replicated lease time plus what this member has seen pass since the entry carrying
+    /// it was appended here (`state_machine::lease_time_now`).
+    fn lease_time_now(&self, now: u64) -> u64 {
+        let replicated = self.machine.leases().clock_ms();
+        match self.lease_time_applied {
+            Some((ms, at)) if ms == replicated => {
+                replicated + self.clock.local_us(now).saturating_sub(at) / 1000
+            }
+            _ => replicated,
+        }
+    }
+
+    fn maybe_promote(&mut self, _now: u64) {
+        let Some(status) = self.status() else { return };
+        if !status.is_leader || self.promoted_term == Some(status.term) {
+            return;
+        }
+        if let Promotion::Idle = self.promotion {
+            self.promotion = Promotion::Reading { term: status.term };
+            self.read(ReadFor::Promotion(status.term));
+        }
+    }
+
+    /// Handles every `Ready` there is, then what it made possible.
+    fn drive(&mut self, now: u64, out: &mut Vec<Out>) {
+        loop {
+            self.after_progress(now, out);
+            let Some(core) = self.core.as_mut() else {
+                return;
+            };
+            if !core.has_ready() {
+                break;
+            }
+            let mut host = SimHost {
+                out: Vec::new(),
+                installed: None,
+            };
+            let handled = match core.handle_ready(&mut host) {
+                Ok(handled) => handled,
+                Err(e) => {
+                    out.push(Out::Note(format!("m{} core stopped: {e}", self.id)));
+                    self.refused = Some(e.to_string());
+                    self.crash();
+                    return;
+                }
+            };
+            if let Some(bytes) = host.installed {
+                match Machine::from_bytes(&bytes) {
+                    Ok(machine) => {
+                        let (index, term) = machine.applied();
+                        self.saved = (
+                            bytes,
+                            Checkpoint {
+                                applied_index: index,
+                                applied_term: term,
+                                conf_state: ConfState {
+                                    voters: machine.voters(),
+                                    ..ConfState::default()
+                                },
+                            },
+                        );
+                        self.machine = machine;
+                        out.push(Out::Note(format!(
+                            "m{} installed a snapshot at {index}",
+                            self.id
+                        )));
+                    }
+                    Err(e) => panic!("m{}: a snapshot that does not decode: {e}", self.id),
+                }
+            }
+            let wrote = handled.wrote_log;
+            for (to, bytes) in host.out {
+                out.push(Out::Raft {
+                    to,
+                    bytes,
+                    after_sync: wrote,
+                });
+            }
+            if let Some((first, last)) = handled.appended {
+                let local = self.clock.local_us(now);
+                for index in first..=last {
+                    self.append_times.insert(index, local);
+                }
+            }
+            let mut clock_moved_at = None;
+            for entry in handled.committed {
+                let index = entry.index;
+                let term = entry.term;
+                let applied = match entry.get_entry_type() {
+                    EntryType::EntryNormal => {
+                        let named = lease_ids_in(&entry.data);
+                        let before: Vec<bool> = named
+                            .iter()
+                            .map(|(id, _)| self.machine.leases().contains(*id))
+                            .collect();
+                        let clock_before = self.machine.leases().clock_ms();
+                        let replies = self
+                            .machine
+                            .apply_normal(term, index, &entry.data)
+                            .unwrap_or_else(|e| {
+                                panic!("m{}: entry {index} does not decode: {e}", self.id)
+                            });
+                        if self.machine.leases().clock_ms() > clock_before {
+                            clock_moved_at = Some(index);
+                        }
+                        for ((id, by_client), was) in named.into_iter().zip(before) {
+                            if was && !self.machine.leases().contains(id) {
+                                out.push(Out::LeaseEnded {
+                                    id,
+                                    by_client,
+                                    index,
+                                });
+                            }
+                        }
+                        replies
+                    }
+                    _ => {
+                        let core = self.core.as_mut().expect("up");
+                        if let Ok((_, cs)) = core.apply_conf_change(&entry) {
+                            self.machine
+                                .apply_membership(term, index, &cs.voters, &cs.learners);
+                        }
+                        Vec::new()
+                    }
+                };
+                self.core.as_mut().expect("up").applied_to(index);
+                self.answer(index, term, applied, out);
+            }
+            let clock_ms = self.machine.leases().clock_ms();
+            let dated = clock_moved_at
+                .and_then(|i| self.append_times.get(&i).copied())
+                .unwrap_or_else(|| self.clock.local_us(now));
+            if self.lease_time_applied.is_none_or(|(ms, _)| clock_ms > ms) {
+                self.lease_time_applied = Some((clock_ms, dated));
+            }
+            let applied = self.machine.applied().0;
+            self.append_times = self
+                .append_times
+                .split_off(&applied.saturating_sub(1).max(1));
+            if let Some(core) = self.core.as_mut() {
+                self.reads.confirmed(&handled.read_states);
+                self.reads.send(core);
+            }
+        }
+    }
+
+    /// What the applied index now allows: reads, answers that wait for this member's apply,
+    /// the next promotion step; and what a change of leader ends.
+    fn after_progress(&mut self, now: u64, out: &mut Vec<Out>) {
+        let answers = std::mem::take(&mut *self.read_answers.lock().expect("not poisoned"));
+        for (reader, result) in answers {
+            match (reader, result) {
+                (ReadFor::Client(origin, key), Ok(index)) => {
+                    self.ready_reads.push((index, origin, key))
+                }
+                (ReadFor::Client(origin, _), Err(_)) => {
+                    reply(out, origin, 0, Answer::Failed("read index timed out"))
+                }
+                (ReadFor::Promotion(term), Ok(index)) => {
+                    if let Promotion::Reading { term: want } = self.promotion
+                        && want == term
+                    {
+                        // Everything committed before this term is applied once `index` is.
+                        self.promotion = Promotion::Committing {
+                            term,
+                            index,
+                            replicated_ms: 0,
+                        };
+                    }
+                }
+                (ReadFor::Promotion(_), Err(_)) => {
+                    if matches!(self.promotion, Promotion::Reading { .. }) {
+                        self.promotion = Promotion::Idle;
+                    }
+                }
+            }
+        }
+        let applied = self.machine.applied().0;
+        let mut waiting = Vec::new();
+        for (index, origin, key) in std::mem::take(&mut self.ready_reads) {
+            if applied >= index {
+                let answer = self.get(&key);
+                reply(out, origin, 0, answer);
+            } else {
+                waiting.push((index, origin, key));
+            }
+        }
+        self.ready_reads = waiting;
+        let mut waiting = Vec::new();
+        for (index, origin, answer) in std::mem::take(&mut self.after_apply) {
+            if applied >= index {
+                reply(out, origin, 0, answer);
+            } else {
+                waiting.push((index, origin, answer));
+            }
+        }
+        self.after_apply = waiting;
+        let Some(status) = self.status() else { return };
+        let leading = status.is_leader;
+        match self.promotion {
+            Promotion::Committing {
+                term,
+                index,
+                replicated_ms: 0,
+            } if leading && term == status.term && applied >= index => {
+                let replicated_ms = self.lease_time_now(now).max(1);
+                let extend_ms = self.election_timeout_ms();
+                let mut commands = vec![Command::LeasePromote {
+                    now_ms: replicated_ms,
+                    extend_ms,
+                }];
+                if self.variant == Variant::FreshTtl {
+                    // etcd's way: every inherited lease starts its TTL again.
+                    commands.extend(self.machine.leases().by_deadline().into_iter().map(|id| {
+                        Command::LeaseRenew {
+                            id,
+                            now_ms: replicated_ms,
+                        }
+                    }));
+                }
+                match self.propose(commands, None, out) {
+                    Some(index) => {
+                        self.promotion = Promotion::Committing {
+                            term,
+                            index,
+                            replicated_ms,
+                        }
+                    }
+                    None => self.promotion = Promotion::Idle,
+                }
+            }
+            Promotion::Committing {
+                term,
+                index,
+                replicated_ms,
+            } if replicated_ms > 0 && leading && term == status.term && applied >= index => {
+                self.lease_clock = Some(LeaseClock::promote(replicated_ms, self.instant(now)));
+                self.last_lease_tick_ms = replicated_ms;
+                self.promoted_term = Some(term);
+                self.promotion = Promotion::Idle;
+                out.push(Out::Promoted {
+                    lease_ms: replicated_ms,
+                });
+                out.push(Out::Note(format!(
+                    "m{} promoted at term {term}, lease time {replicated_ms}",
+                    self.id
+                )));
+            }
+            Promotion::Reading { term, .. } | Promotion::Committing { term, .. }
+                if !leading || term != status.term =>
+            {
+                self.promotion = Promotion::Idle;
+            }
+            _ => {}
+        }
+        if !leading && self.lease_clock.is_some() {
+            self.lease_clock = None;
+            self.promoted_term = None;
+            self.expiring = None;
+            out.push(Out::Note(format!("m{} demoted", self.id)));
+        }
+        if leading && self.promoted_term.is_none() {
+            self.maybe_promote(now);
+        }
+    }
+
+    fn answer(&mut self, index: u64, term: u64, applied: Vec<Applied>, out: &mut Vec<Out>) {
+        // Waiters at or below an index whose term differs lost their entry to another leader.
+        let stale: Vec<u64> = self.waiters.range(..=index).map(|(i, _)| *i).collect();
+        for i in stale {
+            let waiter = self.waiters.remove(&i).expect("listed");
+            let answer = if i == index && waiter.term == term {
+                match applied.first() {
+                    Some(applied) => Answer::Applied {
+                        applied: applied.clone(),
+                        stamped_at: waiter.stamped_at,
+                    },
+                    None => Answer::Failed("no reply"),
+                }
+            } else {
+                Answer::Failed("no leader")
+            };
+            reply(out, waiter.origin, index, answer);
+        }
+    }
+}
+
+/// Answers whoever asked: a client directly, a follower's forwarded write over the peer link.
+fn reply(out: &mut Vec<Out>, origin: Origin, index: u64, answer: Answer) {
+    match origin {
+        Origin::Forwarded { member, request } => out.push(Out::Peer {
+            to: member,
+            msg: PeerMsg::Forwarded {
+                request,
+                index,
+                answer,
+            },
+        }),
+        origin @ Origin::Client { .. } => out.push(Out::Reply { to: origin, answer }),
+    }
+}
+
+/// The leases a normal entry's commands name (to see which of them it ended), each with whether
+/// a client's revoke named it.
+fn lease_ids_in(data: &[u8]) -> Vec<(LeaseId, bool)> {
+    let Some(proposal) = leasehold_raft::decode_proposal(data) else {
+        return Vec::new();
+    };
+    proposal
+        .commands
+        .iter()
+        .flat_map(|c| match c {
+            Command::LeaseExpire { ids, .. } => ids.iter().map(|id| (*id, false)).collect(),
+            Command::LeaseRenew { id, .. } => vec![(*id, false)],
+            Command::LeaseRevoke { id } => vec![(*id, true)],
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+struct SimHost {
+    out: Vec<(u64, Vec<u8>)>,
+    installed: Option<Vec<u8>>,
+}
+
+impl Host for SimHost {
+    fn send(&mut self, messages: Vec<eraftpb::Message>) {
+        for m in messages {
+            self.out.push((m.to, encode_message(&m)));
+        }
+    }
+
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), HostError> {
+        self.installed = Some(snapshot.data.to_vec());
+        Ok(())
+    }
+}

@@ -1,0 +1,1276 @@
+//! The event loop: simulated time, the network between members, faults drawn from the seed,
+//! and the clients. Everything happens at a simulated microsecond, in (time, sequence) order;
+//! every random choice comes from the run's one generator.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use leasehold_history::{self as history, Event as HEvent, Op as HOp};
+use leasehold_lease::LeaseId;
+use leasehold_mvcc::PutRequest;
+use leasehold_raft::{Applied, LeaseGrant, LeaseRenew, LeaseRevoke, Write};
+use leasehold_wal::{Crash, MemFs};
+
+use crate::check::{Leases, check_histories, converged};
+use crate::disk::SimFs;
+use crate::member::{Answer, Clock, Member, Origin, Out, PeerMsg, Request, TICK_US};
+use crate::rng::Rng;
+use crate::{Options, Variant, WAL_DIR};
+
+const SEC: u64 = 1_000_000;
+const MS: u64 = 1_000;
+/// A client gives up on an answer after this long (the outcome of a write is then unknown).
+const CLIENT_TIMEOUT: u64 = 1_500 * MS;
+/// How many trace lines a failure shows.
+const TRACE_TAIL: usize = 60;
+
+/// What one seed's run found.
+#[derive(Debug)]
+pub struct Outcome {
+    pub seed: u64,
+    /// FNV-1a over every trace line: equal for equal runs.
+    pub trace_hash: u64,
+    pub failures: Vec<String>,
+    /// The last trace lines (all of them with `Options::full_trace`).
+    pub trace: Vec<String>,
+    pub simulated_secs: f64,
+    pub faults: String,
+    pub stats: String,
+}
+
+/// The fault mix of one seed (swarm testing: each seed draws its own).
+#[derive(Clone, Debug)]
+struct Faults {
+    members: usize,
+    latency_us: (u64, u64),
+    drop: f64,
+    dup: f64,
+    fsync_us: (u64, u64),
+    /// Mean seconds between faults of each kind; `None`: never.
+    partition_every: Option<u64>,
+    crash_every: Option<u64>,
+    pause_every: Option<u64>,
+    transfer_every: Option<u64>,
+    torn_crashes: bool,
+    bit_flips: bool,
+    drift_ppm_max: i64,
+}
+
+impl Faults {
+    fn draw(rng: &mut Rng) -> Faults {
+        let sometimes =
+            |rng: &mut Rng, p: f64, lo: u64, hi: u64| rng.chance(p).then(|| rng.range(lo, hi));
+        let members = if rng.chance(0.25) { 5 } else { 3 };
+        // Sometimes a fast network and disk, where a commit takes well under a millisecond.
+        let fast = rng.chance(0.3);
+        let lat_max = if fast {
+            rng.range(150, 400)
+        } else {
+            rng.range(1, 40) * MS
+        };
+        Faults {
+            members,
+            latency_us: (100, lat_max),
+            drop: if rng.chance(0.6) {
+                rng.fraction() * 0.1
+            } else {
+                0.0
+            },
+            dup: if rng.chance(0.4) {
+                rng.fraction() * 0.05
+            } else {
+                0.0
+            },
+            fsync_us: if fast {
+                (20, rng.range(30, 200))
+            } else {
+                (50, rng.range(100, 10 * MS))
+            },
+            partition_every: sometimes(rng, 0.6, 2, 10),
+            crash_every: sometimes(rng, 0.6, 2, 10),
+            pause_every: sometimes(rng, 0.4, 3, 12),
+            transfer_every: sometimes(rng, 0.4, 2, 8),
+            torn_crashes: rng.chance(0.5),
+            bit_flips: rng.chance(0.2),
+            drift_ppm_max: if rng.chance(0.4) {
+                0
+            } else {
+                rng.range(1, 100) as i64
+            },
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Ev {
+    Tick(usize),
+    /// A member's expiry driver wakes.
+    Wake(usize),
+    Raft {
+        from: u64,
+        to: usize,
+        bytes: Vec<u8>,
+    },
+    Peer {
+        to: usize,
+        msg: PeerMsg,
+    },
+    Request {
+        to: usize,
+        client: usize,
+        op: u64,
+        request: Request,
+    },
+    Reply {
+        client: usize,
+        op: u64,
+        answer: Answer,
+    },
+    ClientWakes(usize),
+    ClientTimeout {
+        client: usize,
+        op: u64,
+    },
+    Partition,
+    HealNetwork,
+    Crash,
+    Restart(usize),
+    Pause,
+    Transfer,
+    Heal,
+    Stop,
+    /// A watcher pulls what its member applied since it last looked.
+    WatchPoll(usize),
+}
+
+struct Scheduled {
+    at: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Kv,
+    Lease,
+}
+
+/// A lease client's one lease.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    id: LeaseId,
+    ttl_secs: i64,
+    granted: bool,
+}
+
+struct Client {
+    kind: Kind,
+    member: usize,
+    /// The op in flight: its number, what it is, when it was sent.
+    pending: Option<(u64, ClientOp, u64)>,
+    next_op: u64,
+    held: Option<Held>,
+    dead: bool,
+    written: u64,
+}
+
+#[derive(Clone, Debug)]
+enum ClientOp {
+    Put {
+        key: String,
+        value: String,
+        history: usize,
+    },
+    Get {
+        key: String,
+        history: Option<usize>,
+    },
+    Grant(Held),
+    AttachKey(LeaseId),
+    Renew(LeaseId),
+    Revoke(LeaseId),
+}
+
+/// A watch on every key from a revision, served by one member from its applied store (as the
+/// server's watch streams pull `Store::events`), moving to another member when its member
+/// goes down and resuming after the last revision it saw.
+struct Watcher {
+    member: usize,
+    start: i64,
+    next: i64,
+    seen: Vec<WatchedEvent>,
+}
+
+/// What a watcher is shown of one event: revision, key, and the value (`None`: a delete).
+type WatchedEvent = (i64, Vec<u8>, Option<Vec<u8>>);
+
+fn watched(event: &leasehold_mvcc::Event) -> WatchedEvent {
+    let value = match event.kind {
+        leasehold_mvcc::EventKind::Put => Some(event.kv.value.clone()),
+        leasehold_mvcc::EventKind::Delete => None,
+    };
+    (event.kv.mod_revision, event.kv.key.clone(), value)
+}
+
+struct World {
+    now: u64,
+    seq: u64,
+    base: Instant,
+    rng: Rng,
+    faults: Faults,
+    options: Options,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    members: Vec<Member>,
+    /// One-way links that drop everything: (from, to) by index.
+    cut: BTreeSet<(usize, usize)>,
+    clients: Vec<Client>,
+    watchers: Vec<Watcher>,
+    /// Per key: its history of puts and linearizable gets.
+    histories: BTreeMap<String, Vec<HEvent>>,
+    leases: Leases,
+    healed_at: Option<u64>,
+    /// The first promotion once healed: (true µs, lease ms), how lease time maps to true time
+    /// from then on (lease time does not count what the cluster spent without a leader).
+    promoted_after_heal: Option<(u64, u64)>,
+    /// The highest log index any member has applied.
+    applied_max: u64,
+    end: u64,
+    trace_hash: u64,
+    trace: VecDeque<String>,
+    failures: Vec<String>,
+    events: u64,
+    acked_writes: u64,
+    lease_ends: u64,
+}
+
+/// Runs one seed.
+pub fn run(seed: u64, options: Options) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let faults = Faults::draw(&mut rng);
+    let base = Instant::now();
+    let ids: Vec<u64> = (1..=faults.members as u64).collect();
+    let members: Vec<Member> = ids
+        .iter()
+        .map(|id| {
+            let disk = if options.variant == Variant::AckBeforeFsync {
+                SimFs::Lying(MemFs::new())
+            } else {
+                SimFs::Honest(MemFs::new())
+            };
+            let drift = if faults.drift_ppm_max == 0 {
+                0
+            } else {
+                rng.range(0, 2 * faults.drift_ppm_max as u64 + 1) as i64 - faults.drift_ppm_max
+            };
+            let clock = Clock {
+                rate_ppm: drift,
+                offset_us: rng.range(0, 1000 * SEC),
+            };
+            // Each member its own election timeout, 1 to 1.5 s (raft-rs's own draw is unseeded).
+            let election_tick = rng.range(10, 15) as usize;
+            Member::new(*id, &ids, disk, clock, election_tick, options.variant, base)
+        })
+        .collect();
+    let chaos = options.chaos_secs * SEC;
+    let mut world = World {
+        now: 0,
+        seq: 0,
+        base,
+        rng,
+        faults,
+        options,
+        queue: BinaryHeap::new(),
+        members,
+        cut: BTreeSet::new(),
+        clients: Vec::new(),
+        watchers: Vec::new(),
+        histories: BTreeMap::new(),
+        leases: Leases::default(),
+        healed_at: None,
+        promoted_after_heal: None,
+        applied_max: 0,
+        end: 2 * chaos + 10 * SEC,
+        trace_hash: 0xcbf2_9ce4_8422_2325,
+        trace: VecDeque::new(),
+        failures: Vec::new(),
+        events: 0,
+        acked_writes: 0,
+        lease_ends: 0,
+    };
+    world.note(format!(
+        "seed {seed} faults {:?} variant {:?}",
+        world.faults, options.variant
+    ));
+    for i in 0..world.members.len() {
+        world.start_member(i);
+        let first = world.rng.range(0, TICK_US);
+        world.at(first, Ev::Tick(i));
+    }
+    for kind in [
+        Kind::Kv,
+        Kind::Kv,
+        Kind::Kv,
+        Kind::Lease,
+        Kind::Lease,
+        Kind::Lease,
+    ] {
+        let after = world.rng.range(2 * SEC, 3 * SEC);
+        world.new_client(kind, after);
+    }
+    for _ in 0..2 {
+        world.new_watcher(0);
+    }
+    for (every, ev) in [
+        (world.faults.partition_every, Ev::Partition),
+        (world.faults.crash_every, Ev::Crash),
+        (world.faults.pause_every, Ev::Pause),
+        (world.faults.transfer_every, Ev::Transfer),
+    ] {
+        if let Some(every) = every {
+            let at = world.rng.range(SEC, every * SEC + SEC);
+            world.at(at, ev);
+        }
+    }
+    world.at(chaos, Ev::Heal);
+    let end = world.end;
+    world.at(end, Ev::Stop);
+    let started = Instant::now();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.run_loop()));
+    if let Err(panic) = result {
+        let text = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        world
+            .failures
+            .push(format!("panicked at {} µs: {text}", world.now));
+    } else {
+        world.final_checks();
+    }
+    let _ = started;
+    Outcome {
+        seed,
+        trace_hash: world.trace_hash,
+        failures: world.failures,
+        trace: world.trace.into_iter().collect(),
+        simulated_secs: world.now as f64 / SEC as f64,
+        faults: format!("{:?}", world.faults),
+        stats: format!(
+            "{} events, {} acked writes, {} leases ended",
+            world.events, world.acked_writes, world.lease_ends
+        ),
+    }
+}
+
+impl World {
+    fn at(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse(Scheduled {
+            at,
+            seq: self.seq,
+            ev,
+        }));
+    }
+
+    fn after(&mut self, delay: u64, ev: Ev) {
+        self.at(self.now + delay, ev);
+    }
+
+    fn note(&mut self, line: String) {
+        let line = format!("{:>10} {line}", self.now);
+        for b in line.as_bytes().iter().chain(b"\n") {
+            self.trace_hash ^= u64::from(*b);
+            self.trace_hash = self.trace_hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.trace.push_back(line);
+        if !self.options.full_trace && self.trace.len() > TRACE_TAIL {
+            self.trace.pop_front();
+        }
+    }
+
+    fn instant(&self, at: u64) -> Instant {
+        self.base + Duration::from_micros(at)
+    }
+
+    fn healed(&self) -> bool {
+        self.healed_at.is_some()
+    }
+
+    fn run_loop(&mut self) {
+        while let Some(Reverse(next)) = self.queue.pop() {
+            self.now = next.at;
+            self.events += 1;
+            if let Some(m) = target(&next.ev)
+                && self.members[m].paused_until > self.now
+            {
+                // Stopped: it runs the event once it is continued.
+                let at = self.members[m].paused_until;
+                self.at(at, next.ev);
+                continue;
+            }
+            if matches!(next.ev, Ev::Stop) {
+                self.note("stop".into());
+                return;
+            }
+            self.handle(next.ev);
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Tick(m) => {
+                let mut out = Vec::new();
+                self.members[m].tick(self.now, &mut out);
+                self.deliver(m, out);
+                let span = self.members[m].clock.true_span(TICK_US);
+                self.after(span, Ev::Tick(m));
+            }
+            Ev::Wake(m) => {
+                self.members[m].wake_at = None;
+                let mut out = Vec::new();
+                self.members[m].wake(self.now, &mut out);
+                self.deliver(m, out);
+            }
+            Ev::Raft { from, to, bytes } => {
+                let mut out = Vec::new();
+                let _ = from;
+                self.members[to].step(self.now, &bytes, &mut out);
+                self.deliver(to, out);
+            }
+            Ev::Peer { to, msg } => {
+                let mut out = Vec::new();
+                self.members[to].peer(self.now, msg, &mut out);
+                self.deliver(to, out);
+            }
+            Ev::Request {
+                to,
+                client,
+                op,
+                request,
+            } => {
+                let mut out = Vec::new();
+                self.members[to].request(
+                    self.now,
+                    Origin::Client { client, op },
+                    request,
+                    &mut out,
+                );
+                self.deliver(to, out);
+            }
+            Ev::Reply { client, op, answer } => self.client_answer(client, op, Some(answer)),
+            Ev::ClientTimeout { client, op } => self.client_answer(client, op, None),
+            Ev::ClientWakes(c) => self.client_next(c),
+            Ev::Partition => self.partition(),
+            Ev::HealNetwork => {
+                self.cut.clear();
+                self.note("network healed".into());
+            }
+            Ev::Crash => self.crash(),
+            Ev::Restart(m) => self.restart(m),
+            Ev::Pause => self.pause(),
+            Ev::Transfer => self.transfer(),
+            Ev::Heal => self.heal(),
+            Ev::Stop => {}
+            Ev::WatchPoll(w) => self.watch_poll(w),
+        }
+    }
+
+    /// Schedules what a member's handling produced, and its expiry driver's next wake.
+    fn deliver(&mut self, from: usize, out: Vec<Out>) {
+        let applied_before = self.applied_max;
+        if let Some(at) = self.members[from].next_wake() {
+            // Something already due that the driver could not expire (no proposal taken during
+            // a transfer): tried again after the driver's retry interval, 100 ms.
+            let at = if at <= self.now {
+                self.now + 100 * MS
+            } else {
+                at
+            };
+            if self.members[from].wake_at.is_none_or(|w| at < w) {
+                self.members[from].wake_at = Some(at);
+                self.at(at, Ev::Wake(from));
+            }
+        }
+        for o in out {
+            match o {
+                Out::Raft {
+                    to,
+                    bytes,
+                    after_sync,
+                } => {
+                    let to = (to - 1) as usize;
+                    let sync = if after_sync {
+                        self.rng
+                            .range(self.faults.fsync_us.0, self.faults.fsync_us.1)
+                    } else {
+                        0
+                    };
+                    self.send(
+                        from,
+                        to,
+                        sync,
+                        |bytes| Ev::Raft {
+                            from: from as u64 + 1,
+                            to,
+                            bytes,
+                        },
+                        bytes,
+                    );
+                }
+                Out::Peer { to, msg } => {
+                    let to = (to - 1) as usize;
+                    self.send(from, to, 0, |msg| Ev::Peer { to, msg }, msg);
+                }
+                Out::Reply {
+                    to: Origin::Client { client, op },
+                    answer,
+                } => {
+                    let delay = self.latency();
+                    self.after(delay, Ev::Reply { client, op, answer });
+                }
+                Out::Reply {
+                    to: Origin::Forwarded { .. },
+                    ..
+                } => unreachable!("forwarded answers travel as peer messages"),
+                // Only the first apply of an entry anywhere: a restarted member replays entries
+                // whose leases ended long ago (and may since have been granted again).
+                Out::LeaseEnded {
+                    id,
+                    by_client,
+                    index,
+                } if index > applied_before => {
+                    if self.leases.ended(id.get(), self.now, by_client) {
+                        self.lease_ends += 1;
+                        self.note(format!(
+                            "lease {} ended{}",
+                            id.get(),
+                            if by_client { " (revoked)" } else { "" }
+                        ));
+                    }
+                }
+                Out::Stamped { id, lease_ms } => {
+                    self.leases.stamped(id.get(), lease_ms);
+                    self.note(format!(
+                        "m{} stamps lease {} at {lease_ms}",
+                        from + 1,
+                        id.get()
+                    ));
+                }
+                Out::Promoted { lease_ms } => {
+                    if let Some(healed) = self.healed_at
+                        && self.promoted_after_heal.is_none()
+                    {
+                        let _ = healed;
+                        self.promoted_after_heal = Some((self.now, lease_ms));
+                    }
+                }
+                Out::LeaseEnded { .. } => {}
+                Out::Note(line) => self.note(line),
+            }
+        }
+        self.applied_max = self.applied_max.max(self.members[from].machine.applied().0);
+    }
+
+    fn latency(&mut self) -> u64 {
+        let (lo, hi) = self.faults.latency_us;
+        // Mostly short, sometimes long: the square of a uniform draw.
+        let f = self.rng.fraction();
+        lo + ((hi - lo) as f64 * f * f) as u64
+    }
+
+    /// A message over the network between members: cut links drop it; otherwise it may be
+    /// dropped, duplicated, and is delayed (which reorders).
+    fn send<T: Clone>(
+        &mut self,
+        from: usize,
+        to: usize,
+        extra: u64,
+        ev: impl Fn(T) -> Ev,
+        payload: T,
+    ) {
+        if from == to || self.cut.contains(&(from, to)) {
+            return;
+        }
+        if !self.healed() && self.rng.chance(self.faults.drop) {
+            return;
+        }
+        let copies = if !self.healed() && self.rng.chance(self.faults.dup) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let delay = extra + self.latency();
+            self.after(delay, ev(payload.clone()));
+        }
+    }
+
+    fn start_member(&mut self, m: usize) {
+        match self.members[m].start() {
+            Ok(()) => self.note(format!("m{} started", m + 1)),
+            Err(e) => {
+                self.note(format!("m{} refuses to start: {e}", m + 1));
+                self.members[m].refused = Some(e);
+            }
+        }
+    }
+
+    fn partition(&mut self) {
+        if self.healed() {
+            return;
+        }
+        let n = self.members.len();
+        let one = self.rng.below(n as u64) as usize;
+        let leader = self.members.iter().find_map(|mm| {
+            mm.status()
+                .filter(|s| s.is_leader)
+                .map(|s| (s.id - 1) as usize)
+        });
+        match self.rng.below(3) {
+            0 => {
+                for other in 0..n {
+                    if other != one {
+                        self.cut.insert((one, other));
+                        self.cut.insert((other, one));
+                    }
+                }
+                self.note(format!("partition: m{} isolated", one + 1));
+            }
+            1 => {
+                for other in 0..n {
+                    if other != one {
+                        self.cut.insert((one, other));
+                    }
+                }
+                self.note(format!("partition: m{} can receive but not send", one + 1));
+            }
+            _ => {
+                if let Some(l) = leader.filter(|l| *l != one) {
+                    self.cut.insert((l, one));
+                    self.cut.insert((one, l));
+                    self.note(format!(
+                        "partition: m{} cut off from the leader m{} only",
+                        one + 1,
+                        l + 1
+                    ));
+                }
+            }
+        }
+        let lasts = self.rng.range(SEC / 2, 4 * SEC);
+        self.after(lasts, Ev::HealNetwork);
+        let every = self.faults.partition_every.expect("scheduled");
+        let next = self.rng.range(lasts + SEC / 2, lasts + every * SEC);
+        self.after(next, Ev::Partition);
+    }
+
+    fn crash(&mut self) {
+        if self.healed() {
+            return;
+        }
+        let m = self.rng.below(self.members.len() as u64) as usize;
+        if self.members[m].is_up() {
+            self.members[m].crash();
+            let crash = if self.faults.torn_crashes {
+                Crash::TearSectors(self.rng.next_u64())
+            } else {
+                Crash::LoseUnsynced
+            };
+            self.members[m].disk.mem().crash(crash);
+            self.note(format!("m{} crashed ({crash:?})", m + 1));
+            let down = self.rng.range(SEC / 5, 3 * SEC);
+            self.after(down, Ev::Restart(m));
+        }
+        let every = self.faults.crash_every.expect("scheduled");
+        let next = self.rng.range(SEC / 2, every * SEC);
+        self.after(next, Ev::Crash);
+    }
+
+    fn restart(&mut self, m: usize) {
+        if self.members[m].is_up() || self.members[m].refused.is_some() {
+            return;
+        }
+        // At most one member ever gets a rotten log, so a quorum always has intact ones.
+        if self.faults.bit_flips
+            && self.members.iter().all(|mm| mm.refused.is_none())
+            && m == 0
+            && self.rng.chance(0.5)
+        {
+            self.flip_bit(m);
+        }
+        self.start_member(m);
+    }
+
+    fn flip_bit(&mut self, m: usize) {
+        let fs = self.members[m].disk.mem().clone();
+        let dir = Path::new(WAL_DIR);
+        let Ok(names) = leasehold_wal::Fs::list(&fs, dir) else {
+            return;
+        };
+        if names.is_empty() {
+            return;
+        }
+        let name = &names[self.rng.below(names.len() as u64) as usize];
+        let path = dir.join(name);
+        let Some(contents) = fs.contents(&path) else {
+            return;
+        };
+        // Somewhere in what was written (the zero-filled tail is not data).
+        let used = contents.iter().rposition(|b| *b != 0).unwrap_or(0);
+        if used == 0 {
+            return;
+        }
+        let byte = self.rng.below(used as u64 + 1) as usize;
+        let bit = self.rng.below(8) as u8;
+        fs.flip_bit(&path, byte, bit);
+        self.note(format!(
+            "m{}: bit {bit} of byte {byte} of {name} flipped",
+            m + 1
+        ));
+    }
+
+    fn pause(&mut self) {
+        if self.healed() {
+            return;
+        }
+        let m = self.rng.below(self.members.len() as u64) as usize;
+        let lasts = self.rng.range(SEC / 5, 3 * SEC);
+        self.members[m].paused_until = self.now + lasts;
+        self.note(format!("m{} paused for {} ms", m + 1, lasts / MS));
+        let every = self.faults.pause_every.expect("scheduled");
+        let next = self.rng.range(lasts, lasts + every * SEC);
+        self.after(next, Ev::Pause);
+    }
+
+    fn leader(&self) -> Option<usize> {
+        self.members.iter().find_map(|mm| {
+            mm.status()
+                .filter(|s| s.is_leader)
+                .map(|s| (s.id - 1) as usize)
+        })
+    }
+
+    /// MoveLeader to another member: in chaos at the drawn rate, and every 3 s once healed (a
+    /// leader change for each lease to live through).
+    fn transfer(&mut self) {
+        let end_of_transfers = self.end.saturating_sub(8 * SEC);
+        if self.now > end_of_transfers {
+            return;
+        }
+        if let Some(l) = self.leader() {
+            let n = self.members.len() as u64;
+            let to = (l + 1 + self.rng.below(n - 1) as usize) % n as usize;
+            if self.members[to].is_up() {
+                self.note(format!("move leader m{} -> m{}", l + 1, to + 1));
+                let mut out = Vec::new();
+                self.members[l].transfer(self.now, to as u64 + 1, &mut out);
+                self.deliver(l, out);
+            }
+        }
+        let next = match (self.healed(), self.faults.transfer_every) {
+            (true, _) => 3 * SEC,
+            (false, Some(every)) => self.rng.range(SEC, every * SEC),
+            (false, None) => return,
+        };
+        self.after(next, Ev::Transfer);
+    }
+
+    /// The faults stop: the network heals, stopped members continue, crashed ones restart;
+    /// every lease client dies a second later, and leaders change every 3 s.
+    fn heal(&mut self) {
+        self.healed_at = Some(self.now);
+        self.cut.clear();
+        self.note("heal: faults stop".into());
+        for m in 0..self.members.len() {
+            self.members[m].paused_until = self.members[m].paused_until.min(self.now);
+            if !self.members[m].is_up() && self.members[m].refused.is_none() {
+                self.start_member(m);
+            }
+        }
+        if self.faults.transfer_every.is_none() {
+            self.after(3 * SEC, Ev::Transfer);
+        }
+        // And a watch from a past revision, as a client that reconnects asks for one.
+        let current = self
+            .members
+            .iter()
+            .map(|m| m.machine.store().current_revision())
+            .max()
+            .unwrap_or(1);
+        let start = self.rng.range(1, current.max(1) as u64 + 1) as i64;
+        self.new_watcher(start);
+    }
+
+    // ---- clients ----
+
+    fn client_next(&mut self, c: usize) {
+        let client = &self.clients[c];
+        if client.dead || client.pending.is_some() {
+            return;
+        }
+        if self.now + 4 * SEC > self.end {
+            return;
+        }
+        if client.kind == Kind::Lease
+            && let Some(healed) = self.healed_at
+            && self.now > healed + SEC
+        {
+            self.client_dies(c);
+            return;
+        }
+        if client.kind == Kind::Lease
+            && !self.healed()
+            && client.held.is_some_and(|h| h.granted)
+            && self.rng.chance(0.02)
+        {
+            // The holder dies mid-run; another client takes its place.
+            self.client_dies(c);
+            self.new_client(Kind::Lease, SEC);
+            return;
+        }
+        let client = &self.clients[c];
+        let op = match client.kind {
+            Kind::Kv => self.kv_op(c),
+            Kind::Lease => self.lease_op(c),
+        };
+        let request = match &op {
+            ClientOp::Put { key, value, .. } => Request::Write(Write::Put(PutRequest {
+                key: key.clone().into_bytes(),
+                value: value.clone().into_bytes(),
+                ..PutRequest::default()
+            })),
+            ClientOp::Get { key, history } => Request::Get {
+                key: key.clone().into_bytes(),
+                linearizable: history.is_some(),
+            },
+            ClientOp::Grant(held) => Request::Write(Write::LeaseGrant(LeaseGrant {
+                id: held.id,
+                ttl_secs: held.ttl_secs,
+            })),
+            ClientOp::AttachKey(id) => Request::Write(Write::Put(PutRequest {
+                key: format!("lease/{}", id.get()).into_bytes(),
+                value: b"held".to_vec(),
+                lease: Some(*id),
+                ..PutRequest::default()
+            })),
+            ClientOp::Renew(id) => Request::Write(Write::LeaseRenew(LeaseRenew { id: *id })),
+            ClientOp::Revoke(id) => Request::Write(Write::LeaseRevoke(LeaseRevoke { id: *id })),
+        };
+        let client = &mut self.clients[c];
+        client.next_op += 1;
+        let n = client.next_op;
+        let to = client.member;
+        client.pending = Some((n, op.clone(), self.now));
+        let delay = self.latency();
+        self.after(
+            delay,
+            Ev::Request {
+                to,
+                client: c,
+                op: n,
+                request,
+            },
+        );
+        self.after(CLIENT_TIMEOUT, Ev::ClientTimeout { client: c, op: n });
+    }
+
+    /// A watcher from `start` (0: from the member's next revision), on a random member.
+    fn new_watcher(&mut self, start: i64) {
+        let member = self.rng.below(self.members.len() as u64) as usize;
+        let start = if start > 0 {
+            start
+        } else {
+            self.members[member].machine.store().current_revision() + 1
+        };
+        self.watchers.push(Watcher {
+            member,
+            start,
+            next: start,
+            seen: Vec::new(),
+        });
+        let w = self.watchers.len() - 1;
+        self.after(SEC, Ev::WatchPoll(w));
+    }
+
+    fn watch_poll(&mut self, w: usize) {
+        let m = self.watchers[w].member;
+        if !self.members[m].is_up() {
+            // Its stream broke: it watches again on another member, from where it was.
+            let n = self.members.len() as u64;
+            self.watchers[w].member = self.rng.below(n) as usize;
+            self.note(format!(
+                "watcher {w} moves to m{}",
+                self.watchers[w].member + 1
+            ));
+        } else if self.members[m].paused_until <= self.now {
+            let store = self.members[m].machine.store();
+            let current = store.current_revision();
+            let next = self.watchers[w].next;
+            if current >= next {
+                let events: Vec<WatchedEvent> = store
+                    .events(next, current, usize::MAX)
+                    .iter()
+                    .map(watched)
+                    .collect();
+                self.watchers[w].seen.extend(events);
+                self.watchers[w].next = current + 1;
+            }
+        }
+        let again = self.rng.range(10 * MS, 100 * MS);
+        self.after(again, Ev::WatchPoll(w));
+    }
+
+    fn client_dies(&mut self, c: usize) {
+        self.clients[c].dead = true;
+        if let Some(held) = self.clients[c].held {
+            self.leases.holder_died(held.id.get(), self.now);
+            self.note(format!("client {c} dies holding lease {}", held.id.get()));
+        }
+    }
+
+    fn new_client(&mut self, kind: Kind, after: u64) {
+        let member = self.rng.below(self.members.len() as u64) as usize;
+        self.clients.push(Client {
+            kind,
+            member,
+            pending: None,
+            next_op: 0,
+            held: None,
+            dead: false,
+            written: 0,
+        });
+        let c = self.clients.len() - 1;
+        self.after(after, Ev::ClientWakes(c));
+    }
+
+    fn kv_op(&mut self, c: usize) -> ClientOp {
+        // Keys live for a window of 2 s each, so that no key's history outgrows the checker.
+        let key = format!("k{}-{}", self.now / (2 * SEC), self.rng.below(4));
+        let roll = self.rng.below(10);
+        if roll < 5 {
+            self.clients[c].written += 1;
+            let value = format!("c{c}-{}", self.clients[c].written);
+            let history = self.record(
+                &key,
+                HOp::Put {
+                    value: value.clone(),
+                    lease: 0,
+                },
+            );
+            ClientOp::Put {
+                key,
+                value,
+                history,
+            }
+        } else if roll < 9 {
+            let history = Some(self.record(&key, HOp::Get));
+            ClientOp::Get { key, history }
+        } else {
+            ClientOp::Get { key, history: None }
+        }
+    }
+
+    fn record(&mut self, key: &str, op: HOp) -> usize {
+        let invoked = self.instant(self.now);
+        let events = self.histories.entry(key.to_string()).or_default();
+        events.push(HEvent {
+            client: 0,
+            op,
+            invoked,
+            completed: None,
+        });
+        events.len() - 1
+    }
+
+    fn lease_op(&mut self, c: usize) -> ClientOp {
+        match self.clients[c].held {
+            None => {
+                let id = LeaseId::from_wire(self.rng.range(1, i64::MAX as u64) as i64)
+                    .expect("non-zero");
+                let ttl_secs = self.rng.range(3, 9) as i64;
+                let held = Held {
+                    id,
+                    ttl_secs,
+                    granted: false,
+                };
+                self.leases.granting(id.get(), ttl_secs as u64);
+                self.clients[c].held = Some(held);
+                ClientOp::Grant(held)
+            }
+            Some(held) if !held.granted => ClientOp::Grant(held),
+            Some(held) => {
+                if self.rng.chance(0.03) && !self.healed() {
+                    ClientOp::Revoke(held.id)
+                } else if self.rng.chance(0.2) {
+                    ClientOp::AttachKey(held.id)
+                } else {
+                    ClientOp::Renew(held.id)
+                }
+            }
+        }
+    }
+
+    fn client_answer(&mut self, c: usize, op: u64, answer: Option<Answer>) {
+        let Some((n, what, sent)) = self.clients[c].pending.clone() else {
+            return;
+        };
+        if n != op {
+            return;
+        }
+        self.clients[c].pending = None;
+        let completed = self.instant(self.now);
+        let failed = !matches!(answer, Some(Answer::Applied { .. } | Answer::Value(_)));
+        let mut wait = self.rng.range(5 * MS, 60 * MS);
+        match (what, answer) {
+            (
+                ClientOp::Put { key, history, .. },
+                Some(Answer::Applied {
+                    applied: Applied::Put(Ok(_)),
+                    ..
+                }),
+            ) => {
+                self.acked_writes += 1;
+                self.histories.get_mut(&key).expect("recorded")[history].completed =
+                    Some((completed, history::Answer::Done));
+            }
+            (
+                ClientOp::Get {
+                    key,
+                    history: Some(h),
+                },
+                Some(Answer::Value(v)),
+            ) => {
+                let value = v.map(|v| String::from_utf8_lossy(&v).into_owned());
+                self.histories.get_mut(&key).expect("recorded")[h].completed =
+                    Some((completed, history::Answer::Value(value)));
+            }
+            (
+                ClientOp::Grant(held),
+                Some(Answer::Applied {
+                    applied: Applied::LeaseGrant(result),
+                    stamped_at,
+                }),
+            ) => {
+                if result.is_ok() || self.leases.known(held.id.get()) {
+                    self.clients[c].held = Some(Held {
+                        granted: true,
+                        ..held
+                    });
+                    if let (Ok(()), Some(at)) = (result, stamped_at) {
+                        self.leases
+                            .promised(held.id.get(), at, held.ttl_secs as u64);
+                        self.note(format!(
+                            "client {c}: lease {} granted for {} s, stamped at {} µs",
+                            held.id.get(),
+                            held.ttl_secs,
+                            at.true_us
+                        ));
+                    }
+                    wait = self.keepalive_wait(held.ttl_secs);
+                } else {
+                    // Granted by an earlier try whose answer was lost: the id exists.
+                    self.clients[c].held = Some(Held {
+                        granted: true,
+                        ..held
+                    });
+                }
+            }
+            (
+                ClientOp::Renew(id),
+                Some(Answer::Applied {
+                    applied: Applied::LeaseRenew(ttl),
+                    stamped_at,
+                }),
+            ) => match ttl {
+                Some(ttl) if ttl > 0 => {
+                    if let Some(at) = stamped_at {
+                        self.leases.promised(id.get(), at, ttl as u64);
+                        self.note(format!(
+                            "client {c}: lease {} renewed for {ttl} s, stamped at {} µs (lease time {})",
+                            id.get(),
+                            at.true_us,
+                            at.lease_ms
+                        ));
+                    }
+                    wait = self.keepalive_wait(ttl);
+                }
+                _ => {
+                    self.note(format!("client {c}: lease {} is gone", id.get()));
+                    self.clients[c].held = None;
+                }
+            },
+            (ClientOp::Revoke(id), Some(Answer::Applied { .. })) => {
+                self.clients[c].held = None;
+                let _ = id;
+            }
+            (ClientOp::AttachKey(_), Some(Answer::Applied { .. })) => {
+                let ttl = self.clients[c].held.map_or(3, |h| h.ttl_secs);
+                wait = self.keepalive_wait(ttl);
+            }
+            _ => {}
+        }
+        if failed {
+            // Another member next time, after a pause.
+            let n = self.members.len() as u64;
+            self.clients[c].member = self.rng.below(n) as usize;
+            wait = self.rng.range(50 * MS, 300 * MS);
+        }
+        let _ = sent;
+        self.after(wait, Ev::ClientWakes(c));
+    }
+
+    /// Keepalives at a third of the TTL, with jitter (etcd's clients renew at TTL/3).
+    fn keepalive_wait(&mut self, ttl_secs: i64) -> u64 {
+        let third = ttl_secs as u64 * SEC / 3;
+        self.rng.range(third * 8 / 10, third * 11 / 10)
+    }
+
+    // ---- the end ----
+
+    fn final_checks(&mut self) {
+        // Settle: no clients, no faults, until every member has applied what the leader did.
+        let mut rounds = 0;
+        while rounds < 200 && !self.settled() {
+            rounds += 1;
+            let until = self.now + 100 * MS;
+            while let Some(Reverse(next)) = self.queue.pop() {
+                if next.at > until {
+                    self.queue.push(Reverse(next));
+                    break;
+                }
+                self.now = next.at;
+                if !matches!(
+                    next.ev,
+                    Ev::ClientWakes(_) | Ev::Request { .. } | Ev::Transfer | Ev::Stop
+                ) {
+                    self.handle(next.ev);
+                }
+            }
+            self.now = until;
+        }
+        let up: Vec<&Member> = self.members.iter().filter(|m| m.is_up()).collect();
+        if let Err(e) = converged(&up) {
+            self.failures.push(e);
+        }
+        // The converged store is a last read of every key.
+        let reader = up.first().map(|m| {
+            self.histories
+                .keys()
+                .map(|k| {
+                    let kvs = m.machine.store().range(&leasehold_mvcc::RangeRequest {
+                        key: k.clone().into_bytes(),
+                        ..Default::default()
+                    });
+                    kvs.ok()
+                        .and_then(|r| r.kvs.into_iter().next())
+                        .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
+                })
+                .collect::<Vec<_>>()
+        });
+        if let Some(values) = reader {
+            let at = self.instant(self.now);
+            for (events, value) in self.histories.values_mut().zip(values) {
+                events.push(HEvent {
+                    client: usize::MAX,
+                    op: HOp::Get,
+                    invoked: at,
+                    completed: Some((at, history::Answer::Value(value))),
+                });
+            }
+        }
+        self.failures.extend(check_histories(&self.histories));
+        if let Some(m) = up.first() {
+            for (w, watcher) in self.watchers.iter().enumerate() {
+                let Some(last) = watcher.seen.last().map(|e| e.0) else {
+                    continue;
+                };
+                let want: Vec<WatchedEvent> = m
+                    .machine
+                    .store()
+                    .events(watcher.start, last, usize::MAX)
+                    .iter()
+                    .map(watched)
+                    .collect();
+                if let Some(i) = (0..want.len().max(watcher.seen.len()))
+                    .find(|i| want.get(*i) != watcher.seen.get(*i))
+                {
+                    self.failures.push(format!(
+                        "watcher {w} (from revision {}) saw {} events; the store's history from there has {}; first difference at event {i}: saw {:?}, history {:?}",
+                        watcher.start,
+                        watcher.seen.len(),
+                        want.len(),
+                        watcher.seen.get(i),
+                        want.get(i)
+                    ));
+                }
+            }
+        }
+        let bound = 3
+            * self
+                .members
+                .iter()
+                .map(|m| m.election_timeout_ms())
+                .max()
+                .unwrap_or(0)
+            * MS
+            + 1_500 * MS;
+        let tolerance =
+            |ttl_us: u64| 2 * self.faults.drift_ppm_max as u64 * (ttl_us + 30 * SEC) / 1_000_000;
+        self.failures.extend(self.leases.check(
+            self.promoted_after_heal,
+            self.now,
+            bound,
+            tolerance,
+        ));
+        if self.failures.is_empty() {
+            self.note("all checks pass".into());
+        } else {
+            let failures = self.failures.clone();
+            for f in failures {
+                self.note(format!("FAILED: {f}"));
+            }
+        }
+    }
+
+    fn settled(&self) -> bool {
+        let up: Vec<&Member> = self.members.iter().filter(|m| m.is_up()).collect();
+        let Some(leader) = up.iter().find_map(|m| m.status().filter(|s| s.is_leader)) else {
+            return false;
+        };
+        up.iter().all(|m| {
+            m.machine.applied().0 >= leader.commit
+                && m.status().is_some_and(|s| s.applied == leader.commit)
+        })
+    }
+}
+
+/// The member an event runs on, if any (a stopped member runs it later).
+fn target(ev: &Ev) -> Option<usize> {
+    match ev {
+        Ev::Tick(m)
+        | Ev::Wake(m)
+        | Ev::Raft { to: m, .. }
+        | Ev::Peer { to: m, .. }
+        | Ev::Request { to: m, .. } => Some(*m),
+        _ => None,
+    }
+}
