@@ -36,7 +36,7 @@ pub use replica::{
     MembershipError, NoForwarding, NoTransport, RaftChanges, RaftStatus, RaftTransport, ReadIndex,
     Replica, ReplicaConfig, ReplicaError, StartError,
 };
-pub use state_machine::{Machine, decode_proposal, encode_proposal, rebind};
+pub use state_machine::{Machine, decode_proposal, encode_proposal, lease_time_at, rebind};
 pub use storage::{Defragmented, StorageError};
 pub use telemetry::{DISK_BUCKETS_SECS, HistogramReading, TelemetryReading};
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use leasehold_history::{self as history, Event};
+use leasehold_mvcc::{RangeRequest, Store};
 
 use crate::member::{Member, Stamp};
 
@@ -20,6 +21,30 @@ pub fn check_histories(histories: &BTreeMap<String, Vec<Event>>) -> Vec<String> 
         }
         if let Err(e) = history::check(None, events) {
             failures.push(format!("key {key}: {e}"));
+        }
+    }
+    failures
+}
+
+/// A fenced lock never accepts a stale write: at the revision of every fenced write the store
+/// took, the lock key existed with the create revision (the token) the write carried.
+pub fn check_fenced(store: &Store, lock_key: &[u8], fenced: &[(i64, i64)]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (revision, token) in fenced {
+        let request = RangeRequest {
+            key: lock_key.to_vec(),
+            revision: *revision,
+            ..RangeRequest::default()
+        };
+        let holder = store
+            .range(&request)
+            .ok()
+            .and_then(|r| r.kvs.into_iter().next())
+            .map(|kv| kv.create_revision);
+        if holder != Some(*token) {
+            failures.push(format!(
+                "a fenced write with token {token} was taken at revision {revision}, when the lock key's create revision was {holder:?}"
+            ));
         }
     }
     failures

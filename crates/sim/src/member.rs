@@ -635,13 +635,10 @@ impl Member {
     /// The replicated lease time plus what this member has seen pass since the entry carrying
     /// it was appended here (`state_machine::lease_time_now`).
     fn lease_time_now(&self, now: u64) -> u64 {
-        let replicated = self.machine.leases().clock_ms();
-        match self.lease_time_applied {
-            Some((ms, at)) if ms == replicated => {
-                replicated + self.clock.local_us(now).saturating_sub(at) / 1000
-            }
-            _ => replicated,
-        }
+        let seen = self
+            .lease_time_applied
+            .map(|(ms, local)| (ms, self.base + Duration::from_micros(local)));
+        leasehold_raft::lease_time_at(self.machine.leases().clock_ms(), seen, self.instant(now))
     }
 
     fn maybe_promote(&mut self, _now: u64) {

@@ -9,11 +9,14 @@ use std::time::{Duration, Instant};
 
 use leasehold_history::{self as history, Event as HEvent, Op as HOp};
 use leasehold_lease::LeaseId;
-use leasehold_mvcc::PutRequest;
+use leasehold_mvcc::{
+    Compare, CompareResult, CompareTarget, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp,
+    ResponseOp, TxnRequest,
+};
 use leasehold_raft::{Applied, LeaseGrant, LeaseRenew, LeaseRevoke, Write};
 use leasehold_wal::{Crash, MemFs};
 
-use crate::check::{Leases, check_histories, converged};
+use crate::check::{Leases, check_fenced, check_histories, converged};
 use crate::disk::SimFs;
 use crate::member::{Answer, Clock, Member, Origin, Out, PeerMsg, Request, TICK_US};
 use crate::rng::Rng;
@@ -172,7 +175,14 @@ impl Ord for Scheduled {
 enum Kind {
     Kv,
     Lease,
+    /// A lease holder that takes the one lock (`LOCK_KEY`) and writes behind it with fencing.
+    Lock,
 }
+
+/// The lock the lock clients share, and the key its holder writes, fenced by the lock key's
+/// create revision (docs/locks.md's recipe).
+const LOCK_KEY: &[u8] = b"lock/a";
+const FENCED_KEY: &[u8] = b"fenced/a";
 
 /// A lease client's one lease.
 #[derive(Clone, Copy, Debug)]
@@ -191,6 +201,12 @@ struct Client {
     held: Option<Held>,
     dead: bool,
     written: u64,
+    /// A lock client's fencing token: the create revision of its lock key.
+    token: Option<i64>,
+    /// When its lease was last renewed (or granted).
+    renewed_at: u64,
+    /// It paused past its TTL while holding the lock and now writes with its old token.
+    zombie: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -208,6 +224,12 @@ enum ClientOp {
     AttachKey(LeaseId),
     Renew(LeaseId),
     Revoke(LeaseId),
+    /// Creates the lock key on the lease if nobody holds it; else reads who does.
+    Acquire(LeaseId),
+    /// Writes the fenced key if the lock key still has this create revision.
+    Fenced(i64),
+    /// Deletes the lock key if it still has this create revision.
+    Release(i64),
 }
 
 /// A watch on every key from a revision, served by one member from its applied store (as the
@@ -218,6 +240,16 @@ struct Watcher {
     start: i64,
     next: i64,
     seen: Vec<WatchedEvent>,
+}
+
+/// The lock key's create revision is `revision` (0: the key does not exist).
+fn created_at(revision: i64) -> Compare {
+    Compare {
+        result: CompareResult::Equal,
+        target: CompareTarget::Create(revision),
+        key: LOCK_KEY.to_vec(),
+        range_end: Vec::new(),
+    }
 }
 
 /// What a watcher is shown of one event: revision, key, and the value (`None`: a delete).
@@ -244,6 +276,8 @@ struct World {
     cut: BTreeSet<(usize, usize)>,
     clients: Vec<Client>,
     watchers: Vec<Watcher>,
+    /// Fenced writes the store accepted: (revision, the token they carried).
+    fenced: Vec<(i64, i64)>,
     /// Per key: its history of puts and linearizable gets.
     histories: BTreeMap<String, Vec<HEvent>>,
     leases: Leases,
@@ -303,6 +337,7 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         cut: BTreeSet::new(),
         clients: Vec::new(),
         watchers: Vec::new(),
+        fenced: Vec::new(),
         histories: BTreeMap::new(),
         leases: Leases::default(),
         healed_at: None,
@@ -332,6 +367,8 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         Kind::Lease,
         Kind::Lease,
         Kind::Lease,
+        Kind::Lock,
+        Kind::Lock,
     ] {
         let after = world.rng.range(2 * SEC, 3 * SEC);
         world.new_client(kind, after);
@@ -830,7 +867,7 @@ impl World {
         if self.now + 4 * SEC > self.end {
             return;
         }
-        if client.kind == Kind::Lease
+        if client.kind != Kind::Kv
             && let Some(healed) = self.healed_at
             && self.now > healed + SEC
         {
@@ -851,6 +888,7 @@ impl World {
         let op = match client.kind {
             Kind::Kv => self.kv_op(c),
             Kind::Lease => self.lease_op(c),
+            Kind::Lock => self.lock_op(c),
         };
         let request = match &op {
             ClientOp::Put { key, value, .. } => Request::Write(Write::Put(PutRequest {
@@ -874,6 +912,39 @@ impl World {
             })),
             ClientOp::Renew(id) => Request::Write(Write::LeaseRenew(LeaseRenew { id: *id })),
             ClientOp::Revoke(id) => Request::Write(Write::LeaseRevoke(LeaseRevoke { id: *id })),
+            ClientOp::Acquire(id) => Request::Write(Write::Txn(TxnRequest {
+                compare: vec![created_at(0)],
+                success: vec![RequestOp::Put(PutRequest {
+                    key: LOCK_KEY.to_vec(),
+                    value: format!("client {c}").into_bytes(),
+                    lease: Some(*id),
+                    ..PutRequest::default()
+                })],
+                failure: vec![RequestOp::Range(RangeRequest {
+                    key: LOCK_KEY.to_vec(),
+                    ..RangeRequest::default()
+                })],
+            })),
+            ClientOp::Fenced(token) => {
+                self.clients[c].written += 1;
+                Request::Write(Write::Txn(TxnRequest {
+                    compare: vec![created_at(*token)],
+                    success: vec![RequestOp::Put(PutRequest {
+                        key: FENCED_KEY.to_vec(),
+                        value: format!("c{c}-{}", self.clients[c].written).into_bytes(),
+                        ..PutRequest::default()
+                    })],
+                    failure: Vec::new(),
+                }))
+            }
+            ClientOp::Release(token) => Request::Write(Write::Txn(TxnRequest {
+                compare: vec![created_at(*token)],
+                success: vec![RequestOp::DeleteRange(DeleteRangeRequest {
+                    key: LOCK_KEY.to_vec(),
+                    ..DeleteRangeRequest::default()
+                })],
+                failure: Vec::new(),
+            })),
         };
         let client = &mut self.clients[c];
         client.next_op += 1;
@@ -957,6 +1028,9 @@ impl World {
             held: None,
             dead: false,
             written: 0,
+            token: None,
+            renewed_at: 0,
+            zombie: false,
         });
         let c = self.clients.len() - 1;
         self.after(after, Ev::ClientWakes(c));
@@ -999,6 +1073,34 @@ impl World {
             completed: None,
         });
         events.len() - 1
+    }
+
+    /// A lock client: keeps its lease alive, takes the lock, writes behind it with its token,
+    /// and lets it go; sometimes it pauses past its TTL holding the lock and then writes with
+    /// the token it had (which the fence must refuse once the lock key is gone).
+    fn lock_op(&mut self, c: usize) -> ClientOp {
+        let client = &self.clients[c];
+        let Some(held) = client.held.filter(|h| h.granted) else {
+            return self.lease_op(c);
+        };
+        let (zombie, token, renewed_at) = (client.zombie, client.token, client.renewed_at);
+        if zombie {
+            self.clients[c].zombie = false;
+            if let Some(token) = token {
+                self.note(format!(
+                    "client {c} wakes from a pause and writes with token {token}"
+                ));
+                return ClientOp::Fenced(token);
+            }
+        }
+        if self.now.saturating_sub(renewed_at) > held.ttl_secs as u64 * SEC / 3 {
+            return ClientOp::Renew(held.id);
+        }
+        match token {
+            None => ClientOp::Acquire(held.id),
+            Some(token) if self.rng.chance(0.2) => ClientOp::Release(token),
+            Some(token) => ClientOp::Fenced(token),
+        }
     }
 
     fn lease_op(&mut self, c: usize) -> ClientOp {
@@ -1075,6 +1177,7 @@ impl World {
                         granted: true,
                         ..held
                     });
+                    self.clients[c].renewed_at = sent;
                     if let (Ok(()), Some(at)) = (result, stamped_at) {
                         self.leases
                             .promised(held.id.get(), at, held.ttl_secs as u64);
@@ -1112,12 +1215,70 @@ impl World {
                         ));
                     }
                     wait = self.keepalive_wait(ttl);
+                    self.clients[c].renewed_at = sent;
                 }
                 _ => {
                     self.note(format!("client {c}: lease {} is gone", id.get()));
                     self.clients[c].held = None;
+                    self.clients[c].token = None;
                 }
             },
+            (
+                ClientOp::Acquire(id),
+                Some(Answer::Applied {
+                    applied: Applied::Txn(Ok(response)),
+                    ..
+                }),
+            ) => {
+                let token = if response.succeeded {
+                    Some(response.revision)
+                } else {
+                    // Held already: by this lease (an earlier try whose answer was lost), or
+                    // by another.
+                    response.responses.iter().find_map(|r| match r {
+                        ResponseOp::Range(r) => r
+                            .kvs
+                            .first()
+                            .filter(|kv| kv.lease == Some(id))
+                            .map(|kv| kv.create_revision),
+                        _ => None,
+                    })
+                };
+                if let Some(token) = token {
+                    self.clients[c].token = Some(token);
+                    self.note(format!("client {c} holds the lock, token {token}"));
+                    if !self.healed() && self.rng.chance(0.15) {
+                        // A pause (GC, SIGSTOP) longer than its TTL, holding the lock.
+                        let ttl = self.clients[c].held.map_or(3, |h| h.ttl_secs) as u64;
+                        self.clients[c].zombie = true;
+                        wait = ttl * SEC + self.rng.range(SEC, 2 * SEC);
+                    }
+                } else {
+                    wait = self.rng.range(100 * MS, 400 * MS);
+                }
+            }
+            (
+                ClientOp::Fenced(token),
+                Some(Answer::Applied {
+                    applied: Applied::Txn(Ok(response)),
+                    ..
+                }),
+            ) => {
+                if response.succeeded {
+                    self.fenced.push((response.revision, token));
+                    self.note(format!(
+                        "client {c}: fenced write with token {token} at revision {}",
+                        response.revision
+                    ));
+                } else {
+                    self.note(format!("client {c}: the fence refused token {token}"));
+                    self.clients[c].token = None;
+                }
+            }
+            (ClientOp::Release(_), Some(Answer::Applied { .. })) => {
+                self.clients[c].token = None;
+                wait = self.rng.range(50 * MS, 500 * MS);
+            }
             (ClientOp::Revoke(id), Some(Answer::Applied { .. })) => {
                 self.clients[c].held = None;
                 let _ = id;
@@ -1128,13 +1289,16 @@ impl World {
             }
             _ => {}
         }
+        if self.clients[c].kind == Kind::Lock && !self.clients[c].zombie {
+            // A lock client renews when it must (`lock_op`), and otherwise goes on working.
+            wait = wait.min(self.rng.range(20 * MS, 200 * MS));
+        }
         if failed {
             // Another member next time, after a pause.
             let n = self.members.len() as u64;
             self.clients[c].member = self.rng.below(n) as usize;
             wait = self.rng.range(50 * MS, 300 * MS);
         }
-        let _ = sent;
         self.after(wait, Ev::ClientWakes(c));
     }
 
@@ -1198,6 +1362,10 @@ impl World {
             }
         }
         self.failures.extend(check_histories(&self.histories));
+        if let Some(m) = up.first() {
+            self.failures
+                .extend(check_fenced(m.machine.store(), LOCK_KEY, &self.fenced));
+        }
         if let Some(m) = up.first() {
             for (w, watcher) in self.watchers.iter().enumerate() {
                 let Some(last) = watcher.seen.last().map(|e| e.0) else {

@@ -81,5 +81,5 @@ fn a_new_leader_that_gives_fresh_ttls_is_caught() {
 
 #[test]
 fn a_follower_serving_a_stale_linearizable_read_is_caught() {
-    caught(Variant::StaleFollowerRead, 5, "not linearizable");
+    caught(Variant::StaleFollowerRead, 10, "not linearizable");
 }

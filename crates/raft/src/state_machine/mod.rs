@@ -157,12 +157,24 @@ pub(crate) fn lease_time_now(shared: &Shared) -> u64 {
         .lease_time_applied
         .lock()
         .expect("lease time lock poisoned");
+    lease_time_at(replicated, seen, std::time::Instant::now())
+}
+
+/// The replicated lease time `replicated_ms`, advanced by what passed until `now` since `seen`
+/// dated it (`seen`: the lease time last noted and when the entry carrying it was appended
+/// here; no advance if it dates another value). What a new leader promotes its lease clock from;
+/// the replica and the simulator both call it.
+pub fn lease_time_at(
+    replicated_ms: u64,
+    seen: Option<(u64, std::time::Instant)>,
+    now: std::time::Instant,
+) -> u64 {
     match seen {
-        Some((ms, at)) if ms == replicated => {
-            let passed = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
-            replicated.saturating_add(passed)
+        Some((ms, at)) if ms == replicated_ms => {
+            let passed = now.saturating_duration_since(at);
+            replicated_ms.saturating_add(u64::try_from(passed.as_millis()).unwrap_or(u64::MAX))
         }
-        _ => replicated,
+        _ => replicated_ms,
     }
 }
 
