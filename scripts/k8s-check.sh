@@ -204,7 +204,8 @@ EOF
   if [ "$n" -gt 1 ]; then
     # Kill the leader once a tenth of the namespaces is in.
     deadline=$((SECONDS + 60))
-    until [ "$(grep -c ' created$' "$dir/namespaces.out" 2>/dev/null)" -ge 100 ]; do
+    # (Before kubectl has written anything the file may not exist yet: count that as 0.)
+    until created=$(grep -c ' created$' "$dir/namespaces.out" 2>/dev/null); [ "${created:-0}" -ge 100 ]; do
       [ $SECONDS -lt $deadline ] || fail "$1: namespace creation stalled before the kill"
       sleep 0.05
     done
