@@ -85,8 +85,12 @@ fn main() -> ExitCode {
     };
     if let Some(hours) = hours {
         let until = started + Duration::from_secs_f64(hours * 3600.0);
-        let mut seeder =
-            Rng::new(u64::from(std::process::id()) ^ started.elapsed().as_nanos() as u64);
+        // New seeds each run, from the wall clock: only the choice of seeds, since each run is
+        // a function of its seed, which a failure prints.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut seeder = Rng::new(u64::from(std::process::id()) ^ now);
         while Instant::now() < until {
             run_one(seeder.next_u64() >> 1);
         }
