@@ -11,6 +11,7 @@
 //!    [`Core::applied_to`];
 //! 6. the light ready's commit index, messages and committed entries follow.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use leasehold_wal::proto::{Batch, Compacted};
@@ -130,6 +131,10 @@ pub struct Core<F: Fs> {
     node: RawNode<LogStorage>,
     wal: Wal<F>,
     catch_up_entries: u64,
+    /// On a leader: for how many ticks each follower has waited in raft-rs's snapshot state.
+    snapshot_ticks: BTreeMap<u64, usize>,
+    /// How many ticks a follower may wait there before the leader probes it again.
+    snapshot_ticks_max: usize,
 }
 
 impl<F: Fs> std::fmt::Debug for Core<F> {
@@ -224,12 +229,45 @@ impl<F: Fs> Core<F> {
             node,
             wal,
             catch_up_entries: config.catch_up_entries,
+            snapshot_ticks: BTreeMap::new(),
+            snapshot_ticks_max: 2 * config.election_tick,
         })
     }
 
     /// One logical tick (a heartbeat interval of real time, counted by the host's clock).
     pub fn tick(&mut self) {
         self.node.tick();
+        self.resume_snapshot_waits();
+    }
+
+    /// raft-rs sends a follower nothing more after a snapshot until that follower's append
+    /// response says it installed it, or the host reports the snapshot done. The snapshot
+    /// travels on the same stream as every message, so the host never learns that: a lost
+    /// response (a dropped message, a broken stream) left the follower behind for good, and a
+    /// two-voter cluster without a quorum (found by the simulator, seed 128). So a follower
+    /// that waited two election timeouts is reported done: the leader probes it again, and
+    /// sends another snapshot if the first never arrived.
+    fn resume_snapshot_waits(&mut self) {
+        if self.node.raft.state != StateRole::Leader {
+            self.snapshot_ticks.clear();
+            return;
+        }
+        let mut waiting = BTreeMap::new();
+        let mut resumed = Vec::new();
+        for (id, progress) in self.node.raft.prs().iter() {
+            if progress.state == raft::ProgressState::Snapshot {
+                let ticks = self.snapshot_ticks.get(id).copied().unwrap_or(0) + 1;
+                if ticks > self.snapshot_ticks_max {
+                    resumed.push(*id);
+                } else {
+                    waiting.insert(*id, ticks);
+                }
+            }
+        }
+        self.snapshot_ticks = waiting;
+        for id in resumed {
+            self.node.report_snapshot(id, raft::SnapshotStatus::Finish);
+        }
     }
 
     /// A peer's message, decoded with [`crate::decode_peer_message`].

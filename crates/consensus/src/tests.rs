@@ -98,6 +98,8 @@ struct Cluster {
     network: VecDeque<(u64, u64, Vec<u8>)>,
     /// Links that drop everything, both ways.
     cut: HashSet<(u64, u64)>,
+    /// Links that drop the accepting append responses one way: (from, to).
+    muted: HashSet<(u64, u64)>,
     /// Every (term, leader) seen, to check one leader per term.
     leaders: BTreeMap<u64, u64>,
     catch_up_entries: u64,
@@ -128,6 +130,7 @@ impl Cluster {
             members: BTreeMap::new(),
             network: VecDeque::new(),
             cut: HashSet::new(),
+            muted: HashSet::new(),
             leaders: BTreeMap::new(),
             catch_up_entries,
         };
@@ -200,7 +203,11 @@ impl Cluster {
             }
             while let Some((from, to, bytes)) = self.network.pop_front() {
                 progress = true;
-                if self.cut.contains(&(from, to)) || self.cut.contains(&(to, from)) {
+                let muted = self.muted.contains(&(from, to))
+                    && decode_peer_message(&bytes, to).is_ok_and(|m| {
+                        m.get_msg_type() == eraftpb::MessageType::MsgAppendResponse && !m.reject
+                    });
+                if self.cut.contains(&(from, to)) || self.cut.contains(&(to, from)) || muted {
                     continue;
                 }
                 let Some(member) = self.members.get_mut(&to) else {
@@ -566,6 +573,42 @@ fn a_member_that_just_installed_a_snapshot_can_take_over_leadership() {
     c.run_until(50, |c| c.leader() == Some(behind));
     c.propose(behind, "after");
     c.run_until(50, |c| c.applied(leader).len() == 41);
+    c.check_prefixes();
+}
+
+/// Found by the simulator (seed 128): a follower installed a snapshot, and its answer never
+/// reached the leader. raft-rs then waited for that answer for good, sending the follower
+/// nothing more; with two voters, nothing could commit. The leader now probes such a follower
+/// again after two election timeouts.
+#[test]
+fn a_follower_whose_answer_to_a_snapshot_was_lost_is_caught_up() {
+    let mut c = Cluster::with_catch_up(&[1, 2, 3], 5);
+    let leader = c.elect();
+    let behind = *c.members.keys().find(|id| **id != leader).unwrap();
+    c.crash(behind);
+    for i in 0..40 {
+        c.propose(leader, &format!("s{i}"));
+    }
+    c.settle();
+    let machine = c.members[&leader].machine.clone();
+    let mut snapshot = Snapshot {
+        data: machine.encode(),
+        ..Default::default()
+    };
+    snapshot.mut_metadata().index = machine.applied_index;
+    snapshot.mut_metadata().term = machine.applied_term;
+    snapshot
+        .mut_metadata()
+        .set_conf_state(crate::proto::conf_state_to_raft(machine.conf_state.clone()));
+    c.core(leader).compact(snapshot).expect("compact");
+    // The member behind's answer to the snapshot is lost (its refusals of appends the leader
+    // can no longer send get through, so the leader learns it needs the snapshot).
+    c.muted.insert((behind, leader));
+    c.start(behind);
+    c.run_until(100, |c| c.members[&behind].machine.installs == 1);
+    c.muted.clear();
+    c.propose(leader, "after");
+    c.run_until(100, |c| c.applied(behind).len() == 41);
     c.check_prefixes();
 }
 
