@@ -102,8 +102,9 @@ struct LeaseFacts {
     stamped_lease_ms: u64,
     /// When its client stopped renewing.
     died: Option<u64>,
-    /// When it first left the state on any member, and whether a client's revoke ended it.
-    ended: Option<(u64, bool)>,
+    /// When it first left the state on any member, whether a client's revoke ended it, and the
+    /// log index of the entry that ended it.
+    ended: Option<(u64, bool, u64)>,
 }
 
 /// What the run saw of every lease.
@@ -116,8 +117,9 @@ impl Leases {
     /// A grant or renewal stamped at `stamp` was answered with `ttl_secs`.
     pub fn promised(&mut self, id: i64, stamp: Stamp, ttl_secs: u64) {
         let f = self.facts.entry(id).or_default();
-        if f.ended.is_some_and(|(at, _)| stamp.true_us > at) {
-            // A grant retried after the lease it created had ended: a new lease, the same id.
+        if f.ended.is_some_and(|(_, _, index)| stamp.index > index) {
+            // A grant retried after the lease it created had ended (later in the log): a new
+            // lease, the same id.
             // (Its stamps are kept: the new grant's is among them, and the old ones are older.)
             *f = LeaseFacts {
                 ttl_secs: f.ttl_secs,
@@ -148,10 +150,10 @@ impl Leases {
     }
 
     /// Records the first end; whether this was it.
-    pub fn ended(&mut self, id: i64, at: u64, by_client: bool) -> bool {
+    pub fn ended(&mut self, id: i64, at: u64, by_client: bool, index: u64) -> bool {
         let f = self.facts.entry(id).or_default();
         if f.ended.is_none() {
-            f.ended = Some((at, by_client));
+            f.ended = Some((at, by_client, index));
             true
         } else {
             false
@@ -174,7 +176,7 @@ impl Leases {
     ) -> Vec<String> {
         let mut failures = Vec::new();
         for (id, f) in &self.facts {
-            if let Some((at, false)) = f.ended
+            if let Some((at, false, _)) = f.ended
                 && f.promised > 0
                 && at + tolerance(f.promised.saturating_sub(at)) < f.promised
             {
@@ -189,7 +191,7 @@ impl Leases {
             {
                 let due = t0 + f.stamped_lease_ms.saturating_sub(l0) * 1000 + bound;
                 match f.ended {
-                    Some((at, _)) if at > due => failures.push(format!(
+                    Some((at, _, _)) if at > due => failures.push(format!(
                         "lease {id} of a dead holder ended at {at} µs, {} µs after its bound ({due})",
                         at - due
                     )),

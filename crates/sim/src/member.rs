@@ -100,6 +100,8 @@ pub enum Answer {
 pub struct Stamp {
     pub true_us: u64,
     pub lease_ms: u64,
+    /// The log index of the entry that carried it (known once applied; 0 before).
+    pub index: u64,
 }
 
 /// Member-to-member messages besides Raft's.
@@ -185,8 +187,8 @@ pub struct Member {
     pub disk: SimFs,
     pub core: Option<Core<SimFs>>,
     pub machine: Machine,
-    /// The state machine as last saved (what a crash leaves), with its checkpoint.
-    saved: (Vec<u8>, Checkpoint),
+    /// The state machine as last saved (what a crash leaves).
+    saved: Vec<u8>,
     pub clock: Clock,
     pub election_tick: usize,
     /// Until when the process is stopped (SIGSTOP): it runs nothing, its clock runs on.
@@ -216,6 +218,28 @@ pub struct Member {
     last_lease_tick_ms: u64,
     /// What a refusal to start said (a damaged log): the member stays down.
     pub refused: Option<String>,
+    /// Removed from the cluster: it never runs again.
+    pub removed: bool,
+}
+
+/// Where the core starts from a saved state, as the replica's `open_log` says: a member of a
+/// new cluster starts with its log compacted at index 1 (term 1), so a member added later is
+/// caught up by a snapshot, which carries the membership; a member that waits to be added (no
+/// membership yet) starts from nothing.
+fn checkpoint_of(machine: &Machine) -> Checkpoint {
+    let (mut index, mut term) = machine.applied();
+    let voters = machine.voters();
+    if !voters.is_empty() && index < 1 {
+        (index, term) = (1, 1);
+    }
+    Checkpoint {
+        applied_index: index,
+        applied_term: term,
+        conf_state: ConfState {
+            voters,
+            ..ConfState::default()
+        },
+    }
 }
 
 fn logger() -> slog::Logger {
@@ -233,19 +257,11 @@ impl Member {
         base: Instant,
     ) -> Member {
         let machine = Machine::new(voters);
-        let checkpoint = Checkpoint {
-            applied_index: 0,
-            applied_term: 0,
-            conf_state: ConfState {
-                voters: voters.to_vec(),
-                ..ConfState::default()
-            },
-        };
         Member {
             id,
             disk,
             core: None,
-            saved: (machine.to_bytes(), checkpoint),
+            saved: machine.to_bytes(),
             machine,
             clock,
             election_tick,
@@ -269,6 +285,7 @@ impl Member {
             expiring: None,
             last_lease_tick_ms: 0,
             refused: None,
+            removed: false,
         }
     }
 
@@ -297,8 +314,8 @@ impl Member {
 
     /// Starts the process from what its disk and saved state machine hold.
     pub fn start(&mut self) -> Result<(), String> {
-        let (bytes, checkpoint) = self.saved.clone();
-        self.machine = Machine::from_bytes(&bytes).map_err(|e| e.to_string())?;
+        self.machine = Machine::from_bytes(&self.saved).map_err(|e| e.to_string())?;
+        let checkpoint = checkpoint_of(&self.machine);
         let core = Core::open(
             self.disk.clone(),
             Path::new(WAL_DIR),
@@ -359,14 +376,6 @@ impl Member {
         let Some(core) = self.core.as_mut() else {
             return;
         };
-        let checkpoint = Checkpoint {
-            applied_index: index,
-            applied_term: term,
-            conf_state: ConfState {
-                voters: self.machine.voters(),
-                ..ConfState::default()
-            },
-        };
         let bytes = self.machine.to_bytes();
         if core.snapshot_wanted().is_some() && index > core.compacted_index() {
             let mut snapshot = Snapshot {
@@ -381,10 +390,10 @@ impl Member {
                 ..Default::default()
             };
             meta.set_conf_state(cs);
-            self.saved = (bytes, checkpoint);
+            self.saved = bytes;
             let _ = core.compact(snapshot);
         } else {
-            self.saved = (bytes, checkpoint);
+            self.saved = bytes;
             let _ = core.compact_log(index);
         }
     }
@@ -400,6 +409,27 @@ impl Member {
             Err(e) => out.push(Out::Note(format!("m{} refused a message: {e}", self.id))),
         }
         self.drive(now, out);
+    }
+
+    /// A leader proposes one membership change (a voter added or removed); whether it took it.
+    pub fn change_membership(
+        &mut self,
+        now: u64,
+        kind: eraftpb::ConfChangeType,
+        id: u64,
+        out: &mut Vec<Out>,
+    ) -> bool {
+        let Some(core) = self.core.as_mut() else {
+            return false;
+        };
+        let mut single = eraftpb::ConfChangeSingle::default();
+        single.set_change_type(kind);
+        single.node_id = id;
+        let mut change = eraftpb::ConfChangeV2::default();
+        change.mut_changes().push(single);
+        let taken = core.propose_conf_change(&change).is_ok();
+        self.drive(now, out);
+        taken
     }
 
     /// A leader moves leadership to `to` (MoveLeader).
@@ -482,6 +512,7 @@ impl Member {
             let stamped_at = timed.then_some(Stamp {
                 true_us: now,
                 lease_ms: now_ms,
+                index: 0,
             });
             self.propose(vec![command], Some((origin, stamped_at)), out);
         } else if status.leader != 0 {
@@ -678,18 +709,8 @@ impl Member {
             if let Some(bytes) = host.installed {
                 match Machine::from_bytes(&bytes) {
                     Ok(machine) => {
-                        let (index, term) = machine.applied();
-                        self.saved = (
-                            bytes,
-                            Checkpoint {
-                                applied_index: index,
-                                applied_term: term,
-                                conf_state: ConfState {
-                                    voters: machine.voters(),
-                                    ..ConfState::default()
-                                },
-                            },
-                        );
+                        let (index, _) = machine.applied();
+                        self.saved = bytes;
                         self.machine = machine;
                         out.push(Out::Note(format!(
                             "m{} installed a snapshot at {index}",
@@ -904,7 +925,7 @@ impl Member {
                 match applied.first() {
                     Some(applied) => Answer::Applied {
                         applied: applied.clone(),
-                        stamped_at: waiter.stamped_at,
+                        stamped_at: waiter.stamped_at.map(|s| Stamp { index, ..s }),
                     },
                     None => Answer::Failed("no reply"),
                 }

@@ -56,6 +56,7 @@ struct Faults {
     crash_every: Option<u64>,
     pause_every: Option<u64>,
     transfer_every: Option<u64>,
+    membership_every: Option<u64>,
     torn_crashes: bool,
     bit_flips: bool,
     drift_ppm_max: i64,
@@ -95,6 +96,7 @@ impl Faults {
             crash_every: sometimes(rng, 0.6, 2, 10),
             pause_every: sometimes(rng, 0.4, 3, 12),
             transfer_every: sometimes(rng, 0.4, 2, 8),
+            membership_every: sometimes(rng, 0.3, 3, 10),
             torn_crashes: rng.chance(0.5),
             bit_flips: rng.chance(0.2),
             drift_ppm_max: if rng.chance(0.4) {
@@ -142,6 +144,12 @@ enum Ev {
     Restart(usize),
     Pause,
     Transfer,
+    /// The leader removes a voter (which never runs again) ...
+    Membership,
+    /// ... sees whether the removal applied ...
+    MembershipStep,
+    /// ... and adds a new, empty member in its place, which a snapshot catches up.
+    AddMember,
     Heal,
     Stop,
     /// A watcher pulls what its member applied since it last looked.
@@ -282,6 +290,11 @@ struct World {
     histories: BTreeMap<String, Vec<HEvent>>,
     leases: Leases,
     healed_at: Option<u64>,
+    /// A membership change under way: the member being removed (and since when), or `None`
+    /// once it is gone and until the new one is in.
+    removing: Option<(usize, u64)>,
+    /// A new member being added, and since when.
+    adding: Option<(usize, u64)>,
     /// The first promotion once healed: (true µs, lease ms), how lease time maps to true time
     /// from then on (lease time does not count what the cluster spent without a leader).
     promoted_after_heal: Option<(u64, u64)>,
@@ -341,6 +354,8 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         histories: BTreeMap::new(),
         leases: Leases::default(),
         healed_at: None,
+        removing: None,
+        adding: None,
         promoted_after_heal: None,
         applied_max: 0,
         end: 2 * chaos + 10 * SEC,
@@ -381,6 +396,7 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         (world.faults.crash_every, Ev::Crash),
         (world.faults.pause_every, Ev::Pause),
         (world.faults.transfer_every, Ev::Transfer),
+        (world.faults.membership_every, Ev::Membership),
     ] {
         if let Some(every) = every {
             let at = world.rng.range(SEC, every * SEC + SEC);
@@ -526,6 +542,9 @@ impl World {
             Ev::Restart(m) => self.restart(m),
             Ev::Pause => self.pause(),
             Ev::Transfer => self.transfer(),
+            Ev::Membership => self.remove_member(),
+            Ev::MembershipStep => self.membership_step(),
+            Ev::AddMember => self.add_member(),
             Ev::Heal => self.heal(),
             Ev::Stop => {}
             Ev::WatchPoll(w) => self.watch_poll(w),
@@ -596,7 +615,7 @@ impl World {
                     by_client,
                     index,
                 } if index > applied_before => {
-                    if self.leases.ended(id.get(), self.now, by_client) {
+                    if self.leases.ended(id.get(), self.now, by_client, index) {
                         self.lease_ends += 1;
                         self.note(format!(
                             "lease {} ended{}",
@@ -743,11 +762,13 @@ impl World {
     }
 
     fn restart(&mut self, m: usize) {
-        if self.members[m].is_up() || self.members[m].refused.is_some() {
+        if self.members[m].is_up() || self.members[m].refused.is_some() || self.members[m].removed {
             return;
         }
-        // At most one member ever gets a rotten log, so a quorum always has intact ones.
+        // At most one member ever gets a rotten log, and only where no member is ever removed,
+        // so a quorum always has intact ones.
         if self.faults.bit_flips
+            && self.faults.membership_every.is_none()
             && self.members.iter().all(|mm| mm.refused.is_none())
             && m == 0
             && self.rng.chance(0.5)
@@ -831,6 +852,119 @@ impl World {
         self.after(next, Ev::Transfer);
     }
 
+    /// The leader removes a voter that is neither itself nor down: docs/testing.md.
+    fn remove_member(&mut self) {
+        let every = self.faults.membership_every.expect("scheduled");
+        if self.healed() {
+            return;
+        }
+        if self.removing.is_none()
+            && self.adding.is_none()
+            && let Some(l) = self.leader()
+        {
+            let voters = self.members[l].machine.voters();
+            let candidates: Vec<usize> = voters
+                .iter()
+                .map(|id| (*id - 1) as usize)
+                .filter(|m| *m != l && self.members[*m].is_up())
+                .collect();
+            // Only with every voter up (as an operator would): removing one while another is
+            // down can leave no quorum once the down one is lost for good.
+            let all_up = voters
+                .iter()
+                .all(|id| self.members[(*id - 1) as usize].is_up());
+            if voters.len() >= 3 && all_up && !candidates.is_empty() {
+                let gone = candidates[self.rng.below(candidates.len() as u64) as usize];
+                let mut out = Vec::new();
+                let kind = leasehold_consensus::eraftpb::ConfChangeType::RemoveNode;
+                if self.members[l].change_membership(self.now, kind, gone as u64 + 1, &mut out) {
+                    self.note(format!("m{} proposes to remove m{}", l + 1, gone + 1));
+                    self.removing = Some((gone, self.now));
+                    self.after(200 * MS, Ev::MembershipStep);
+                }
+                self.deliver(l, out);
+            }
+        }
+        let next = self.rng.range(SEC, every * SEC);
+        self.after(next, Ev::Membership);
+    }
+
+    fn membership_step(&mut self) {
+        let Some((gone, since)) = self.removing else {
+            return;
+        };
+        let applied = self.members.iter().filter(|m| m.is_up()).any(|m| {
+            m.status().is_some_and(|s| s.is_leader)
+                && !m.machine.voters().contains(&(gone as u64 + 1))
+        });
+        if applied {
+            // The removed member stops for good; its disk goes with it.
+            self.members[gone].crash();
+            self.members[gone].removed = true;
+            self.removing = None;
+            self.note(format!("m{} is removed", gone + 1));
+            let after = self.rng.range(SEC / 2, 2 * SEC);
+            self.after(after, Ev::AddMember);
+        } else if self.now.saturating_sub(since) > 10 * SEC {
+            // Never committed (a leader change dropped it): no longer waited for.
+            self.note(format!("the removal of m{} did not happen", gone + 1));
+            self.removing = None;
+        } else {
+            self.after(200 * MS, Ev::MembershipStep);
+        }
+    }
+
+    /// A new member, with an empty disk and no membership, is started and added as a voter.
+    fn add_member(&mut self) {
+        let new = match self.adding {
+            Some((m, _)) => m,
+            None => {
+                let id = self.members.len() as u64 + 1;
+                let disk = if self.options.variant == Variant::AckBeforeFsync {
+                    SimFs::Lying(MemFs::new())
+                } else {
+                    SimFs::Honest(MemFs::new())
+                };
+                let clock = Clock {
+                    rate_ppm: 0,
+                    offset_us: self.rng.range(0, 1000 * SEC),
+                };
+                let election_tick = self.rng.range(10, 15) as usize;
+                let member = Member::new(
+                    id,
+                    &[],
+                    disk,
+                    clock,
+                    election_tick,
+                    self.options.variant,
+                    self.base,
+                );
+                self.members.push(member);
+                let m = self.members.len() - 1;
+                self.start_member(m);
+                let first = self.rng.range(0, TICK_US);
+                self.after(first, Ev::Tick(m));
+                self.adding = Some((m, self.now));
+                m
+            }
+        };
+        let id = new as u64 + 1;
+        if let Some(l) = self.leader() {
+            if self.members[l].machine.voters().contains(&id) {
+                self.note(format!("m{id} is added"));
+                self.adding = None;
+                return;
+            }
+            let mut out = Vec::new();
+            let kind = leasehold_consensus::eraftpb::ConfChangeType::AddNode;
+            if self.members[l].change_membership(self.now, kind, id, &mut out) {
+                self.note(format!("m{} proposes to add m{id}", l + 1));
+            }
+            self.deliver(l, out);
+        }
+        self.after(500 * MS, Ev::AddMember);
+    }
+
     /// The faults stop: the network heals, stopped members continue, crashed ones restart;
     /// every lease client dies a second later, and leaders change every 3 s.
     fn heal(&mut self) {
@@ -839,7 +973,10 @@ impl World {
         self.note("heal: faults stop".into());
         for m in 0..self.members.len() {
             self.members[m].paused_until = self.members[m].paused_until.min(self.now);
-            if !self.members[m].is_up() && self.members[m].refused.is_none() {
+            if !self.members[m].is_up()
+                && self.members[m].refused.is_none()
+                && !self.members[m].removed
+            {
                 self.start_member(m);
             }
         }
@@ -1330,6 +1467,22 @@ impl World {
                 }
             }
             self.now = until;
+        }
+        for m in 0..self.members.len() {
+            let line = match self.members[m].status() {
+                Some(s) => format!(
+                    "m{}: term {} leader {} commit {} applied {} last {} voters {:?}",
+                    m + 1,
+                    s.term,
+                    s.leader,
+                    s.commit,
+                    s.applied,
+                    s.last_index,
+                    self.members[m].machine.voters()
+                ),
+                None => format!("m{}: down", m + 1),
+            };
+            self.note(line);
         }
         let up: Vec<&Member> = self.members.iter().filter(|m| m.is_up()).collect();
         if let Err(e) = converged(&up) {
