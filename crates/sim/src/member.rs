@@ -603,7 +603,7 @@ impl Member {
         if !status.is_leader {
             return;
         }
-        self.maybe_promote(now);
+        self.maybe_promote();
         let Some(clock) = self.lease_clock else {
             return;
         };
@@ -672,7 +672,7 @@ impl Member {
         leasehold_raft::lease_time_at(self.machine.leases().clock_ms(), seen, self.instant(now))
     }
 
-    fn maybe_promote(&mut self, _now: u64) {
+    fn maybe_promote(&mut self) {
         let Some(status) = self.status() else { return };
         if !status.is_leader || self.promoted_term == Some(status.term) {
             return;
@@ -912,7 +912,7 @@ impl Member {
             out.push(Out::Note(format!("m{} demoted", self.id)));
         }
         if leading && self.promoted_term.is_none() {
-            self.maybe_promote(now);
+            self.maybe_promote();
         }
     }
 

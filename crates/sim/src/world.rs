@@ -114,7 +114,6 @@ enum Ev {
     /// A member's expiry driver wakes.
     Wake(usize),
     Raft {
-        from: u64,
         to: usize,
         bytes: Vec<u8>,
     },
@@ -406,7 +405,6 @@ pub fn run(seed: u64, options: Options) -> Outcome {
     world.at(chaos, Ev::Heal);
     let end = world.end;
     world.at(end, Ev::Stop);
-    let started = Instant::now();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.run_loop()));
     if let Err(panic) = result {
         let text = panic
@@ -420,7 +418,6 @@ pub fn run(seed: u64, options: Options) -> Outcome {
     } else {
         world.final_checks();
     }
-    let _ = started;
     Outcome {
         seed,
         trace_hash: world.trace_hash,
@@ -504,9 +501,8 @@ impl World {
                 self.members[m].wake(self.now, &mut out);
                 self.deliver(m, out);
             }
-            Ev::Raft { from, to, bytes } => {
+            Ev::Raft { to, bytes } => {
                 let mut out = Vec::new();
-                let _ = from;
                 self.members[to].step(self.now, &bytes, &mut out);
                 self.deliver(to, out);
             }
@@ -581,17 +577,7 @@ impl World {
                     } else {
                         0
                     };
-                    self.send(
-                        from,
-                        to,
-                        sync,
-                        |bytes| Ev::Raft {
-                            from: from as u64 + 1,
-                            to,
-                            bytes,
-                        },
-                        bytes,
-                    );
+                    self.send(from, to, sync, |bytes| Ev::Raft { to, bytes }, bytes);
                 }
                 Out::Peer { to, msg } => {
                     let to = (to - 1) as usize;
