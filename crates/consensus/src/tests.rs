@@ -272,6 +272,23 @@ impl Cluster {
         true
     }
 
+    /// `id` checkpoints its machine as a snapshot and compacts its log behind it, so that a
+    /// member that lacks the compacted entries needs the snapshot; the machine checkpointed.
+    fn compact_with_snapshot(&mut self, id: u64) -> Machine {
+        let machine = self.members[&id].machine.clone();
+        let mut snapshot = Snapshot {
+            data: machine.encode(),
+            ..Default::default()
+        };
+        snapshot.mut_metadata().index = machine.applied_index;
+        snapshot.mut_metadata().term = machine.applied_term;
+        snapshot
+            .mut_metadata()
+            .set_conf_state(crate::proto::conf_state_to_raft(machine.conf_state.clone()));
+        self.core(id).compact(snapshot).expect("compact");
+        machine
+    }
+
     fn tick_all(&mut self) {
         for member in self.members.values_mut() {
             if let Some(core) = member.core.as_mut() {
@@ -501,8 +518,11 @@ fn a_minority_cut_off_cannot_elect_and_the_majority_goes_on() {
     c.check_prefixes();
 }
 
-#[test]
-fn a_follower_far_behind_is_caught_up_with_a_snapshot() {
+/// A 3-member cluster whose leader has taken 40 entries while one member was down, then
+/// checkpointed and compacted its log: the entries that member lacks are gone, so only a
+/// snapshot catches it up. The cluster, its leader, the (still down) member and the snapshot's
+/// machine.
+fn behind_a_snapshot() -> (Cluster, u64, u64, Machine) {
     let mut c = Cluster::with_catch_up(&[1, 2, 3], 5);
     let leader = c.elect();
     let behind = *c.members.keys().find(|id| **id != leader).unwrap();
@@ -511,18 +531,13 @@ fn a_follower_far_behind_is_caught_up_with_a_snapshot() {
         c.propose(leader, &format!("s{i}"));
     }
     c.settle();
-    // The leader checkpoints and compacts: the entries the crashed member lacks are gone.
-    let machine = c.members[&leader].machine.clone();
-    let mut snapshot = Snapshot {
-        data: machine.encode(),
-        ..Default::default()
-    };
-    snapshot.mut_metadata().index = machine.applied_index;
-    snapshot.mut_metadata().term = machine.applied_term;
-    snapshot
-        .mut_metadata()
-        .set_conf_state(crate::proto::conf_state_to_raft(machine.conf_state.clone()));
-    c.core(leader).compact(snapshot).expect("compact");
+    let machine = c.compact_with_snapshot(leader);
+    (c, leader, behind, machine)
+}
+
+#[test]
+fn a_follower_far_behind_is_caught_up_with_a_snapshot() {
+    let (mut c, leader, behind, _) = behind_a_snapshot();
     assert!(c.core(leader).compacted_index() > 1);
     c.start(behind);
     c.run_until(100, |c| c.applied(behind).len() == 40);
@@ -543,25 +558,7 @@ fn a_follower_far_behind_is_caught_up_with_a_snapshot() {
 /// read the compacted entries in between.
 #[test]
 fn a_member_that_just_installed_a_snapshot_can_take_over_leadership() {
-    let mut c = Cluster::with_catch_up(&[1, 2, 3], 5);
-    let leader = c.elect();
-    let behind = *c.members.keys().find(|id| **id != leader).unwrap();
-    c.crash(behind);
-    for i in 0..40 {
-        c.propose(leader, &format!("s{i}"));
-    }
-    c.settle();
-    let machine = c.members[&leader].machine.clone();
-    let mut snapshot = Snapshot {
-        data: machine.encode(),
-        ..Default::default()
-    };
-    snapshot.mut_metadata().index = machine.applied_index;
-    snapshot.mut_metadata().term = machine.applied_term;
-    snapshot
-        .mut_metadata()
-        .set_conf_state(crate::proto::conf_state_to_raft(machine.conf_state.clone()));
-    c.core(leader).compact(snapshot).expect("compact");
+    let (mut c, leader, behind, machine) = behind_a_snapshot();
     c.start(behind);
     c.run_until(100, |c| c.members[&behind].machine.installs == 1);
     assert_eq!(
@@ -582,25 +579,7 @@ fn a_member_that_just_installed_a_snapshot_can_take_over_leadership() {
 /// again after two election timeouts.
 #[test]
 fn a_follower_whose_answer_to_a_snapshot_was_lost_is_caught_up() {
-    let mut c = Cluster::with_catch_up(&[1, 2, 3], 5);
-    let leader = c.elect();
-    let behind = *c.members.keys().find(|id| **id != leader).unwrap();
-    c.crash(behind);
-    for i in 0..40 {
-        c.propose(leader, &format!("s{i}"));
-    }
-    c.settle();
-    let machine = c.members[&leader].machine.clone();
-    let mut snapshot = Snapshot {
-        data: machine.encode(),
-        ..Default::default()
-    };
-    snapshot.mut_metadata().index = machine.applied_index;
-    snapshot.mut_metadata().term = machine.applied_term;
-    snapshot
-        .mut_metadata()
-        .set_conf_state(crate::proto::conf_state_to_raft(machine.conf_state.clone()));
-    c.core(leader).compact(snapshot).expect("compact");
+    let (mut c, leader, behind, _) = behind_a_snapshot();
     // The member behind's answer to the snapshot is lost (its refusals of appends the leader
     // can no longer send get through, so the leader learns it needs the snapshot).
     c.muted.insert((behind, leader));

@@ -315,6 +315,18 @@ fn only_segment(fs: &MemFs, dir: &Path) -> PathBuf {
     dir.join(&names[0])
 }
 
+/// A log on `MemFs` holding `batches`, closed; its one segment's path.
+fn log_of(batches: &[Batch]) -> (MemFs, PathBuf, PathBuf) {
+    let (fs, dir) = mem_log();
+    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    for b in batches {
+        wal.append(b).expect("append");
+    }
+    drop(wal);
+    let path = only_segment(&fs, &dir);
+    (fs, dir, path)
+}
+
 #[test]
 fn an_acknowledged_append_survives_a_crash_that_loses_everything_unsynced() {
     let (fs, dir) = mem_log();
@@ -386,13 +398,8 @@ fn some_crash_tears_the_last_frame_and_the_tear_is_cleared() {
 fn a_flipped_bit_in_an_acknowledged_frame_is_refused_inside_the_log_and_in_its_last_frame() {
     // One batch: the damaged frame is the last; two: another, intact, follows it.
     for batches in [2, 1] {
-        let (fs, dir) = mem_log();
-        let (mut wal, _) = open_mem(&fs, &dir).expect("create");
-        for i in 1..=batches {
-            wal.append(&batch(i, i, 1)).expect("append");
-        }
-        drop(wal);
-        let path = only_segment(&fs, &dir);
+        let written: Vec<Batch> = (1..=batches).map(|i| batch(i, i, 1)).collect();
+        let (fs, dir, path) = log_of(&written);
         let bytes = fs.contents(&path).expect("segment");
         let at = bytes
             .windows(7)
@@ -408,12 +415,7 @@ fn a_flipped_bit_in_an_acknowledged_frame_is_refused_inside_the_log_and_in_its_l
 #[test]
 fn a_flipped_bit_in_the_last_frames_length_is_refused() {
     for bit in [8, 12, 20] {
-        let (fs, dir) = mem_log();
-        let (mut wal, _) = open_mem(&fs, &dir).expect("create");
-        wal.append(&batch(1, 1, 1)).expect("append");
-        wal.append(&batch(2, 2, 1)).expect("append");
-        drop(wal);
-        let path = only_segment(&fs, &dir);
+        let (fs, dir, path) = log_of(&[batch(1, 1, 1), batch(2, 2, 1)]);
         let bytes = fs.contents(&path).expect("segment");
         let last = *frame_offsets(&bytes).last().expect("frames");
         fs.flip_bit(&path, last + 4 + bit / 8, (bit % 8) as u8);
@@ -427,11 +429,7 @@ fn a_flipped_bit_in_the_last_frames_length_is_refused() {
 fn a_format_1_log_still_opens() {
     use crate::proto::{Frame, FrameKind};
     use prost::Message;
-    let (fs, dir) = mem_log();
-    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
-    wal.append(&batch(1, 3, 1)).expect("append");
-    drop(wal);
-    let path = only_segment(&fs, &dir);
+    let (fs, dir, path) = log_of(&[batch(1, 3, 1)]);
     let bytes = fs.contents(&path).expect("segment");
     let mut old = Vec::new();
     for at in frame_offsets(&bytes) {
@@ -484,12 +482,7 @@ fn frame_offsets(bytes: &[u8]) -> Vec<usize> {
 
 #[test]
 fn a_zeroed_frame_followed_by_intact_frames_is_refused() {
-    let (fs, dir) = mem_log();
-    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
-    wal.append(&batch(1, 1, 1)).expect("append");
-    wal.append(&batch(2, 2, 1)).expect("append");
-    drop(wal);
-    let path = only_segment(&fs, &dir);
+    let (fs, dir, path) = log_of(&[batch(1, 1, 1), batch(2, 2, 1)]);
     let bytes = fs.contents(&path).expect("segment");
     let frames = frame_offsets(&bytes);
     assert_eq!(frames.len(), 3, "the header and two batches");
