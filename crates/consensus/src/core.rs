@@ -9,7 +9,8 @@
 //! 4. the messages that promise something about the disk (votes, append acks) go out;
 //! 5. committed entries are handed to the host, which applies them and reports back with
 //!    [`Core::applied_to`];
-//! 6. the light ready's commit index, messages and committed entries follow.
+//! 6. the light ready's commit index, messages and committed entries follow;
+//! 7. if those entries hold a membership change, the commit index is written and synced first.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -481,6 +482,35 @@ impl<F: Fs> Core<F> {
             host.send(light.take_messages());
         }
         handled.committed.extend(light.take_committed_entries());
+        self.sync_commit_of_membership(&mut handled)?;
         Ok(handled)
+    }
+
+    /// Writes the commit index durably before a membership change is handed over to apply. The
+    /// commit index is otherwise written only with entries or a vote (a restart learns it again
+    /// from the quorum), but once a removal is applied the operator may stop the removed member
+    /// for good, and it may have been the only other voter that knew the change committed: a
+    /// leader that then restarted with the commit index from before the change would be back
+    /// in the old membership, waiting for a member that is gone (found by the simulator, seed
+    /// 125 of an early build: a removal that left a leader and a new member still waiting
+    /// for its snapshot).
+    fn sync_commit_of_membership(&mut self, handled: &mut Handled) -> Result<(), CoreError> {
+        let Some(last_change) = handled
+            .committed
+            .iter()
+            .rev()
+            .find(|e| e.get_entry_type() != eraftpb::EntryType::EntryNormal)
+            .map(|e| e.index)
+        else {
+            return Ok(());
+        };
+        let mut hs = self.node.store().hard_state().clone();
+        hs.commit = hs.commit.max(last_change);
+        self.wal.append(&Batch {
+            hard_state: Some(hard_state_from_raft(&hs)),
+            ..Batch::default()
+        })?;
+        handled.wrote_log = true;
+        Ok(())
     }
 }

@@ -613,6 +613,37 @@ fn membership_changes_through_conf_change_v2() {
     c.run_until(30, |c| c.applied(leader).len() == 1);
 }
 
+/// A leader that applied a removal, then lost power at once (the removed member already stopped
+/// for good, as an operator stops it once MemberRemove returns), restarts with a commit index
+/// that covers the removal: had it restarted in the old membership, the removed member could
+/// have been the vote it needed.
+#[test]
+fn a_membership_change_is_applied_only_once_its_commit_is_durable() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    let gone = *c.members.keys().find(|id| **id != leader).unwrap();
+    let mut remove = eraftpb::ConfChangeV2::default();
+    let mut single = eraftpb::ConfChangeSingle::default();
+    single.set_change_type(eraftpb::ConfChangeType::RemoveNode);
+    single.node_id = gone;
+    remove.mut_changes().push(single);
+    c.core(leader)
+        .propose_conf_change(&remove)
+        .expect("propose");
+    c.run_until(30, |c| {
+        !c.members[&leader].machine.conf_state.voters.contains(&gone)
+    });
+    let removal = c.members[&leader].machine.applied_index;
+    c.crash(gone);
+    c.crash(leader);
+    c.start(leader);
+    let commit = c.core(leader).status().commit;
+    assert!(
+        commit >= removal,
+        "restarted with commit index {commit}, before the removal at {removal}"
+    );
+}
+
 mod driver {
     //! The real-time driver: three members on their own Raft threads, messages through our
     //! codec in memory. Bounded waits only; nothing here times a lease.
