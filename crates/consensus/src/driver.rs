@@ -4,8 +4,8 @@
 //! the log's `fdatasync`, so nothing else runs on it; the leader's messages are handed to
 //! [`Host::send`] before that, and the transport sends them while the disk works.
 //!
-//! This is the only place of the crate that reads a clock; the simulator drives [`Core`]
-//! directly with its own.
+//! This is the only place of the crate that reads a clock; the simulator drives [`Core`] with its
+//! own, through the same [`round`].
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -71,7 +71,7 @@ impl Committed {
 }
 
 /// The member around the core: its transport and its state machine.
-pub trait Machine: Host + Send + 'static {
+pub trait Machine: Host {
     /// Applies committed entries, in order.
     fn apply(&mut self, committed: Vec<Committed>);
     /// Raft's progress after each round that changed the leader or the role.
@@ -106,7 +106,7 @@ where
     /// linearizable reads are batched and retried (in ticks).
     pub fn start(
         core: Core<F>,
-        machine: impl Machine,
+        machine: impl Machine + Send + 'static,
         tick: Duration,
         reads: ReadBatcher,
     ) -> Driver<F> {
@@ -143,7 +143,7 @@ impl<F: Fs> Drop for Driver<F> {
 
 fn run<F: Fs>(
     mut core: Core<F>,
-    mut machine: impl Machine,
+    mut machine: impl Machine + Send + 'static,
     mut reads: ReadBatcher,
     queue: mpsc::Receiver<Input<F>>,
     tick: Duration,
@@ -190,7 +190,7 @@ fn run<F: Fs>(
             }
         }
         while core.has_ready() {
-            if let Err(e) = round(&mut core, &mut machine, &mut reads) {
+            if let Err(e) = round(&mut core, &mut machine, &mut reads, Instant::now) {
                 tracing::error!("raft core stopped: {e}");
                 reads.stop();
                 machine.failed(e);
@@ -242,15 +242,20 @@ fn landed<F: Fs>(core: &Core<F>) -> Proposed {
     }
 }
 
-fn round<F: Fs>(
+/// Handles one `Ready`: the log written and messages sent (through `machine` as the [`Host`]),
+/// committed entries applied in order (membership changes applied to Raft first), then the read
+/// states confirmed to `reads`. The Raft thread runs it while the core has a `Ready`; so does the
+/// simulator, with `clock` its simulated one (read only to time the log write).
+pub fn round<F: Fs>(
     core: &mut Core<F>,
     machine: &mut impl Machine,
     reads: &mut ReadBatcher,
+    clock: impl Fn() -> Instant,
 ) -> Result<(), CoreError> {
-    let started = Instant::now();
+    let started = clock();
     let handled = core.handle_ready(machine)?;
     if handled.wrote_log {
-        machine.log_written(started.elapsed(), handled.appended);
+        machine.log_written(clock().saturating_duration_since(started), handled.appended);
     }
     if !handled.committed.is_empty() {
         let last = handled.committed.last().map(|e| e.index);

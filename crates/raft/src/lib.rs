@@ -15,6 +15,7 @@ mod export;
 mod position;
 mod replica;
 mod state_machine;
+pub mod steps;
 mod storage;
 mod telemetry;
 mod tokens;
@@ -36,7 +37,9 @@ pub use replica::{
     MembershipError, NoForwarding, NoTransport, RaftChanges, RaftStatus, RaftTransport, ReadIndex,
     Replica, ReplicaConfig, ReplicaError, StartError,
 };
-pub use state_machine::{Machine, decode_proposal, encode_proposal, lease_time_at, rebind};
+pub use state_machine::{
+    LeaseTimeSeen, Machine, decode_proposal, encode_proposal, lease_time_at, rebind,
+};
 pub use storage::{Defragmented, StorageError};
 pub use telemetry::{DISK_BUCKETS_SECS, HistogramReading, TelemetryReading};
 

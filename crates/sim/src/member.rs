@@ -1,22 +1,27 @@
 //! One simulated member: the real consensus core on its simulated disk, the real state machine,
-//! and around them what `Replica` does, event by event instead of on threads and tasks: group
-//! writes into proposals stamped with the leader's lease time, forward a follower's writes,
-//! answer reads after a read index, promote the lease clock once a new leader has applied every
-//! earlier term, tick the replicated lease clock and drive expiry. Every clock read is this
-//! member's simulated monotonic clock.
+//! and around them the replica's own decisions (`leasehold_raft::steps`: stamping, promotion,
+//! the expiry pass, when a forwarded write is answered, append dates) and the Raft thread's own
+//! round (`leasehold_consensus::driver::round`), driven event by event instead of on threads and
+//! tasks. What stays here is the plumbing the replica does with tasks and channels: waiting for
+//! an entry to apply, forwarding a follower's writes, answering reads after a read index. Every
+//! clock read is this member's simulated monotonic clock.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leasehold_consensus::eraftpb::{self, EntryType, Snapshot};
+use leasehold_consensus::driver::{self, Committed};
+use leasehold_consensus::eraftpb::{self, Snapshot};
 use leasehold_consensus::reads::{ReadBatcher, ReadError};
 use leasehold_consensus::{
-    Checkpoint, Core, CoreConfig, Host, HostError, decode_peer_message, encode_message,
+    Checkpoint, Core, CoreConfig, CoreError, Host, HostError, decode_peer_message, encode_message,
 };
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
+use leasehold_raft::steps::{
+    self, AppendTimes, ExpiryConfig, Promotion, PromotionStep, answered_before_apply, expiry_pass,
+};
 use leasehold_raft::{Applied, Command, Machine, Proposal, Write, encode_proposal};
 use leasehold_wal::WalOptions;
 use leasehold_wal::proto::ConfState;
@@ -26,8 +31,6 @@ use crate::{Variant, WAL_DIR};
 
 /// A heartbeat interval: one Raft tick, 100 ms as etcd's default.
 pub const TICK_US: u64 = 100_000;
-/// The replicated lease clock is ticked this often while leases exist (as the expiry driver).
-const LEASE_TICK_MS: u64 = 500;
 /// A member saves its state machine and compacts its log this often (`rs::CHECKPOINT_EVERY`
 /// is 100 ms; a longer one here keeps more log to replay and to send as snapshots).
 pub const CHECKPOINT_TICKS: u64 = 10;
@@ -79,8 +82,16 @@ pub enum Origin {
 #[derive(Clone, Debug)]
 pub enum Request {
     Write(Write),
-    Get { key: Vec<u8>, linearizable: bool },
+    /// A range read of `[key, range_end)` (one key if `range_end` is empty).
+    Range {
+        key: Vec<u8>,
+        range_end: Vec<u8>,
+        linearizable: bool,
+    },
 }
+
+/// A range: key and range end.
+pub type Span = (Vec<u8>, Vec<u8>);
 
 /// What a member answers.
 #[derive(Clone, Debug)]
@@ -91,7 +102,8 @@ pub enum Answer {
         applied: Applied,
         stamped_at: Option<Stamp>,
     },
-    Value(Option<Vec<u8>>),
+    /// A range's keys and values, in key order.
+    Kvs(Vec<(Vec<u8>, Vec<u8>)>),
     Failed(#[allow(dead_code)] &'static str),
 }
 
@@ -166,20 +178,8 @@ type ReadAnswers = Arc<Mutex<Vec<(ReadFor, Result<u64, ReadError>)>>>;
 
 /// Who a read index is for.
 enum ReadFor {
-    Client(Origin, Vec<u8>),
+    Client(Origin, Span),
     Promotion(u64),
-}
-
-enum Promotion {
-    Idle,
-    Reading {
-        term: u64,
-    },
-    Committing {
-        term: u64,
-        index: u64,
-        replicated_ms: u64,
-    },
 }
 
 pub struct Member {
@@ -198,24 +198,30 @@ pub struct Member {
     pub wake_at: Option<u64>,
     base: Instant,
     ticks: u64,
+    /// This member's lease clock while it leads and times leases (the replica's `SharedClock`).
     lease_clock: Option<LeaseClock>,
     promotion: Promotion,
-    promoted_term: Option<u64>,
-    append_times: BTreeMap<u64, u64>,
-    lease_time_applied: Option<(u64, u64)>,
+    /// A promotion's read index (term, index), waiting for this member to apply that far.
+    confirming: Option<(u64, u64)>,
+    /// A promotion's `LeasePromote` (term, index), waiting to be applied.
+    promoting: Option<(u64, u64)>,
+    append_times: AppendTimes,
     waiters: BTreeMap<u64, Waiter>,
     /// The driver's own batcher of ReadIndex rounds (retries included), and what its readers
     /// were told, collected for the next step.
     reads: ReadBatcher,
     read_answers: ReadAnswers,
-    ready_reads: Vec<(u64, Origin, Vec<u8>)>,
+    ready_reads: Vec<(u64, Origin, Span)>,
     /// Forwarded writes by request number: who asked, and whether the answer waits for this
     /// member's own apply.
     forwarded: BTreeMap<u64, (Origin, bool)>,
     after_apply: Vec<(u64, Origin, Answer)>,
     next_ctx: u64,
-    expiring: Option<u64>,
-    last_lease_tick_ms: u64,
+    expiry: ExpiryConfig,
+    /// The expiry driver's proposal in flight (its index): the driver awaits each one.
+    duty: Option<u64>,
+    /// A failed expiry proposal is retried at this true µs.
+    duty_retry: u64,
     /// What a refusal to start said (a damaged log): the member stays down.
     pub refused: Option<String>,
     /// Removed from the cluster: it never runs again.
@@ -271,10 +277,10 @@ impl Member {
             base,
             ticks: 0,
             lease_clock: None,
-            promotion: Promotion::Idle,
-            promoted_term: None,
-            append_times: BTreeMap::new(),
-            lease_time_applied: None,
+            promotion: Promotion::default(),
+            confirming: None,
+            promoting: None,
+            append_times: AppendTimes::default(),
             waiters: BTreeMap::new(),
             reads: ReadBatcher::new(1, 1),
             read_answers: Arc::new(Mutex::new(Vec::new())),
@@ -282,8 +288,9 @@ impl Member {
             forwarded: BTreeMap::new(),
             after_apply: Vec::new(),
             next_ctx: 1,
-            expiring: None,
-            last_lease_tick_ms: 0,
+            expiry: ExpiryConfig::default(),
+            duty: None,
+            duty_retry: 0,
             refused: None,
             removed: false,
         }
@@ -332,11 +339,12 @@ impl Member {
         );
         self.ticks = 0;
         self.lease_clock = None;
-        self.promotion = Promotion::Idle;
-        self.promoted_term = None;
-        self.append_times.clear();
-        self.lease_time_applied = None;
-        self.expiring = None;
+        self.promotion = Promotion::default();
+        self.confirming = None;
+        self.promoting = None;
+        self.append_times = AppendTimes::default();
+        self.duty = None;
+        self.duty_retry = 0;
         Ok(())
     }
 
@@ -366,7 +374,6 @@ impl Member {
         if self.ticks.is_multiple_of(CHECKPOINT_TICKS) {
             self.checkpoint();
         }
-        self.lease_duties(now, out);
         self.drive(now, out);
     }
 
@@ -447,15 +454,19 @@ impl Member {
         }
         match request {
             Request::Write(write) => self.write(now, origin, write, out),
-            Request::Get { key, linearizable } => {
+            Request::Range {
+                key,
+                range_end,
+                linearizable,
+            } => {
                 let serve_here = !linearizable
                     || (self.variant == Variant::StaleFollowerRead
                         && !self.status().is_some_and(|s| s.is_leader));
                 if serve_here {
-                    let answer = self.get(&key);
+                    let answer = self.range(&(key, range_end));
                     reply(out, origin, 0, answer);
                 } else {
-                    self.read(ReadFor::Client(origin, key));
+                    self.read(ReadFor::Client(origin, (key, range_end)));
                 }
             }
         }
@@ -477,13 +488,14 @@ impl Member {
         (self.id << 48) | self.next_ctx
     }
 
-    fn get(&self, key: &[u8]) -> Answer {
+    fn range(&self, (key, range_end): &Span) -> Answer {
         let request = RangeRequest {
-            key: key.to_vec(),
+            key: key.clone(),
+            range_end: range_end.clone(),
             ..RangeRequest::default()
         };
         match self.machine.store().range(&request) {
-            Ok(r) => Answer::Value(r.kvs.into_iter().next().map(|kv| kv.value)),
+            Ok(r) => Answer::Kvs(r.kvs.into_iter().map(|kv| (kv.key, kv.value)).collect()),
             Err(_) => Answer::Failed("range"),
         }
     }
@@ -492,29 +504,31 @@ impl Member {
         let Some(status) = self.status() else { return };
         if status.is_leader {
             let timed = write.is_lease_timed();
-            let now_ms = match (timed, self.lease_clock) {
-                (false, _) => 0,
-                (true, Some(clock)) => clock.now_ms_ceil(self.instant(now)),
-                (true, None) => {
-                    reply(out, origin, 0, Answer::Failed("not timing leases yet"));
+            let proposal = match steps::stamp(self.lease_clock, self.instant(now), vec![write]) {
+                Ok(proposal) => proposal,
+                Err(_) => {
+                    // Not timing leases yet (promotion under way): the client goes again.
+                    reply(out, origin, 0, Answer::Failed("no leader"));
                     return;
                 }
             };
-            if let Write::LeaseGrant(leasehold_raft::LeaseGrant { id, .. })
-            | Write::LeaseRenew(leasehold_raft::LeaseRenew { id }) = &write
-            {
-                out.push(Out::Stamped {
-                    id: *id,
-                    lease_ms: now_ms,
-                });
+            let mut stamped_at = None;
+            for command in &proposal.commands {
+                if let Command::LeaseGrant { id, now_ms, .. } | Command::LeaseRenew { id, now_ms } =
+                    command
+                {
+                    out.push(Out::Stamped {
+                        id: *id,
+                        lease_ms: *now_ms,
+                    });
+                    stamped_at = timed.then_some(Stamp {
+                        true_us: now,
+                        lease_ms: *now_ms,
+                        index: 0,
+                    });
+                }
             }
-            let command = write.stamp(now_ms);
-            let stamped_at = timed.then_some(Stamp {
-                true_us: now,
-                lease_ms: now_ms,
-                index: 0,
-            });
-            self.propose(vec![command], Some((origin, stamped_at)), out);
+            self.propose(proposal.commands, Some((origin, stamped_at)), out);
         } else if status.leader != 0 {
             let request = self.next_ctx();
             let at_commit = write.answered_at_commit();
@@ -585,7 +599,13 @@ impl Member {
             } => {
                 if let Some((origin, at_commit)) = self.forwarded.remove(&request) {
                     let applied_here = self.machine.applied().0 >= index;
-                    if at_commit || applied_here || matches!(answer, Answer::Failed(_)) {
+                    let now_ok = match &answer {
+                        Answer::Applied { applied, .. } => {
+                            answered_before_apply(at_commit, applied)
+                        }
+                        _ => true,
+                    };
+                    if now_ok || applied_here {
                         reply(out, origin, 0, answer);
                     } else {
                         self.after_apply.push((index, origin, answer));
@@ -594,38 +614,6 @@ impl Member {
             }
         }
         self.drive(now, out);
-    }
-
-    /// The leader's lease work at each tick: promotion retries, the replicated clock's tick and
-    /// expiry of what is due.
-    fn lease_duties(&mut self, now: u64, out: &mut Vec<Out>) {
-        let Some(status) = self.status() else { return };
-        if !status.is_leader {
-            return;
-        }
-        self.maybe_promote();
-        let Some(clock) = self.lease_clock else {
-            return;
-        };
-        let now_ms = clock.now_ms(self.instant(now) + self.expiry_skew());
-        if self
-            .expiring
-            .is_some_and(|index| self.machine.applied().0 >= index)
-        {
-            self.expiring = None;
-        }
-        if self.expiring.is_none() {
-            let due = self.machine.leases().expired(now_ms, 10_000);
-            if !due.is_empty() {
-                self.expiring =
-                    self.propose(vec![Command::LeaseExpire { ids: due, now_ms }], None, out);
-            }
-        }
-        let real_ms = clock.now_ms(self.instant(now));
-        if !self.machine.leases().is_empty() && real_ms >= self.last_lease_tick_ms + LEASE_TICK_MS {
-            self.last_lease_tick_ms = real_ms;
-            self.propose(vec![Command::LeaseTick { now_ms: real_ms }], None, out);
-        }
     }
 
     /// The expiry driver's clock is this member's; 1 ms ahead in the known-bad variant.
@@ -637,18 +625,51 @@ impl Member {
         }
     }
 
-    /// When the expiry driver wakes next (true µs): at the next lease deadline, as the
-    /// replica's driver sleeps until it; `None` while an expiry is in flight or nothing is due.
-    pub fn next_wake(&self) -> Option<u64> {
+    /// The expiry driver's pass (`steps::expiry_pass`), as the server's driver runs it: only on
+    /// a leader that times leases, one proposal at a time, a failed one retried after the
+    /// driver's retry interval.
+    fn expiry_duties(&mut self, now: u64, out: &mut Vec<Out>) {
+        let Some(clock) = self.lease_clock else {
+            return;
+        };
+        if let Some(index) = self.duty {
+            if self.machine.applied().0 < index {
+                return;
+            }
+            self.duty = None;
+        }
+        if now < self.duty_retry {
+            return;
+        }
+        let at = self.instant(now) + self.expiry_skew();
+        let pass = expiry_pass(self.machine.leases(), &clock, at, &self.expiry);
+        if let Some(work) = pass.work {
+            self.duty = self.propose(vec![work.command()], None, out);
+            if self.duty.is_none() {
+                self.duty_retry = now + self.expiry.retry.as_micros() as u64;
+            }
+        }
+    }
+
+    /// When the expiry driver wakes next (true µs): the pass's own wake, as the server's driver
+    /// sleeps until it; `None` while its proposal is in flight (its apply runs the next pass) or
+    /// nothing is due.
+    pub fn next_wake(&self, now: u64) -> Option<u64> {
         let clock = self.lease_clock?;
-        if self
-            .expiring
-            .is_some_and(|index| self.machine.applied().0 < index)
-        {
+        if self.duty.is_some() {
             return None;
         }
-        let deadline = self.machine.leases().next_deadline_ms()?;
-        let at = clock.instant_at(deadline) - self.expiry_skew();
+        if now < self.duty_retry {
+            return Some(self.duty_retry);
+        }
+        let skew = self.expiry_skew();
+        let pass = expiry_pass(
+            self.machine.leases(),
+            &clock,
+            self.instant(now) + skew,
+            &self.expiry,
+        );
+        let at = pass.wake? - skew;
         let local =
             u64::try_from(at.saturating_duration_since(self.base).as_micros()).unwrap_or(u64::MAX);
         Some(self.clock.true_at(local))
@@ -659,145 +680,60 @@ impl Member {
         if self.core.is_none() {
             return;
         }
-        self.lease_duties(now, out);
+        self.expiry_duties(now, out);
         self.drive(now, out);
     }
 
-    /// The replicated lease time plus what this member has seen pass since the entry carrying
-    /// it was appended here (`state_machine::lease_time_now`).
-    fn lease_time_now(&self, now: u64) -> u64 {
-        let seen = self
-            .lease_time_applied
-            .map(|(ms, local)| (ms, self.base + Duration::from_micros(local)));
-        leasehold_raft::lease_time_at(self.machine.leases().clock_ms(), seen, self.instant(now))
-    }
-
-    fn maybe_promote(&mut self) {
-        let Some(status) = self.status() else { return };
-        if !status.is_leader || self.promoted_term == Some(status.term) {
-            return;
-        }
-        if let Promotion::Idle = self.promotion {
-            self.promotion = Promotion::Reading { term: status.term };
-            self.read(ReadFor::Promotion(status.term));
-        }
-    }
-
-    /// Handles every `Ready` there is, then what it made possible.
+    /// Handles every `Ready` there is with the Raft thread's own round, then what it made
+    /// possible.
     fn drive(&mut self, now: u64, out: &mut Vec<Out>) {
         loop {
             self.after_progress(now, out);
-            let Some(core) = self.core.as_mut() else {
+            let Some(mut core) = self.core.take() else {
                 return;
             };
             if !core.has_ready() {
+                self.core = Some(core);
                 break;
             }
-            let mut host = SimHost {
-                out: Vec::new(),
-                installed: None,
+            let mut reads = std::mem::replace(&mut self.reads, ReadBatcher::new(1, 1));
+            let at = self.instant(now);
+            let mut around = Around {
+                member: self,
+                now,
+                out,
+                sent: Vec::new(),
+                wrote_log: false,
             };
-            let handled = match core.handle_ready(&mut host) {
-                Ok(handled) => handled,
-                Err(e) => {
-                    out.push(Out::Note(format!("m{} core stopped: {e}", self.id)));
-                    self.refused = Some(e.to_string());
-                    self.crash();
-                    return;
-                }
-            };
-            if let Some(bytes) = host.installed {
-                match Machine::from_bytes(&bytes) {
-                    Ok(machine) => {
-                        let (index, _) = machine.applied();
-                        self.saved = bytes;
-                        self.machine = machine;
-                        out.push(Out::Note(format!(
-                            "m{} installed a snapshot at {index}",
-                            self.id
-                        )));
-                    }
-                    Err(e) => panic!("m{}: a snapshot that does not decode: {e}", self.id),
-                }
-            }
-            let wrote = handled.wrote_log;
-            for (to, bytes) in host.out {
+            let round = driver::round(&mut core, &mut around, &mut reads, || at);
+            let Around {
+                sent, wrote_log, ..
+            } = around;
+            self.core = Some(core);
+            self.reads = reads;
+            for (to, bytes) in sent {
                 out.push(Out::Raft {
                     to,
                     bytes,
-                    after_sync: wrote,
+                    after_sync: wrote_log,
                 });
             }
-            if let Some((first, last)) = handled.appended {
-                let local = self.clock.local_us(now);
-                for index in first..=last {
-                    self.append_times.insert(index, local);
-                }
-            }
-            let mut clock_moved_at = None;
-            for entry in handled.committed {
-                let index = entry.index;
-                let term = entry.term;
-                let applied = match entry.get_entry_type() {
-                    EntryType::EntryNormal => {
-                        let named = lease_ids_in(&entry.data);
-                        let before: Vec<bool> = named
-                            .iter()
-                            .map(|(id, _)| self.machine.leases().contains(*id))
-                            .collect();
-                        let clock_before = self.machine.leases().clock_ms();
-                        let replies = self
-                            .machine
-                            .apply_normal(term, index, &entry.data)
-                            .unwrap_or_else(|e| {
-                                panic!("m{}: entry {index} does not decode: {e}", self.id)
-                            });
-                        if self.machine.leases().clock_ms() > clock_before {
-                            clock_moved_at = Some(index);
-                        }
-                        for ((id, by_client), was) in named.into_iter().zip(before) {
-                            if was && !self.machine.leases().contains(id) {
-                                out.push(Out::LeaseEnded {
-                                    id,
-                                    by_client,
-                                    index,
-                                });
-                            }
-                        }
-                        replies
-                    }
-                    _ => {
-                        let core = self.core.as_mut().expect("up");
-                        if let Ok((_, cs)) = core.apply_conf_change(&entry) {
-                            self.machine
-                                .apply_membership(term, index, &cs.voters, &cs.learners);
-                        }
-                        Vec::new()
-                    }
-                };
-                self.core.as_mut().expect("up").applied_to(index);
-                self.answer(index, term, applied, out);
-            }
-            let clock_ms = self.machine.leases().clock_ms();
-            let dated = clock_moved_at
-                .and_then(|i| self.append_times.get(&i).copied())
-                .unwrap_or_else(|| self.clock.local_us(now));
-            if self.lease_time_applied.is_none_or(|(ms, _)| clock_ms > ms) {
-                self.lease_time_applied = Some((clock_ms, dated));
-            }
-            let applied = self.machine.applied().0;
-            self.append_times = self
-                .append_times
-                .split_off(&applied.saturating_sub(1).max(1));
-            if let Some(core) = self.core.as_mut() {
-                self.reads.confirmed(&handled.read_states);
-                self.reads.send(core);
+            if let Err(e) = round {
+                self.stopped(e, out);
+                return;
             }
         }
     }
 
+    /// The core stopped on an error: the member stops, as the replica's `failed` ends it.
+    fn stopped(&mut self, e: CoreError, out: &mut Vec<Out>) {
+        out.push(Out::Note(format!("m{} core stopped: {e}", self.id)));
+        self.refused = Some(e.to_string());
+        self.crash();
+    }
+
     /// What the applied index now allows: reads, answers that wait for this member's apply,
-    /// the next promotion step; and what a change of leader ends.
+    /// the next promotion step, the expiry driver's next pass; and what a change of leader ends.
     fn after_progress(&mut self, now: u64, out: &mut Vec<Out>) {
         let answers = std::mem::take(&mut *self.read_answers.lock().expect("not poisoned"));
         for (reader, result) in answers {
@@ -808,33 +744,18 @@ impl Member {
                 (ReadFor::Client(origin, _), Err(_)) => {
                     reply(out, origin, 0, Answer::Failed("read index timed out"))
                 }
-                (ReadFor::Promotion(term), Ok(index)) => {
-                    if let Promotion::Reading { term: want } = self.promotion
-                        && want == term
-                    {
-                        // Everything committed before this term is applied once `index` is.
-                        self.promotion = Promotion::Committing {
-                            term,
-                            index,
-                            replicated_ms: 0,
-                        };
-                    }
-                }
-                (ReadFor::Promotion(_), Err(_)) => {
-                    if matches!(self.promotion, Promotion::Reading { .. }) {
-                        self.promotion = Promotion::Idle;
-                    }
-                }
+                (ReadFor::Promotion(term), Ok(index)) => self.confirming = Some((term, index)),
+                (ReadFor::Promotion(term), Err(_)) => self.promotion.failed(term),
             }
         }
         let applied = self.machine.applied().0;
         let mut waiting = Vec::new();
-        for (index, origin, key) in std::mem::take(&mut self.ready_reads) {
+        for (index, origin, span) in std::mem::take(&mut self.ready_reads) {
             if applied >= index {
-                let answer = self.get(&key);
+                let answer = self.range(&span);
                 reply(out, origin, 0, answer);
             } else {
-                waiting.push((index, origin, key));
+                waiting.push((index, origin, span));
             }
         }
         self.ready_reads = waiting;
@@ -847,72 +768,72 @@ impl Member {
             }
         }
         self.after_apply = waiting;
+        self.promotion_steps(now, out);
+        self.expiry_duties(now, out);
+    }
+
+    /// Drives `steps::Promotion` as the replica's `follow_leadership` does: a read index, then
+    /// (once applied that far) the promotion's command, then (once that is applied) the clock.
+    fn promotion_steps(&mut self, now: u64, out: &mut Vec<Out>) {
         let Some(status) = self.status() else { return };
-        let leading = status.is_leader;
-        match self.promotion {
-            Promotion::Committing {
-                term,
-                index,
-                replicated_ms: 0,
-            } if leading && term == status.term && applied >= index => {
-                let replicated_ms = self.lease_time_now(now).max(1);
-                let extend_ms = self.election_timeout_ms();
-                let mut commands = vec![Command::LeasePromote {
-                    now_ms: replicated_ms,
-                    extend_ms,
-                }];
+        let applied = self.machine.applied().0;
+        if let Some((term, index)) = self.confirming
+            && applied >= index
+        {
+            self.confirming = None;
+            let lease_now_ms = self.machine.lease_time_now(self.instant(now));
+            let election_timeout = Duration::from_millis(self.election_timeout_ms());
+            if let Some(command) = self
+                .promotion
+                .confirmed(term, lease_now_ms, election_timeout)
+            {
+                let mut commands = vec![command];
                 if self.variant == Variant::FreshTtl {
                     // etcd's way: every inherited lease starts its TTL again.
                     commands.extend(self.machine.leases().by_deadline().into_iter().map(|id| {
                         Command::LeaseRenew {
                             id,
-                            now_ms: replicated_ms,
+                            now_ms: lease_now_ms,
                         }
                     }));
                 }
                 match self.propose(commands, None, out) {
-                    Some(index) => {
-                        self.promotion = Promotion::Committing {
-                            term,
-                            index,
-                            replicated_ms,
-                        }
-                    }
-                    None => self.promotion = Promotion::Idle,
+                    Some(index) => self.promoting = Some((term, index)),
+                    None => self.promotion.failed(term),
                 }
             }
-            Promotion::Committing {
-                term,
-                index,
-                replicated_ms,
-            } if replicated_ms > 0 && leading && term == status.term && applied >= index => {
-                self.lease_clock = Some(LeaseClock::promote(replicated_ms, self.instant(now)));
-                self.last_lease_tick_ms = replicated_ms;
-                self.promoted_term = Some(term);
-                self.promotion = Promotion::Idle;
-                out.push(Out::Promoted {
-                    lease_ms: replicated_ms,
-                });
-                out.push(Out::Note(format!(
-                    "m{} promoted at term {term}, lease time {replicated_ms}",
-                    self.id
-                )));
-            }
-            Promotion::Reading { term, .. } | Promotion::Committing { term, .. }
-                if !leading || term != status.term =>
-            {
-                self.promotion = Promotion::Idle;
-            }
-            _ => {}
         }
-        if !leading && self.lease_clock.is_some() {
-            self.lease_clock = None;
-            self.promoted_term = None;
-            self.expiring = None;
-            out.push(Out::Note(format!("m{} demoted", self.id)));
+        if let Some((term, index)) = self.promoting
+            && applied >= index
+        {
+            self.promoting = None;
+            if status.is_leader && status.term == term {
+                if let Some(clock) = self.promotion.committed(term, self.instant(now)) {
+                    let lease_ms = clock.now_ms(self.instant(now));
+                    self.lease_clock = Some(clock);
+                    out.push(Out::Promoted { lease_ms });
+                    out.push(Out::Note(format!(
+                        "m{} promoted at term {term}, lease time {lease_ms}",
+                        self.id
+                    )));
+                }
+            } else {
+                // Another leader's entry took its place.
+                self.promotion.failed(term);
+            }
         }
-        if leading && self.promoted_term.is_none() {
-            self.maybe_promote();
+        match self.promotion.leadership(status.is_leader, status.term) {
+            PromotionStep::Confirm { term } => {
+                self.confirming = None;
+                self.promoting = None;
+                self.read(ReadFor::Promotion(term));
+            }
+            PromotionStep::Demote => {
+                self.lease_clock = None;
+                self.duty = None;
+                out.push(Out::Note(format!("m{} demoted", self.id)));
+            }
+            PromotionStep::Wait => {}
         }
     }
 
@@ -933,6 +854,105 @@ impl Member {
                 Answer::Failed("no leader")
             };
             reply(out, waiter.origin, index, answer);
+        }
+    }
+
+    /// Applies one round's committed entries, as the replica's machine does on the Raft thread.
+    fn apply(&mut self, now: u64, committed: Vec<Committed>, out: &mut Vec<Out>) {
+        for c in committed {
+            let (index, term) = (c.entry().index, c.entry().term);
+            let applied = match c {
+                Committed::Normal(entry) => {
+                    let named = lease_ids_in(&entry.data);
+                    let before: Vec<bool> = named
+                        .iter()
+                        .map(|(id, _)| self.machine.leases().contains(*id))
+                        .collect();
+                    let replies = self
+                        .machine
+                        .apply_normal(term, index, &entry.data)
+                        .unwrap_or_else(|e| {
+                            panic!("m{}: entry {index} does not decode: {e}", self.id)
+                        });
+                    for ((id, by_client), was) in named.into_iter().zip(before) {
+                        if was && !self.machine.leases().contains(id) {
+                            out.push(Out::LeaseEnded {
+                                id,
+                                by_client,
+                                index,
+                            });
+                        }
+                    }
+                    replies
+                }
+                Committed::ConfChange { conf_state, .. } => {
+                    self.machine.apply_membership(
+                        term,
+                        index,
+                        &conf_state.voters,
+                        &conf_state.learners,
+                    );
+                    Vec::new()
+                }
+            };
+            self.answer(index, term, applied, out);
+        }
+        let append_times = &mut self.append_times;
+        let at = self.base + Duration::from_micros(self.clock.local_us(now));
+        self.machine
+            .date_lease_time(|index| append_times.appended_at(index), at);
+    }
+}
+
+/// A member during one round of its core: the replica's machine on the Raft thread, with the
+/// messages it sends held until the round says whether it wrote the log (they then leave after
+/// the simulated `fdatasync`).
+struct Around<'a> {
+    member: &'a mut Member,
+    now: u64,
+    out: &'a mut Vec<Out>,
+    sent: Vec<(u64, Vec<u8>)>,
+    wrote_log: bool,
+}
+
+impl Host for Around<'_> {
+    fn send(&mut self, messages: Vec<eraftpb::Message>) {
+        for m in messages {
+            self.sent.push((m.to, encode_message(&m)));
+        }
+    }
+
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), HostError> {
+        let m = &mut *self.member;
+        match m.machine.install(&snapshot.data) {
+            Ok(()) => {
+                m.saved = snapshot.data.to_vec();
+                let (index, _) = m.machine.applied();
+                self.out.push(Out::Note(format!(
+                    "m{} installed a snapshot at {index}",
+                    m.id
+                )));
+                Ok(())
+            }
+            Err(e) => panic!("m{}: a snapshot that does not decode: {e}", m.id),
+        }
+    }
+}
+
+impl driver::Machine for Around<'_> {
+    fn apply(&mut self, committed: Vec<Committed>) {
+        self.member.apply(self.now, committed, self.out);
+    }
+
+    fn failed(&mut self, _: CoreError) {
+        // `round` returns the error; `Member::drive` stops the member on it.
+    }
+
+    fn log_written(&mut self, _took: Duration, appended: Option<(u64, u64)>) {
+        self.wrote_log = true;
+        if let Some((first, last)) = appended {
+            let at = self.member.instant(self.now);
+            self.member.append_times.appended(first, last, at);
         }
     }
 }
@@ -968,22 +988,4 @@ fn lease_ids_in(data: &[u8]) -> Vec<(LeaseId, bool)> {
             _ => Vec::new(),
         })
         .collect()
-}
-
-struct SimHost {
-    out: Vec<(u64, Vec<u8>)>,
-    installed: Option<Vec<u8>>,
-}
-
-impl Host for SimHost {
-    fn send(&mut self, messages: Vec<eraftpb::Message>) {
-        for m in messages {
-            self.out.push((m.to, encode_message(&m)));
-        }
-    }
-
-    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), HostError> {
-        self.installed = Some(snapshot.data.to_vec());
-        Ok(())
-    }
 }

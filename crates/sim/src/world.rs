@@ -188,6 +188,8 @@ enum Kind {
 
 /// The lock the lock clients share, and the key its holder writes, fenced by the lock key's
 /// create revision (docs/locks.md's recipe).
+/// Keys a KV client writes in each 2 s window.
+const KV_KEYS: u64 = 4;
 const LOCK_KEY: &[u8] = b"lock/a";
 const FENCED_KEY: &[u8] = b"fenced/a";
 
@@ -223,9 +225,18 @@ enum ClientOp {
         value: String,
         history: usize,
     },
-    Get {
+    /// Sets `new` if the key's value is `expected` (a txn).
+    Cas {
         key: String,
-        history: Option<usize>,
+        expected: String,
+        new: String,
+        history: usize,
+    },
+    /// A read of one key or of a window's keys: each key it covers, with its history event.
+    Read {
+        span: (Vec<u8>, Vec<u8>),
+        keys: Vec<(String, usize)>,
+        linearizable: bool,
     },
     Grant(Held),
     AttachKey(LeaseId),
@@ -285,8 +296,10 @@ struct World {
     watchers: Vec<Watcher>,
     /// Fenced writes the store accepted: (revision, the token they carried).
     fenced: Vec<(i64, i64)>,
-    /// Per key: its history of puts and linearizable gets.
+    /// Per key: its history of puts, compare-and-sets and reads.
     histories: BTreeMap<String, Vec<HEvent>>,
+    /// The value last sent to each key, which compare-and-sets expect.
+    last_put: BTreeMap<String, String>,
     leases: Leases,
     healed_at: Option<u64>,
     /// A membership change under way: the member being removed (and since when), or `None`
@@ -351,6 +364,7 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         watchers: Vec::new(),
         fenced: Vec::new(),
         histories: BTreeMap::new(),
+        last_put: BTreeMap::new(),
         leases: Leases::default(),
         healed_at: None,
         removing: None,
@@ -550,7 +564,7 @@ impl World {
     /// Schedules what a member's handling produced, and its expiry driver's next wake.
     fn deliver(&mut self, from: usize, out: Vec<Out>) {
         let applied_before = self.applied_max;
-        if let Some(at) = self.members[from].next_wake() {
+        if let Some(at) = self.members[from].next_wake(self.now) {
             // Something already due that the driver could not expire (no proposal taken during
             // a transfer): tried again after the driver's retry interval, 100 ms.
             let at = if at <= self.now {
@@ -577,11 +591,13 @@ impl World {
                     } else {
                         0
                     };
-                    self.send(from, to, sync, |bytes| Ev::Raft { to, bytes }, bytes);
+                    self.send(from, to, sync, true, |bytes| Ev::Raft { to, bytes }, bytes);
                 }
                 Out::Peer { to, msg } => {
                     let to = (to - 1) as usize;
-                    self.send(from, to, 0, |msg| Ev::Peer { to, msg }, msg);
+                    // The peer line is one gRPC stream: it may break (dropping what
+                    // was on it) but never delivers a message twice.
+                    self.send(from, to, 0, false, |msg| Ev::Peer { to, msg }, msg);
                 }
                 Out::Reply {
                     to: Origin::Client { client, op },
@@ -641,12 +657,14 @@ impl World {
     }
 
     /// A message over the network between members: cut links drop it; otherwise it may be
-    /// dropped, duplicated, and is delayed (which reorders).
+    /// dropped, duplicated (if `may_repeat`: Raft's messages, which raft-rs must take twice), and
+    /// is delayed (which reorders).
     fn send<T: Clone>(
         &mut self,
         from: usize,
         to: usize,
         extra: u64,
+        may_repeat: bool,
         ev: impl Fn(T) -> Ev,
         payload: T,
     ) {
@@ -656,7 +674,7 @@ impl World {
         if !self.healed() && self.rng.chance(self.faults.drop) {
             return;
         }
-        let copies = if !self.healed() && self.rng.chance(self.faults.dup) {
+        let copies = if may_repeat && !self.healed() && self.rng.chance(self.faults.dup) {
             2
         } else {
             1
@@ -1019,9 +1037,30 @@ impl World {
                 value: value.clone().into_bytes(),
                 ..PutRequest::default()
             })),
-            ClientOp::Get { key, history } => Request::Get {
-                key: key.clone().into_bytes(),
-                linearizable: history.is_some(),
+            ClientOp::Cas {
+                key, expected, new, ..
+            } => Request::Write(Write::Txn(TxnRequest {
+                compare: vec![Compare {
+                    result: CompareResult::Equal,
+                    target: CompareTarget::Value(expected.clone().into_bytes()),
+                    key: key.clone().into_bytes(),
+                    range_end: Vec::new(),
+                }],
+                success: vec![RequestOp::Put(PutRequest {
+                    key: key.clone().into_bytes(),
+                    value: new.clone().into_bytes(),
+                    ..PutRequest::default()
+                })],
+                failure: Vec::new(),
+            })),
+            ClientOp::Read {
+                span: (key, range_end),
+                linearizable,
+                ..
+            } => Request::Range {
+                key: key.clone(),
+                range_end: range_end.clone(),
+                linearizable: *linearizable,
             },
             ClientOp::Grant(held) => Request::Write(Write::LeaseGrant(LeaseGrant {
                 id: held.id,
@@ -1161,33 +1200,77 @@ impl World {
 
     fn kv_op(&mut self, c: usize) -> ClientOp {
         // Keys live for a window of 2 s each, so that no key's history outgrows the checker.
-        let key = format!("k{}-{}", self.now / (2 * SEC), self.rng.below(4));
-        let roll = self.rng.below(10);
-        if roll < 5 {
+        let window = self.now / (2 * SEC);
+        let key = format!("k{window}-{}", self.rng.below(KV_KEYS));
+        let roll = self.rng.below(20);
+        if roll < 11 {
             self.clients[c].written += 1;
             let value = format!("c{c}-{}", self.clients[c].written);
+            if roll < 9 {
+                let history = self.record(
+                    &key,
+                    HOp::Put {
+                        value: value.clone(),
+                        lease: 0,
+                    },
+                    false,
+                );
+                self.last_put.insert(key.clone(), value.clone());
+                return ClientOp::Put {
+                    key,
+                    value,
+                    history,
+                };
+            }
+            // A compare-and-set on the value last put there (which may since have changed).
+            let expected = self.last_put.get(&key).cloned().unwrap_or_default();
             let history = self.record(
                 &key,
-                HOp::Put {
-                    value: value.clone(),
-                    lease: 0,
+                HOp::Cas {
+                    expected: expected.clone(),
+                    new: value.clone(),
                 },
+                false,
             );
-            ClientOp::Put {
+            self.last_put.insert(key.clone(), value.clone());
+            return ClientOp::Cas {
                 key,
-                value,
+                expected,
+                new: value,
                 history,
-            }
-        } else if roll < 9 {
-            let history = Some(self.record(&key, HOp::Get));
-            ClientOp::Get { key, history }
+            };
+        }
+        // Reads: linearizable (11..17) or serializable (17..20); of one key, or of the whole
+        // window (16 and 19).
+        let linearizable = roll < 17;
+        let (span, covered) = if roll == 16 || roll == 19 {
+            let prefix = format!("k{window}-").into_bytes();
+            let mut end = prefix.clone();
+            *end.last_mut().expect("not empty") += 1;
+            let keys = (0..KV_KEYS).map(|k| format!("k{window}-{k}")).collect();
+            ((prefix, end), keys)
         } else {
-            ClientOp::Get { key, history: None }
+            ((key.clone().into_bytes(), Vec::new()), vec![key])
+        };
+        let keys = covered
+            .into_iter()
+            .map(|k| {
+                let h = self.record(&k, HOp::Get, !linearizable);
+                (k, h)
+            })
+            .collect();
+        ClientOp::Read {
+            span,
+            keys,
+            linearizable,
         }
     }
 
-    fn record(&mut self, key: &str, op: HOp) -> usize {
-        let invoked = self.instant(self.now);
+    /// Records an operation on `key` invoked now; a serializable read as invoked at the start
+    /// of the run instead, since it may return any state the key had before it completed (a
+    /// member's applied state is a prefix of the log), never one it did not have.
+    fn record(&mut self, key: &str, op: HOp, stale_ok: bool) -> usize {
+        let invoked = self.instant(if stale_ok { 0 } else { self.now });
         let events = self.histories.entry(key.to_string()).or_default();
         events.push(HEvent {
             client: 0,
@@ -1263,7 +1346,7 @@ impl World {
         }
         self.clients[c].pending = None;
         let completed = self.instant(self.now);
-        let failed = !matches!(answer, Some(Answer::Applied { .. } | Answer::Value(_)));
+        let failed = !matches!(answer, Some(Answer::Applied { .. } | Answer::Kvs(_)));
         let mut wait = self.rng.range(5 * MS, 60 * MS);
         match (what, answer) {
             (
@@ -1278,15 +1361,25 @@ impl World {
                     Some((completed, history::Answer::Done));
             }
             (
-                ClientOp::Get {
-                    key,
-                    history: Some(h),
-                },
-                Some(Answer::Value(v)),
+                ClientOp::Cas { key, history, .. },
+                Some(Answer::Applied {
+                    applied: Applied::Txn(Ok(txn)),
+                    ..
+                }),
             ) => {
-                let value = v.map(|v| String::from_utf8_lossy(&v).into_owned());
-                self.histories.get_mut(&key).expect("recorded")[h].completed =
-                    Some((completed, history::Answer::Value(value)));
+                self.acked_writes += 1;
+                self.histories.get_mut(&key).expect("recorded")[history].completed =
+                    Some((completed, history::Answer::Swapped(txn.succeeded)));
+            }
+            (ClientOp::Read { keys, .. }, Some(Answer::Kvs(kvs))) => {
+                for (key, h) in keys {
+                    let value = kvs
+                        .iter()
+                        .find(|(k, _)| *k == key.as_bytes())
+                        .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+                    self.histories.get_mut(&key).expect("recorded")[h].completed =
+                        Some((completed, history::Answer::Value(value)));
+                }
             }
             (
                 ClientOp::Grant(held),

@@ -10,6 +10,7 @@ use super::error::ReplicaError;
 use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere, wait_applied};
 use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
 use crate::command::{Applied, Write};
+use crate::steps::answered_before_apply;
 
 /// Most commands in one log entry (a renewal is about 15 bytes of it, a 256-byte put about 280).
 pub(super) const BATCH_LEN_MAX: usize = 4096;
@@ -139,10 +140,7 @@ async fn answer_forwarded(
     debug_assert_eq!(applied.len(), replies.len(), "one result per command");
     let mut after_apply = Vec::new();
     for ((reply, applied), at_commit) in replies.into_iter().zip(applied).zip(at_commit) {
-        // A renewal that found no live lease may have revoked it (deleting its keys): answered
-        // after this member applies that too, like any other delete.
-        let found_no_lease = matches!(applied, Applied::LeaseRenew(None));
-        if *at_commit && !found_no_lease {
+        if answered_before_apply(*at_commit, &applied) {
             let _ = reply.send(Ok(Committed { log_index, applied }));
         } else {
             after_apply.push((reply, applied));

@@ -9,8 +9,9 @@ use tokio::sync::watch;
 
 use super::Replica;
 use super::error::ReplicaError;
-use crate::command::{Command, Proposal, Write};
+use crate::command::{Proposal, Write};
 use crate::state_machine;
+use crate::steps::{self, Promotion, PromotionStep};
 
 /// How long lease grants and renewals wait for a newly elected leader to start timing leases.
 pub(super) const PROMOTION_WAIT_MAX: Duration = Duration::from_secs(2);
@@ -46,34 +47,23 @@ impl SharedClock {
     }
 }
 
-/// Turns a batch of writes into a log entry, giving every grant and renewal the leader's lease
-/// time, rounded up so that a deadline never falls before its TTL has run
-/// (`LeaseClock::now_ms_ceil`). Writes are stamped here, by the member that commits them, so a
-/// follower's forwarded grants and renewals count from the leader's clock too.
+/// Turns a batch of writes into a log entry stamped with this member's lease time now
+/// ([`steps::stamp`]).
 pub(super) fn stamp_lease_times(
     clock: &SharedClock,
     writes: Vec<Write>,
 ) -> Result<Proposal, ReplicaError> {
-    let now_ms = if writes.iter().any(Write::is_lease_timed) {
-        let clock = clock.get().ok_or(ReplicaError::NoLeader)?;
-        clock.now_ms_ceil(Instant::now())
-    } else {
-        // Nothing in this batch reads it.
-        0
-    };
-    Ok(Proposal {
-        commands: writes.into_iter().map(|w| w.stamp(now_ms)).collect(),
-    })
+    steps::stamp(clock.get(), Instant::now(), writes)
 }
 
-/// Promotes this member when it becomes leader (once it has applied everything committed
-/// before, so it inherits the latest lease deadlines) and demotes it as soon as it is not.
+/// Promotes this member when it becomes leader and demotes it as soon as it is not, driving
+/// [`Promotion`]'s steps from the leadership watch.
 pub(super) async fn follow_leadership(replica: std::sync::Weak<Replica>) {
     let (mut status, me) = match replica.upgrade() {
         Some(r) => (r.status.clone(), r.member_id),
         None => return,
     };
-    let mut promoted_term: Option<u64> = None;
+    let mut promotion = Promotion::default();
     loop {
         let (leading, term, stopped) = {
             let s = status.borrow_and_update();
@@ -87,14 +77,10 @@ pub(super) async fn follow_leadership(replica: std::sync::Weak<Replica>) {
         let Some(r) = replica.upgrade() else {
             return;
         };
-        if leading && promoted_term != Some(term) {
-            let promoted = match r.leader_read_index().await {
-                Ok(_) => r.promote().await,
-                Err(e) => Err(e),
-            };
-            match promoted {
-                Ok(()) => promoted_term = Some(term),
-                Err(e) => {
+        match promotion.leadership(leading, term) {
+            PromotionStep::Confirm { term } => {
+                if let Err(e) = r.promote(&mut promotion, term).await {
+                    promotion.failed(term);
                     if status.borrow().stopped {
                         continue;
                     }
@@ -110,9 +96,8 @@ pub(super) async fn follow_leadership(replica: std::sync::Weak<Replica>) {
                     continue;
                 }
             }
-        } else if !leading && (promoted_term.is_some() || r.lease_clock().is_some()) {
-            r.demote();
-            promoted_term = None;
+            PromotionStep::Demote => r.demote(),
+            PromotionStep::Wait => {}
         }
         drop(r);
         if status.changed().await.is_err() {
@@ -128,23 +113,20 @@ impl Replica {
         tracing::info!("demoted: no longer timing leases");
     }
 
-    /// Starts timing leases: proposes the extension of every inherited lease by the election
-    /// timeout, then runs the lease clock on from the replicated value. Called once everything
-    /// committed is applied.
-    async fn promote(&self) -> Result<(), ReplicaError> {
-        // The old leader's last lease time, plus what this member has seen pass since it
-        // applied it: the election gap counts, as it does for the clients.
-        let replicated_ms = state_machine::lease_time_now(&self.shared);
-        let extend_ms = u64::try_from(self.election_timeout.as_millis()).unwrap_or(u64::MAX);
-        // Straight to this member's Raft, never forwarded: only a leader promotes itself.
-        self.commit_here(Command::LeasePromote {
-            now_ms: replicated_ms,
-            extend_ms,
-        })
-        .await?;
-        let clock = LeaseClock::promote(replicated_ms, Instant::now());
-        self.lease_clock.set(Some(clock));
-        tracing::info!(lease_clock_ms = replicated_ms, "promoted: timing leases");
+    /// Runs `promotion`'s steps for `term` once this member leads: a read index (everything
+    /// committed before is then applied, so it inherits the latest deadlines), the promotion's
+    /// command on this member's own Raft, then the lease clock.
+    async fn promote(&self, promotion: &mut Promotion, term: u64) -> Result<(), ReplicaError> {
+        self.leader_read_index().await?;
+        let lease_now_ms = state_machine::lease_time_now(&self.shared);
+        let Some(command) = promotion.confirmed(term, lease_now_ms, self.election_timeout) else {
+            return Ok(());
+        };
+        self.commit_here(command).await?;
+        if let Some(clock) = promotion.committed(term, Instant::now()) {
+            self.lease_clock.set(Some(clock));
+            tracing::info!(lease_clock_ms = lease_now_ms, "promoted: timing leases");
+        }
         Ok(())
     }
 

@@ -9,7 +9,6 @@ use leasehold_lease::{LeaseClock, LeaseId, LeaseTable};
 use leasehold_mvcc::Store;
 use tokio::sync::{mpsc, oneshot, watch};
 
-mod append_times;
 mod batch;
 mod config;
 mod engine;

@@ -33,13 +33,13 @@ use leasehold_wal::StdFs;
 use leasehold_wal::proto::ConfState;
 use tokio::sync::{oneshot, watch};
 
-use super::append_times::AppendTimes;
 use super::engine::{EngineMember, EngineStatus};
 use super::error::{Fatal, ReplicaError};
 use super::forward::{BoxFuture, Forwarded};
 use crate::command::Proposal;
 use crate::position::{self, LogPosition};
 use crate::state_machine::{self, Applying, Shared};
+use crate::steps::AppendTimes;
 use crate::storage::{self, Db};
 use crate::telemetry::Telemetry;
 

@@ -157,13 +157,33 @@ pub(crate) fn lease_time_now(shared: &Shared) -> u64 {
         .lease_time_applied
         .lock()
         .expect("lease time lock poisoned");
-    lease_time_at(replicated, seen, std::time::Instant::now())
+    seen.now_ms(replicated, std::time::Instant::now())
+}
+
+/// The replicated lease time as this member last saw it move, and when the entry that moved it
+/// reached this member: what a new leader promotes its lease clock from. The replica keeps one
+/// beside its state, the simulator's [`Machine`] one of its own.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LeaseTimeSeen(Option<(u64, std::time::Instant)>);
+
+impl LeaseTimeSeen {
+    /// The replicated lease time is `clock_ms` as of `at` (when the entry that set it was
+    /// appended here); noted only if that moved it.
+    pub fn note(&mut self, clock_ms: u64, at: std::time::Instant) {
+        if self.0.is_none_or(|(ms, _)| clock_ms > ms) {
+            self.0 = Some((clock_ms, at));
+        }
+    }
+
+    /// The replicated lease time `replicated_ms` at `now`: [`lease_time_at`] from what was noted.
+    pub fn now_ms(&self, replicated_ms: u64, now: std::time::Instant) -> u64 {
+        lease_time_at(replicated_ms, self.0, now)
+    }
 }
 
 /// The replicated lease time `replicated_ms`, advanced by what passed until `now` since `seen`
 /// dated it (`seen`: the lease time last noted and when the entry carrying it was appended
-/// here; no advance if it dates another value). What a new leader promotes its lease clock from;
-/// the replica and the simulator both call it.
+/// here; no advance if it dates another value).
 pub fn lease_time_at(
     replicated_ms: u64,
     seen: Option<(u64, std::time::Instant)>,

@@ -24,7 +24,7 @@ pub(crate) struct SharedState {
     /// process's monotonic clock) that apply happened. A member that becomes leader counts the
     /// time since then as lease time that has passed (a lower bound of what passed since the
     /// old leader stamped it), so an election does not stop the lease clock.
-    pub(crate) lease_time_applied: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
+    pub(crate) lease_time_applied: std::sync::Mutex<super::LeaseTimeSeen>,
     /// Who waits for which key to be deleted.
     pub(crate) key_deletes: KeyDeletes,
     /// Whether auth is enabled in the applied state, readable without the state lock: while it
@@ -72,21 +72,19 @@ impl SharedState {
             leases_changed: tokio::sync::Notify::new(),
             lease_changes: tokio::sync::watch::Sender::new(0),
             revision,
-            lease_time_applied: std::sync::Mutex::new(None),
+            lease_time_applied: std::sync::Mutex::new(super::LeaseTimeSeen::default()),
             key_deletes: KeyDeletes::default(),
         }
     }
 
-    /// Records that the replicated lease time is `clock_ms` as of `at` (when the entry that
-    /// set it reached this member), if that moved it.
+    /// Records that the replicated lease time is `clock_ms` as of `at` (see [`LeaseTimeSeen`]).
+    ///
+    /// [`LeaseTimeSeen`]: super::LeaseTimeSeen
     pub(super) fn note_lease_time(&self, clock_ms: u64, at: std::time::Instant) {
-        let mut seen = self
-            .lease_time_applied
+        self.lease_time_applied
             .lock()
-            .expect("lease time lock poisoned");
-        if seen.is_none_or(|(ms, _)| clock_ms > ms) {
-            *seen = Some((clock_ms, at));
-        }
+            .expect("lease time lock poisoned")
+            .note(clock_ms, at);
     }
 
     /// Tells the expiry driver and every follower of the lease table that it moved.

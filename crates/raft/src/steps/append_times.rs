@@ -14,14 +14,14 @@ use std::time::Instant;
 const APPENDS_MAX: usize = 4096;
 
 #[derive(Debug, Default)]
-pub(super) struct AppendTimes {
+pub struct AppendTimes {
     /// (first index, last index, when) per append, oldest first; pruned as entries are applied.
     appends: VecDeque<(u64, u64, Instant)>,
 }
 
 impl AppendTimes {
     /// Records that entries `first..=last` were appended at `at`.
-    pub(super) fn appended(&mut self, first: u64, last: u64, at: Instant) {
+    pub fn appended(&mut self, first: u64, last: u64, at: Instant) {
         if self.appends.len() >= APPENDS_MAX {
             self.appends.pop_front();
         }
@@ -30,7 +30,7 @@ impl AppendTimes {
 
     /// When the entry at `index` (as it is now) was appended, if remembered; forgets appends
     /// wholly below `index`, which is being applied.
-    pub(super) fn appended_at(&mut self, index: u64) -> Option<Instant> {
+    pub fn appended_at(&mut self, index: u64) -> Option<Instant> {
         // The latest append that covers `index` wrote the entry there now (a conflicting entry
         // is overwritten by a later append).
         let at = self

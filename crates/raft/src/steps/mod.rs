@@ -1,0 +1,102 @@
+//! The replica's decisions as steps, without tasks, threads or clock reads: each takes the state
+//! and the time it acts at, and says what to do. [`crate::Replica`] drives them on tokio, awaiting
+//! each step; the simulator (`leasehold-sim`) drives the same functions event by event on its
+//! simulated clocks, so what it checks is what production decides.
+//!
+//! - [`stamp`]: the lease time a leader puts on grants and renewals;
+//! - [`Promotion`]: when a member starts and stops timing leases;
+//! - [`expiry_pass`]: the leader's expiry driver;
+//! - [`answered_before_apply`]: when a follower answers a write the leader committed for it;
+//! - [`AppendTimes`]: when entries reached this member, which dates the lease time they carry.
+
+use std::time::Instant;
+
+use leasehold_lease::LeaseClock;
+
+use crate::command::{Applied, Proposal, Write};
+use crate::replica::ReplicaError;
+
+mod append_times;
+mod expiry;
+mod promotion;
+
+pub use append_times::AppendTimes;
+pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
+pub use promotion::{Promotion, PromotionStep};
+
+/// Turns writes into one log entry's proposal, giving every grant and renewal the leader's lease
+/// time at `now`, rounded up so that a deadline never falls before its TTL has run
+/// (`LeaseClock::now_ms_ceil`). Writes are stamped by the member that commits them, so a
+/// follower's forwarded grants and renewals count from the leader's clock too. `NoLeader` if a
+/// write needs lease time and this member does not time leases (`clock` is `None`).
+pub fn stamp(
+    clock: Option<LeaseClock>,
+    now: Instant,
+    writes: Vec<Write>,
+) -> Result<Proposal, ReplicaError> {
+    let now_ms = if writes.iter().any(Write::is_lease_timed) {
+        clock.ok_or(ReplicaError::NoLeader)?.now_ms_ceil(now)
+    } else {
+        // Nothing in this batch reads it.
+        0
+    };
+    Ok(Proposal {
+        commands: writes.into_iter().map(|w| w.stamp(now_ms)).collect(),
+    })
+}
+
+/// Whether a follower answers a write the leader committed for it as soon as the leader says so,
+/// before applying the entry itself: only a renewal ([`Write::answered_at_commit`]) that found its
+/// lease live. A renewal that found no live lease may have revoked it, deleting its keys, so it is
+/// answered after this member applies that too, like every other write, so that the client's next
+/// read here sees what it was told.
+pub fn answered_before_apply(answered_at_commit: bool, applied: &Applied) -> bool {
+    answered_at_commit && !matches!(applied, Applied::LeaseRenew(None))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use leasehold_lease::{LeaseClock, LeaseId};
+
+    use super::{answered_before_apply, stamp};
+    use crate::command::{Applied, Command, LeaseRenew, Write};
+    use crate::replica::ReplicaError;
+
+    fn renew(n: i64) -> Write {
+        Write::LeaseRenew(LeaseRenew {
+            id: LeaseId::from_wire(n).expect("not zero"),
+        })
+    }
+
+    #[test]
+    fn renewals_carry_the_leaders_lease_time_rounded_up() {
+        let now = Instant::now();
+        let clock = LeaseClock::promote(10_000, now);
+        let later = now + Duration::from_micros(2_300);
+        let proposal = stamp(Some(clock), later, vec![renew(1)]).expect("stamped");
+        assert_eq!(
+            proposal.commands,
+            vec![Command::LeaseRenew {
+                id: LeaseId::from_wire(1).expect("not zero"),
+                now_ms: 10_003,
+            }]
+        );
+        assert!(
+            matches!(
+                stamp(None, later, vec![renew(1)]),
+                Err(ReplicaError::NoLeader)
+            ),
+            "only a member that times leases stamps them"
+        );
+    }
+
+    #[test]
+    fn only_a_renewal_of_a_live_lease_is_answered_before_the_follower_applies_it() {
+        let renewed = Applied::LeaseRenew(Some(5));
+        assert!(answered_before_apply(true, &renewed));
+        assert!(!answered_before_apply(true, &Applied::LeaseRenew(None)));
+        assert!(!answered_before_apply(false, &renewed));
+    }
+}
