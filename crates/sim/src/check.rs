@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use leasehold_auth::{AuthChange, AuthError};
 use leasehold_history::{self as history, Event};
 use leasehold_mvcc::{RangeRequest, Store};
 
@@ -50,6 +51,49 @@ pub fn check_fenced(store: &Store, lock_key: &[u8], fenced: &[(i64, i64)]) -> Ve
     failures
 }
 
+/// Auth at apply: every KV write the store took was permitted when its entry applied, and
+/// every one refused for want of permission was not. `applied`: every auth change applied, by
+/// log index; `writes`: each KV write's entry index and outcome. Only the KV role's permission
+/// on the KV keys and auth itself change in these runs.
+pub fn check_auth(
+    applied: &BTreeMap<u64, AuthChange>,
+    writes: &[(u64, Result<(), AuthError>)],
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut writes = writes.to_vec();
+    writes.sort_by_key(|(index, _)| *index);
+    let mut changes = applied.iter().peekable();
+    let (mut enabled, mut granted) = (false, false);
+    for (index, result) in writes {
+        while let Some((_, change)) = changes.next_if(|(at, _)| **at < index) {
+            match change {
+                AuthChange::Enable => enabled = true,
+                AuthChange::Disable => enabled = false,
+                AuthChange::RoleGrantPermission { .. } => granted = true,
+                AuthChange::RoleRevokePermission { .. } => granted = false,
+                _ => {}
+            }
+        }
+        let permitted = !enabled || granted;
+        let fine = match result {
+            Ok(()) => permitted,
+            Err(AuthError::PermissionDenied) => !permitted,
+            // A token of an older auth revision, or none yet where auth was not on yet.
+            Err(AuthError::AuthOldRevision | AuthError::UserEmpty) => enabled,
+            Err(_) => false,
+        };
+        if !fine {
+            failures.push(format!(
+                "auth at apply: a KV write at index {index} got {result:?} with auth {} and the \
+                 permission {}",
+                if enabled { "on" } else { "off" },
+                if granted { "granted" } else { "revoked" }
+            ));
+        }
+    }
+    failures
+}
+
 /// Up members hold the same state: the same applied index, KV hash, revisions and leases.
 pub fn converged(up: &[&Member]) -> Result<(), String> {
     let Some(first) = up.first() else {
@@ -64,6 +108,7 @@ pub fn converged(up: &[&Member]) -> Result<(), String> {
             store.current_revision(),
             m.machine.leases().records(),
             m.machine.leases().clock_ms(),
+            m.machine.auth().clone(),
         )
     };
     let want = digest(first);
@@ -71,7 +116,7 @@ pub fn converged(up: &[&Member]) -> Result<(), String> {
         let got = digest(m);
         if got != want {
             return Err(format!(
-                "members diverge: m{} at index {} hash {:08x} revision {}, m{} at index {} hash {:08x} revision {} (leases equal: {})",
+                "members diverge: m{} at index {} hash {:08x} revision {}, m{} at index {} hash {:08x} revision {} (leases equal: {}, auth equal: {})",
                 first.id,
                 want.0,
                 want.1,
@@ -80,7 +125,8 @@ pub fn converged(up: &[&Member]) -> Result<(), String> {
                 got.0,
                 got.1,
                 got.2,
-                got.3 == want.3
+                got.3 == want.3,
+                got.5 == want.5
             ));
         }
     }

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use leasehold_auth::AuthChange;
 use leasehold_consensus::driver::{self, Committed};
 use leasehold_consensus::eraftpb::{self, Snapshot};
 use leasehold_consensus::reads::{ReadBatcher, ReadError};
@@ -22,7 +23,7 @@ use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
     self, AppendTimes, ExpiryConfig, Promotion, PromotionStep, answered_before_apply, expiry_pass,
 };
-use leasehold_raft::{Applied, Command, Machine, Proposal, Write, encode_proposal};
+use leasehold_raft::{Applied, AuthWrite, Command, Machine, Proposal, Write, encode_proposal};
 use leasehold_wal::WalOptions;
 use leasehold_wal::proto::ConfState;
 
@@ -82,6 +83,10 @@ pub enum Origin {
 #[derive(Clone, Debug)]
 pub enum Request {
     Write(Write),
+    /// A write by a user: while this member's applied auth store is on, it goes with the
+    /// caller the user's token names here (the user at this member's auth revision), as the
+    /// server's edge resolves a token (`Replica::auth_caller`).
+    WriteAs(&'static str, Write),
     /// A range read of `[key, range_end)` (one key if `range_end` is empty).
     Range {
         key: Vec<u8>,
@@ -100,6 +105,8 @@ pub enum Answer {
     /// lease time (what the simulator, not the client, knows: the lease checker counts from it).
     Applied {
         applied: Applied,
+        /// The log index of the entry that held it.
+        index: u64,
         stamped_at: Option<Stamp>,
     },
     /// A range's keys and values, in key order.
@@ -158,6 +165,11 @@ pub enum Out {
     Stamped {
         id: LeaseId,
         lease_ms: u64,
+    },
+    /// An auth change applied (ok) at this index.
+    AuthChanged {
+        index: u64,
+        change: AuthChange,
     },
     /// This member now times leases, from this lease time.
     Promoted {
@@ -454,6 +466,10 @@ impl Member {
         }
         match request {
             Request::Write(write) => self.write(now, origin, write, out),
+            Request::WriteAs(user, write) => {
+                let write = self.as_user(user, write);
+                self.write(now, origin, write, out)
+            }
             Request::Range {
                 key,
                 range_end,
@@ -480,6 +496,26 @@ impl Member {
         }));
         if let Some(core) = self.core.as_mut() {
             self.reads.send(core);
+        }
+    }
+
+    /// `write` on behalf of `user`, as the server's edge sends it: with the caller its token
+    /// names at this member's applied auth revision while auth is on, as it is otherwise.
+    fn as_user(&self, user: &str, write: Write) -> Write {
+        let auth = self.machine.auth();
+        if !auth.enabled {
+            return write;
+        }
+        let caller = auth.caller(user);
+        match write {
+            Write::Auth(AuthWrite { change, .. }) => Write::Auth(AuthWrite {
+                caller: Some(caller),
+                change,
+            }),
+            write => Write::As {
+                caller,
+                write: Box::new(write),
+            },
         }
     }
 
@@ -514,6 +550,10 @@ impl Member {
             };
             let mut stamped_at = None;
             for command in &proposal.commands {
+                let command = match command {
+                    Command::As { command, .. } => command,
+                    command => command,
+                };
                 if let Command::LeaseGrant { id, now_ms, .. } | Command::LeaseRenew { id, now_ms } =
                     command
                 {
@@ -846,6 +886,7 @@ impl Member {
                 match applied.first() {
                     Some(applied) => Answer::Applied {
                         applied: applied.clone(),
+                        index,
                         stamped_at: waiter.stamped_at.map(|s| Stamp { index, ..s }),
                     },
                     None => Answer::Failed("no reply"),
@@ -874,6 +915,12 @@ impl Member {
                         .unwrap_or_else(|e| {
                             panic!("m{}: entry {index} does not decode: {e}", self.id)
                         });
+                    for (change, applied) in auth_changes_in(&entry.data).into_iter().zip(&replies)
+                    {
+                        if let (Some(change), Applied::Auth(Ok(()))) = (change, applied) {
+                            out.push(Out::AuthChanged { index, change });
+                        }
+                    }
                     for ((id, by_client), was) in named.into_iter().zip(before) {
                         if was && !self.machine.leases().contains(id) {
                             out.push(Out::LeaseEnded {
@@ -972,6 +1019,21 @@ fn reply(out: &mut Vec<Out>, origin: Origin, index: u64, answer: Answer) {
     }
 }
 
+/// Each command of a normal entry: its auth change, if it is one.
+fn auth_changes_in(data: &[u8]) -> Vec<Option<AuthChange>> {
+    let Some(proposal) = leasehold_raft::decode_proposal(data) else {
+        return Vec::new();
+    };
+    proposal
+        .commands
+        .into_iter()
+        .map(|c| match c {
+            Command::Auth(AuthWrite { change, .. }) => Some(change),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The leases a normal entry's commands name (to see which of them it ended), each with whether
 /// a client's revoke named it.
 fn lease_ids_in(data: &[u8]) -> Vec<(LeaseId, bool)> {
@@ -981,6 +1043,10 @@ fn lease_ids_in(data: &[u8]) -> Vec<(LeaseId, bool)> {
     proposal
         .commands
         .iter()
+        .map(|c| match c {
+            Command::As { command, .. } => &**command,
+            c => c,
+        })
         .flat_map(|c| match c {
             Command::LeaseExpire { ids, .. } => ids.iter().map(|id| (*id, false)).collect(),
             Command::LeaseRenew { id, .. } => vec![(*id, false)],

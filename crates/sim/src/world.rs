@@ -7,16 +7,17 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use leasehold_auth::{AuthChange, AuthError, PermKind, Permission, ROOT};
 use leasehold_history::{self as history, Event as HEvent, Op as HOp};
 use leasehold_lease::LeaseId;
 use leasehold_mvcc::{
     Compare, CompareResult, CompareTarget, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp,
     ResponseOp, TxnRequest,
 };
-use leasehold_raft::{Applied, LeaseGrant, LeaseRenew, LeaseRevoke, Write};
+use leasehold_raft::{Applied, AuthWrite, LeaseGrant, LeaseRenew, LeaseRevoke, Write};
 use leasehold_wal::{Crash, MemFs};
 
-use crate::check::{Leases, check_fenced, check_histories, converged};
+use crate::check::{Leases, check_auth, check_fenced, check_histories, converged};
 use crate::disk::SimFs;
 use crate::member::{Answer, Clock, Member, Origin, Out, PeerMsg, Request, TICK_US};
 use crate::rng::Rng;
@@ -184,6 +185,75 @@ enum Kind {
     Lease,
     /// A lease holder that takes the one lock (`LOCK_KEY`) and writes behind it with fencing.
     Lock,
+    /// In auth seeds: sets up users and roles, turns auth on, then grants and revokes the KV
+    /// clients' permission, as root.
+    Admin,
+}
+
+/// The KV clients' user and role in auth seeds, and the keys the role's permission covers.
+const KV_USER: &str = "app";
+const KV_ROLE: &str = "kv";
+const KV_PERM: (&[u8], &[u8]) = (b"k", b"l");
+
+/// The auth store's setup, in order: root with the root role, the KV clients' role and user,
+/// then auth on. The permission itself comes and goes afterwards.
+fn auth_setup() -> VecDeque<AuthChange> {
+    let user = |name: &str| AuthChange::UserAdd {
+        name: name.into(),
+        password_hash: None,
+    };
+    VecDeque::from([
+        user(ROOT),
+        AuthChange::UserGrantRole {
+            user: ROOT.into(),
+            role: ROOT.into(),
+        },
+        AuthChange::RoleAdd {
+            name: KV_ROLE.into(),
+        },
+        user(KV_USER),
+        AuthChange::UserGrantRole {
+            user: KV_USER.into(),
+            role: KV_ROLE.into(),
+        },
+        kv_permission(true),
+        AuthChange::Enable,
+    ])
+}
+
+/// The change that grants (or revokes) the KV role's read-write permission on the KV keys.
+fn kv_permission(grant: bool) -> AuthChange {
+    let (key, range_end) = (KV_PERM.0.to_vec(), KV_PERM.1.to_vec());
+    if grant {
+        AuthChange::RoleGrantPermission {
+            role: KV_ROLE.into(),
+            perm: Permission {
+                kind: PermKind::ReadWrite,
+                key,
+                range_end,
+                lease: None,
+            },
+        }
+    } else {
+        AuthChange::RoleRevokePermission {
+            role: KV_ROLE.into(),
+            key,
+            range_end,
+        }
+    }
+}
+
+/// An auth seed's state: the admin's script, and what the auth checker needs.
+struct AuthRun {
+    /// The admin's own draws, so that seeds without auth draw exactly as before.
+    rng: Rng,
+    setup: VecDeque<AuthChange>,
+    /// Whether the KV permission is granted, as far as the admin knows.
+    granted: bool,
+    /// Every auth change applied, by log index (from whichever member applied it).
+    applied: BTreeMap<u64, AuthChange>,
+    /// Every KV write answered: its entry's index and whether auth let it through.
+    writes: Vec<(u64, Result<(), AuthError>)>,
 }
 
 /// The lock the lock clients share, and the key its holder writes, fenced by the lock key's
@@ -239,6 +309,8 @@ enum ClientOp {
         linearizable: bool,
     },
     Grant(Held),
+    /// An admin's auth change.
+    Admin(AuthChange),
     AttachKey(LeaseId),
     Renew(LeaseId),
     Revoke(LeaseId),
@@ -300,6 +372,8 @@ struct World {
     histories: BTreeMap<String, Vec<HEvent>>,
     /// The value last sent to each key, which compare-and-sets expect.
     last_put: BTreeMap<String, String>,
+    /// Auth seeds only.
+    auth: Option<AuthRun>,
     leases: Leases,
     healed_at: Option<u64>,
     /// A membership change under way: the member being removed (and since when), or `None`
@@ -365,6 +439,7 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         fenced: Vec::new(),
         histories: BTreeMap::new(),
         last_put: BTreeMap::new(),
+        auth: None,
         leases: Leases::default(),
         healed_at: None,
         removing: None,
@@ -383,6 +458,19 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         "seed {seed} faults {:?} variant {:?}",
         world.faults, options.variant
     ));
+    // Auth in 40 % of seeds, drawn apart from the main stream.
+    let mut auth_rng = Rng::new(seed ^ 0xa17b_0000_0000_0001);
+    if auth_rng.chance(0.4) {
+        world.note("auth: an admin sets up users and turns auth on".into());
+        world.auth = Some(AuthRun {
+            rng: auth_rng,
+            setup: auth_setup(),
+            granted: false,
+            applied: BTreeMap::new(),
+            writes: Vec::new(),
+        });
+        world.new_client(Kind::Admin, SEC);
+    }
     for i in 0..world.members.len() {
         world.start_member(i);
         let first = world.rng.range(0, TICK_US);
@@ -643,6 +731,11 @@ impl World {
                     }
                 }
                 Out::LeaseEnded { .. } => {}
+                Out::AuthChanged { index, change } => {
+                    if let Some(auth) = self.auth.as_mut() {
+                        auth.applied.insert(index, change);
+                    }
+                }
                 Out::Note(line) => self.note(line),
             }
         }
@@ -1008,7 +1101,7 @@ impl World {
         if self.now + 4 * SEC > self.end {
             return;
         }
-        if client.kind != Kind::Kv
+        if !matches!(client.kind, Kind::Kv | Kind::Admin)
             && let Some(healed) = self.healed_at
             && self.now > healed + SEC
         {
@@ -1030,6 +1123,7 @@ impl World {
             Kind::Kv => self.kv_op(c),
             Kind::Lease => self.lease_op(c),
             Kind::Lock => self.lock_op(c),
+            Kind::Admin => self.admin_op(),
         };
         let request = match &op {
             ClientOp::Put { key, value, .. } => Request::Write(Write::Put(PutRequest {
@@ -1062,6 +1156,10 @@ impl World {
                 range_end: range_end.clone(),
                 linearizable: *linearizable,
             },
+            ClientOp::Admin(change) => Request::Write(Write::Auth(AuthWrite {
+                caller: None,
+                change: change.clone(),
+            })),
             ClientOp::Grant(held) => Request::Write(Write::LeaseGrant(LeaseGrant {
                 id: held.id,
                 ttl_secs: held.ttl_secs,
@@ -1107,6 +1205,18 @@ impl World {
                 })],
                 failure: Vec::new(),
             })),
+        };
+        // In auth seeds, KV clients write as their user, the others as root.
+        let request = match (request, &self.auth) {
+            (Request::Write(write), Some(_)) => {
+                let user = if self.clients[c].kind == Kind::Kv {
+                    KV_USER
+                } else {
+                    ROOT
+                };
+                Request::WriteAs(user, write)
+            }
+            (request, _) => request,
         };
         let client = &mut self.clients[c];
         client.next_op += 1;
@@ -1196,6 +1306,22 @@ impl World {
         });
         let c = self.clients.len() - 1;
         self.after(after, Ev::ClientWakes(c));
+    }
+
+    /// The admin's next change: the setup's next step, then the KV permission turned over.
+    fn admin_op(&mut self) -> ClientOp {
+        let auth = self.auth.as_ref().expect("an auth seed");
+        ClientOp::Admin(match auth.setup.front() {
+            Some(change) => change.clone(),
+            None => kv_permission(!auth.granted),
+        })
+    }
+
+    /// A KV write's outcome at apply, for the auth checker.
+    fn auth_checked(&mut self, index: u64, result: Result<(), AuthError>) {
+        if let Some(auth) = self.auth.as_mut() {
+            auth.writes.push((index, result));
+        }
     }
 
     fn kv_op(&mut self, c: usize) -> ClientOp {
@@ -1353,9 +1479,11 @@ impl World {
                 ClientOp::Put { key, history, .. },
                 Some(Answer::Applied {
                     applied: Applied::Put(Ok(_)),
+                    index,
                     ..
                 }),
             ) => {
+                self.auth_checked(index, Ok(()));
                 self.acked_writes += 1;
                 self.histories.get_mut(&key).expect("recorded")[history].completed =
                     Some((completed, history::Answer::Done));
@@ -1364,12 +1492,62 @@ impl World {
                 ClientOp::Cas { key, history, .. },
                 Some(Answer::Applied {
                     applied: Applied::Txn(Ok(txn)),
+                    index,
                     ..
                 }),
             ) => {
+                self.auth_checked(index, Ok(()));
                 self.acked_writes += 1;
                 self.histories.get_mut(&key).expect("recorded")[history].completed =
                     Some((completed, history::Answer::Swapped(txn.succeeded)));
+            }
+            (
+                ClientOp::Put { key, history, .. } | ClientOp::Cas { key, history, .. },
+                Some(Answer::Applied {
+                    applied: Applied::Denied(e),
+                    index,
+                    ..
+                }),
+            ) => {
+                // Refused at apply: it never took effect.
+                self.auth_checked(index, Err(e));
+                let event = &mut self.histories.get_mut(&key).expect("recorded")[history];
+                event.op = HOp::Get;
+                event.completed = None;
+            }
+            (
+                ClientOp::Admin(change),
+                Some(Answer::Applied {
+                    applied: Applied::Auth(result),
+                    ..
+                }),
+            ) => {
+                let auth = self.auth.as_mut().expect("an auth seed");
+                let done = match result {
+                    // Done, or done by an earlier try whose answer was lost.
+                    Ok(())
+                    | Err(
+                        AuthError::UserAlreadyExist
+                        | AuthError::RoleAlreadyExist
+                        | AuthError::PermissionNotGranted,
+                    ) => true,
+                    // A stale token (the revision moved): again.
+                    Err(_) => false,
+                };
+                if done {
+                    if auth.setup.front() == Some(&change) {
+                        auth.setup.pop_front();
+                        wait = auth.rng.range(10 * MS, 100 * MS);
+                    } else {
+                        wait = auth.rng.range(SEC, 4 * SEC);
+                    }
+                    match change {
+                        AuthChange::RoleGrantPermission { .. } => auth.granted = true,
+                        AuthChange::RoleRevokePermission { .. } => auth.granted = false,
+                        _ => {}
+                    }
+                    self.note(format!("admin: {change:?} done"));
+                }
             }
             (ClientOp::Read { keys, .. }, Some(Answer::Kvs(kvs))) => {
                 for (key, h) in keys {
@@ -1386,6 +1564,7 @@ impl World {
                 Some(Answer::Applied {
                     applied: Applied::LeaseGrant(result),
                     stamped_at,
+                    ..
                 }),
             ) => {
                 if result.is_ok() || self.leases.known(held.id.get()) {
@@ -1418,6 +1597,7 @@ impl World {
                 Some(Answer::Applied {
                     applied: Applied::LeaseRenew(ttl),
                     stamped_at,
+                    ..
                 }),
             ) => match ttl {
                 Some(ttl) if ttl > 0 => {
@@ -1495,7 +1675,13 @@ impl World {
                 self.clients[c].token = None;
                 wait = self.rng.range(50 * MS, 500 * MS);
             }
-            (ClientOp::Revoke(id), Some(Answer::Applied { .. })) => {
+            (
+                ClientOp::Revoke(id),
+                Some(Answer::Applied {
+                    applied: Applied::LeaseRevoke(_),
+                    ..
+                }),
+            ) => {
                 self.clients[c].held = None;
                 let _ = id;
             }
@@ -1594,6 +1780,10 @@ impl World {
             }
         }
         self.failures.extend(check_histories(&self.histories));
+        if let Some(auth) = &self.auth {
+            self.failures
+                .extend(check_auth(&auth.applied, &auth.writes));
+        }
         if let Some(m) = up.first() {
             self.failures
                 .extend(check_fenced(m.machine.store(), LOCK_KEY, &self.fenced));

@@ -99,6 +99,10 @@ impl Machine {
         &self.state.leases
     }
 
+    pub fn auth(&self) -> &leasehold_auth::AuthState {
+        &self.state.auth
+    }
+
     /// The voters of the applied membership.
     pub fn voters(&self) -> Vec<u64> {
         let membership = &self.state.membership;
