@@ -591,13 +591,14 @@ fn a_follower_whose_answer_to_a_snapshot_was_lost_is_caught_up() {
     c.check_prefixes();
 }
 
-#[test]
-fn membership_changes_through_conf_change_v2() {
+/// Three members, and a follower removed through a ConfChangeV2 the leader has applied:
+/// (cluster, leader, the removed member).
+fn a_follower_removed() -> (Cluster, u64, u64) {
     let mut c = Cluster::new(&[1, 2, 3]);
     let leader = c.elect();
+    let gone = *c.members.keys().find(|id| **id != leader).unwrap();
     let mut remove = eraftpb::ConfChangeV2::default();
     let mut single = eraftpb::ConfChangeSingle::default();
-    let gone = *c.members.keys().find(|id| **id != leader).unwrap();
     single.set_change_type(eraftpb::ConfChangeType::RemoveNode);
     single.node_id = gone;
     remove.mut_changes().push(single);
@@ -607,6 +608,12 @@ fn membership_changes_through_conf_change_v2() {
     c.run_until(30, |c| {
         !c.members[&leader].machine.conf_state.voters.contains(&gone)
     });
+    (c, leader, gone)
+}
+
+#[test]
+fn membership_changes_through_conf_change_v2() {
+    let (mut c, leader, gone) = a_follower_removed();
     assert_eq!(c.members[&leader].machine.conf_state.voters.len(), 2);
     c.crash(gone);
     c.propose(leader, "two voters");
@@ -619,20 +626,7 @@ fn membership_changes_through_conf_change_v2() {
 /// have been the vote it needed.
 #[test]
 fn a_membership_change_is_applied_only_once_its_commit_is_durable() {
-    let mut c = Cluster::new(&[1, 2, 3]);
-    let leader = c.elect();
-    let gone = *c.members.keys().find(|id| **id != leader).unwrap();
-    let mut remove = eraftpb::ConfChangeV2::default();
-    let mut single = eraftpb::ConfChangeSingle::default();
-    single.set_change_type(eraftpb::ConfChangeType::RemoveNode);
-    single.node_id = gone;
-    remove.mut_changes().push(single);
-    c.core(leader)
-        .propose_conf_change(&remove)
-        .expect("propose");
-    c.run_until(30, |c| {
-        !c.members[&leader].machine.conf_state.voters.contains(&gone)
-    });
+    let (mut c, leader, gone) = a_follower_removed();
     let removal = c.members[&leader].machine.applied_index;
     c.crash(gone);
     c.crash(leader);

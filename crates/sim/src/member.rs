@@ -255,6 +255,7 @@ fn checkpoint_of(machine: &Machine) -> Checkpoint {
         applied_term: term,
         conf_state: ConfState {
             voters,
+            learners: machine.learners(),
             ..ConfState::default()
         },
     }
@@ -406,6 +407,7 @@ impl Member {
             meta.term = term;
             let cs = eraftpb::ConfState {
                 voters: self.machine.voters(),
+                learners: self.machine.learners(),
                 ..Default::default()
             };
             meta.set_conf_state(cs);
@@ -1019,13 +1021,22 @@ fn reply(out: &mut Vec<Out>, origin: Origin, index: u64, answer: Answer) {
     }
 }
 
+/// A normal entry's commands, each as applied (a user's command unwrapped); none if it holds
+/// no proposal (a new leader's blank entry).
+fn commands_in(data: &[u8]) -> Vec<Command> {
+    let commands = leasehold_raft::decode_proposal(data).map_or_else(Vec::new, |p| p.commands);
+    commands
+        .into_iter()
+        .map(|c| match c {
+            Command::As { command, .. } => *command,
+            c => c,
+        })
+        .collect()
+}
+
 /// Each command of a normal entry: its auth change, if it is one.
 fn auth_changes_in(data: &[u8]) -> Vec<Option<AuthChange>> {
-    let Some(proposal) = leasehold_raft::decode_proposal(data) else {
-        return Vec::new();
-    };
-    proposal
-        .commands
+    commands_in(data)
         .into_iter()
         .map(|c| match c {
             Command::Auth(AuthWrite { change, .. }) => Some(change),
@@ -1037,20 +1048,12 @@ fn auth_changes_in(data: &[u8]) -> Vec<Option<AuthChange>> {
 /// The leases a normal entry's commands name (to see which of them it ended), each with whether
 /// a client's revoke named it.
 fn lease_ids_in(data: &[u8]) -> Vec<(LeaseId, bool)> {
-    let Some(proposal) = leasehold_raft::decode_proposal(data) else {
-        return Vec::new();
-    };
-    proposal
-        .commands
-        .iter()
-        .map(|c| match c {
-            Command::As { command, .. } => &**command,
-            c => c,
-        })
+    commands_in(data)
+        .into_iter()
         .flat_map(|c| match c {
-            Command::LeaseExpire { ids, .. } => ids.iter().map(|id| (*id, false)).collect(),
-            Command::LeaseRenew { id, .. } => vec![(*id, false)],
-            Command::LeaseRevoke { id } => vec![(*id, true)],
+            Command::LeaseExpire { ids, .. } => ids.into_iter().map(|id| (id, false)).collect(),
+            Command::LeaseRenew { id, .. } => vec![(id, false)],
+            Command::LeaseRevoke { id } => vec![(id, true)],
             _ => Vec::new(),
         })
         .collect()

@@ -14,6 +14,7 @@ use leasehold_mvcc::{
     Compare, CompareResult, CompareTarget, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp,
     ResponseOp, TxnRequest,
 };
+use leasehold_raft::steps;
 use leasehold_raft::{Applied, AuthWrite, LeaseGrant, LeaseRenew, LeaseRevoke, Write};
 use leasehold_wal::{Crash, MemFs};
 
@@ -380,7 +381,8 @@ struct World {
     /// once it is gone and until the new one is in.
     removing: Option<(usize, u64)>,
     /// A new member being added, and since when.
-    adding: Option<(usize, u64)>,
+    /// A member being added: which, since when, and whether it joins as a learner first.
+    adding: Option<(usize, u64, bool)>,
     /// The first promotion once healed: (true µs, lease ms), how lease time maps to true time
     /// from then on (lease time does not count what the cluster spent without a leader).
     promoted_after_heal: Option<(u64, u64)>,
@@ -1011,10 +1013,12 @@ impl World {
         }
     }
 
-    /// A new member, with an empty disk and no membership, is started and added as a voter.
+    /// A new member, with an empty disk and no membership, is started and added: as a voter, or
+    /// as a learner first and promoted once in sync (`steps::learner_in_sync`, the rule
+    /// MemberPromote applies).
     fn add_member(&mut self) {
-        let new = match self.adding {
-            Some((m, _)) => m,
+        let (new, as_learner) = match self.adding {
+            Some((m, _, as_learner)) => (m, as_learner),
             None => {
                 let id = self.members.len() as u64 + 1;
                 let disk = if self.options.variant == Variant::AckBeforeFsync {
@@ -1041,8 +1045,9 @@ impl World {
                 self.start_member(m);
                 let first = self.rng.range(0, TICK_US);
                 self.after(first, Ev::Tick(m));
-                self.adding = Some((m, self.now));
-                m
+                let as_learner = self.rng.chance(0.5);
+                self.adding = Some((m, self.now, as_learner));
+                (m, as_learner)
             }
         };
         let id = new as u64 + 1;
@@ -1052,12 +1057,29 @@ impl World {
                 self.adding = None;
                 return;
             }
-            let mut out = Vec::new();
-            let kind = leasehold_consensus::eraftpb::ConfChangeType::AddNode;
-            if self.members[l].change_membership(self.now, kind, id, &mut out) {
-                self.note(format!("m{} proposes to add m{id}", l + 1));
+            use leasehold_consensus::eraftpb::ConfChangeType;
+            let (kind, what) = if self.members[l].machine.learners().contains(&id) {
+                let core = self.members[l].core.as_ref();
+                let leader_match = core.and_then(|c| c.matched(l as u64 + 1));
+                let learner_match = core.and_then(|c| c.matched(id));
+                match leader_match {
+                    Some(leader) if steps::learner_in_sync(leader, learner_match) => {
+                        (Some(ConfChangeType::AddNode), "promote")
+                    }
+                    _ => (None, ""),
+                }
+            } else if as_learner {
+                (Some(ConfChangeType::AddLearnerNode), "add as a learner")
+            } else {
+                (Some(ConfChangeType::AddNode), "add")
+            };
+            if let Some(kind) = kind {
+                let mut out = Vec::new();
+                if self.members[l].change_membership(self.now, kind, id, &mut out) {
+                    self.note(format!("m{} proposes to {what} m{id}", l + 1));
+                }
+                self.deliver(l, out);
             }
-            self.deliver(l, out);
         }
         self.after(500 * MS, Ev::AddMember);
     }
@@ -1749,7 +1771,8 @@ impl World {
             };
             self.note(line);
         }
-        let up: Vec<&Member> = self.members.iter().filter(|m| m.is_up()).collect();
+        let in_membership = self.up_members();
+        let up: Vec<&Member> = in_membership.iter().map(|m| &self.members[*m]).collect();
         if let Err(e) = converged(&up) {
             self.failures.push(e);
         }
@@ -1841,8 +1864,30 @@ impl World {
         }
     }
 
+    /// The members that are up and in the membership a leader has applied (all that are up if
+    /// none leads): a member removed by a change that committed after the world stopped waiting
+    /// for it is still up, but no longer gets entries.
+    fn up_members(&self) -> Vec<usize> {
+        let members = self.leader().map(|l| {
+            let machine = &self.members[l].machine;
+            let mut ids = machine.voters();
+            ids.extend(machine.learners());
+            ids
+        });
+        (0..self.members.len())
+            .filter(|m| {
+                let m = &self.members[*m];
+                m.is_up() && members.as_ref().is_none_or(|ids| ids.contains(&m.id))
+            })
+            .collect()
+    }
+
     fn settled(&self) -> bool {
-        let up: Vec<&Member> = self.members.iter().filter(|m| m.is_up()).collect();
+        let up: Vec<&Member> = self
+            .up_members()
+            .into_iter()
+            .map(|m| &self.members[m])
+            .collect();
         let Some(leader) = up.iter().find_map(|m| m.status().filter(|s| s.is_leader)) else {
             return false;
         };

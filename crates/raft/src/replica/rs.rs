@@ -389,9 +389,7 @@ impl RsEngine {
         }
         match answered.await.map_err(|_| ReplicaError::Stopped)? {
             (None, _) => Err(ReplicaError::NoLeader),
-            (Some(_), None) => Ok(true),
-            // Integer form of etcd's `learnerMatch >= leaderMatch * 0.9`.
-            (Some(leader), Some(learner)) => Ok(u128::from(learner) * 10 >= u128::from(leader) * 9),
+            (Some(leader), learner) => Ok(crate::steps::learner_in_sync(leader, learner)),
         }
     }
 

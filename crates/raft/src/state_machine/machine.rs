@@ -113,6 +113,16 @@ impl Machine {
             .collect()
     }
 
+    /// The learners of the applied membership.
+    pub fn learners(&self) -> Vec<u64> {
+        let membership = &self.state.membership;
+        membership
+            .iter()
+            .filter(|(_, m)| m.learner)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// The whole state, encoded as a leader's snapshot carries it.
     pub fn to_bytes(&self) -> Vec<u8> {
         encode(&SnapshotPayload::from_state(&self.state))

@@ -7,6 +7,7 @@
 //! - [`Promotion`]: when a member starts and stops timing leases;
 //! - [`expiry_pass`]: the leader's expiry driver;
 //! - [`answered_before_apply`]: when a follower answers a write the leader committed for it;
+//! - [`learner_in_sync`]: whether a learner may be promoted;
 //! - [`AppendTimes`]: when entries reached this member, which dates the lease time they carry.
 
 use std::time::Instant;
@@ -54,13 +55,20 @@ pub fn answered_before_apply(answered_at_commit: bool, applied: &Applied) -> boo
     answered_at_commit && !matches!(applied, Applied::LeaseRenew(None))
 }
 
+/// Whether a learner may be promoted to voter, by etcd's rule: its match index is at least 90 %
+/// of the leader's own (`leader_match`); a learner the leader holds no progress for passes, as
+/// in etcd.
+pub fn learner_in_sync(leader_match: u64, learner_match: Option<u64>) -> bool {
+    learner_match.is_none_or(|learner| u128::from(learner) * 10 >= u128::from(leader_match) * 9)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
 
     use leasehold_lease::{LeaseClock, LeaseId};
 
-    use super::{answered_before_apply, stamp};
+    use super::{answered_before_apply, learner_in_sync, stamp};
     use crate::command::{Applied, Command, LeaseRenew, Write};
     use crate::replica::ReplicaError;
 
@@ -98,5 +106,15 @@ mod tests {
         assert!(answered_before_apply(true, &renewed));
         assert!(!answered_before_apply(true, &Applied::LeaseRenew(None)));
         assert!(!answered_before_apply(false, &renewed));
+    }
+
+    #[test]
+    fn a_learner_is_in_sync_at_ninety_per_cent_of_the_leaders_match() {
+        assert!(learner_in_sync(100, Some(90)));
+        assert!(!learner_in_sync(100, Some(89)));
+        assert!(
+            learner_in_sync(100, None),
+            "no progress held: etcd lets it pass"
+        );
     }
 }
