@@ -1,7 +1,7 @@
 //! The promises each run is checked against: linearizable keys, members that converge, and
 //! leases that end neither before the deadline their holder was last told nor much after it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_auth::{AuthChange, AuthError};
 use leasehold_history::{self as history, Event};
@@ -53,28 +53,49 @@ pub fn check_fenced(store: &Store, lock_key: &[u8], fenced: &[(i64, i64)]) -> Ve
 
 /// Auth at apply: every KV write the store took was permitted when its entry applied, and
 /// every one refused for want of permission was not. `applied`: every auth change applied, by
-/// log index; `writes`: each KV write's entry index and outcome. Only the KV role's permission
-/// on the KV keys and auth itself change in these runs.
+/// log index; `lease_ends`: every lease that ended, with the index that ended it (a grant
+/// bound to it goes in that same entry); `writes`: each KV write's entry index and outcome.
+/// Only the KV role's permission on the KV keys and auth itself change in these runs.
 pub fn check_auth(
     applied: &BTreeMap<u64, AuthChange>,
+    lease_ends: &BTreeSet<(u64, i64)>,
     writes: &[(u64, Result<(), AuthError>)],
 ) -> Vec<String> {
     let mut failures = Vec::new();
     let mut writes = writes.to_vec();
     writes.sort_by_key(|(index, _)| *index);
     let mut changes = applied.iter().peekable();
-    let (mut enabled, mut granted) = (false, false);
+    let mut ends = lease_ends.iter().peekable();
+    // The KV permission: not granted, granted, or granted bound to a lease.
+    let (mut enabled, mut granted): (bool, Option<Option<i64>>) = (false, None);
     for (index, result) in writes {
-        while let Some((_, change)) = changes.next_if(|(at, _)| **at < index) {
-            match change {
-                AuthChange::Enable => enabled = true,
-                AuthChange::Disable => enabled = false,
-                AuthChange::RoleGrantPermission { .. } => granted = true,
-                AuthChange::RoleRevokePermission { .. } => granted = false,
-                _ => {}
+        loop {
+            let change_at = changes.peek().map(|(at, _)| **at).filter(|at| *at < index);
+            let end_at = ends.peek().map(|(at, _)| *at).filter(|at| *at < index);
+            // In log order; an auth change before a lease end at the same index.
+            let change_first = match (change_at, end_at) {
+                (None, None) => break,
+                (Some(c), Some(e)) => c <= e,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+            };
+            if change_first {
+                let (_, change) = changes.next().expect("peeked");
+                match change {
+                    AuthChange::Enable => enabled = true,
+                    AuthChange::Disable => enabled = false,
+                    AuthChange::RoleGrantPermission { perm, .. } => granted = Some(perm.lease),
+                    AuthChange::RoleRevokePermission { .. } => granted = None,
+                    _ => {}
+                }
+            } else {
+                let (_, lease) = ends.next().expect("peeked");
+                if granted == Some(Some(*lease)) {
+                    granted = None;
+                }
             }
         }
-        let permitted = !enabled || granted;
+        let permitted = !enabled || granted.is_some();
         let fine = match result {
             Ok(()) => permitted,
             Err(AuthError::PermissionDenied) => !permitted,
@@ -87,7 +108,11 @@ pub fn check_auth(
                 "auth at apply: a KV write at index {index} got {result:?} with auth {} and the \
                  permission {}",
                 if enabled { "on" } else { "off" },
-                if granted { "granted" } else { "revoked" }
+                match granted {
+                    None => "revoked".to_string(),
+                    Some(None) => "granted".to_string(),
+                    Some(Some(lease)) => format!("granted with lease {lease}"),
+                }
             ));
         }
     }

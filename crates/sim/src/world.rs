@@ -217,13 +217,14 @@ fn auth_setup() -> VecDeque<AuthChange> {
             user: KV_USER.into(),
             role: KV_ROLE.into(),
         },
-        kv_permission(true),
+        kv_permission(true, None),
         AuthChange::Enable,
     ])
 }
 
 /// The change that grants (or revokes) the KV role's read-write permission on the KV keys.
-fn kv_permission(grant: bool) -> AuthChange {
+/// `bound`: the grant lives with this lease (leasehold's grants bound to leases).
+fn kv_permission(grant: bool, bound: Option<LeaseId>) -> AuthChange {
     let (key, range_end) = (KV_PERM.0.to_vec(), KV_PERM.1.to_vec());
     if grant {
         AuthChange::RoleGrantPermission {
@@ -232,7 +233,7 @@ fn kv_permission(grant: bool) -> AuthChange {
                 kind: PermKind::ReadWrite,
                 key,
                 range_end,
-                lease: None,
+                lease: bound.map(LeaseId::get),
             },
         }
     } else {
@@ -251,11 +252,27 @@ struct AuthRun {
     setup: VecDeque<AuthChange>,
     /// Whether the KV permission is granted, as far as the admin knows.
     granted: bool,
+    /// The lease the next or current grant is bound to, if it is bound to one.
+    bound: Option<BoundGrant>,
     /// Every auth change applied, by log index (from whichever member applied it).
     applied: BTreeMap<u64, AuthChange>,
+    /// Every lease that ended, by the log index that ended it (a grant bound to it ends there).
+    lease_ends: BTreeSet<(u64, i64)>,
     /// Every KV write answered: its entry's index and whether auth let it through.
     writes: Vec<(u64, Result<(), AuthError>)>,
 }
+
+/// A grant bound to the admin's lease: the lease is granted first, the permission bound to it,
+/// then the admin renews it a few times and lets it expire, which takes the grant with it.
+#[derive(Clone, Copy, Debug)]
+struct BoundGrant {
+    id: LeaseId,
+    leased: bool,
+    renewals_left: u32,
+}
+
+/// The admin's lease's TTL.
+const ADMIN_LEASE_TTL: i64 = 2;
 
 /// The lock the lock clients share, and the key its holder writes, fenced by the lock key's
 /// create revision (docs/locks.md's recipe).
@@ -312,6 +329,10 @@ enum ClientOp {
     Grant(Held),
     /// An admin's auth change.
     Admin(AuthChange),
+    /// The admin's lease for a bound grant, granted ...
+    AdminLease(LeaseId),
+    /// ... and kept alive a while.
+    AdminRenew(LeaseId),
     AttachKey(LeaseId),
     Renew(LeaseId),
     Revoke(LeaseId),
@@ -468,7 +489,9 @@ pub fn run(seed: u64, options: Options) -> Outcome {
             rng: auth_rng,
             setup: auth_setup(),
             granted: false,
+            bound: None,
             applied: BTreeMap::new(),
+            lease_ends: BTreeSet::new(),
             writes: Vec::new(),
         });
         world.new_client(Kind::Admin, SEC);
@@ -707,6 +730,9 @@ impl World {
                     by_client,
                     index,
                 } if index > applied_before => {
+                    if let Some(auth) = self.auth.as_mut() {
+                        auth.lease_ends.insert((index, id.get()));
+                    }
                     if self.leases.ended(id.get(), self.now, by_client, index) {
                         self.lease_ends += 1;
                         self.note(format!(
@@ -1182,6 +1208,11 @@ impl World {
                 caller: None,
                 change: change.clone(),
             })),
+            ClientOp::AdminLease(id) => Request::Write(Write::LeaseGrant(LeaseGrant {
+                id: *id,
+                ttl_secs: ADMIN_LEASE_TTL,
+            })),
+            ClientOp::AdminRenew(id) => Request::Write(Write::LeaseRenew(LeaseRenew { id: *id })),
             ClientOp::Grant(held) => Request::Write(Write::LeaseGrant(LeaseGrant {
                 id: held.id,
                 ttl_secs: held.ttl_secs,
@@ -1331,12 +1362,40 @@ impl World {
     }
 
     /// The admin's next change: the setup's next step, then the KV permission turned over.
+    /// Then, in turn: a plain grant that is later revoked, or a grant bound to a lease that the
+    /// admin renews a few times and then lets expire.
     fn admin_op(&mut self) -> ClientOp {
-        let auth = self.auth.as_ref().expect("an auth seed");
-        ClientOp::Admin(match auth.setup.front() {
-            Some(change) => change.clone(),
-            None => kv_permission(!auth.granted),
-        })
+        let auth = self.auth.as_mut().expect("an auth seed");
+        if let Some(change) = auth.setup.front() {
+            return ClientOp::Admin(change.clone());
+        }
+        match (auth.granted, auth.bound) {
+            (true, Some(b)) if b.renewals_left > 0 => ClientOp::AdminRenew(b.id),
+            (true, Some(_)) => {
+                // Let go long enough ago for the lease, and the grant with it, to be gone (a
+                // leader change extends a lease by its election timeout): grant again.
+                auth.granted = false;
+                auth.bound = None;
+                self.admin_op()
+            }
+            (true, None) => ClientOp::Admin(kv_permission(false, None)),
+            (false, Some(b)) if b.leased => ClientOp::Admin(kv_permission(true, Some(b.id))),
+            (false, Some(b)) => ClientOp::AdminLease(b.id),
+            (false, None) => {
+                if auth.rng.chance(0.5) {
+                    let id = LeaseId::from_wire(auth.rng.range(1, i64::MAX as u64) as i64)
+                        .expect("not zero");
+                    auth.bound = Some(BoundGrant {
+                        id,
+                        leased: false,
+                        renewals_left: auth.rng.range(0, 4) as u32,
+                    });
+                    ClientOp::AdminLease(id)
+                } else {
+                    ClientOp::Admin(kv_permission(true, None))
+                }
+            }
+        }
     }
 
     /// A KV write's outcome at apply, for the auth checker.
@@ -1560,6 +1619,14 @@ impl World {
                     if auth.setup.front() == Some(&change) {
                         auth.setup.pop_front();
                         wait = auth.rng.range(10 * MS, 100 * MS);
+                    } else if let Some(b) = auth.bound {
+                        // Renewals next; with none left, the grant lapses with its lease, or
+                        // (half the time) is replaced by a plain grant before it does.
+                        wait = if b.renewals_left > 0 || auth.rng.chance(0.5) {
+                            auth.rng.range(400 * MS, 700 * MS)
+                        } else {
+                            (ADMIN_LEASE_TTL as u64 + 4) * SEC
+                        };
                     } else {
                         wait = auth.rng.range(SEC, 4 * SEC);
                     }
@@ -1569,6 +1636,46 @@ impl World {
                         _ => {}
                     }
                     self.note(format!("admin: {change:?} done"));
+                } else if result == Err(AuthError::LeaseNotFound) {
+                    // The lease ran out first: another one.
+                    auth.bound = None;
+                }
+            }
+            (
+                ClientOp::AdminLease(id),
+                Some(Answer::Applied {
+                    applied: Applied::LeaseGrant(result),
+                    ..
+                }),
+            ) => {
+                let auth = self.auth.as_mut().expect("an auth seed");
+                match (result, auth.bound.as_mut()) {
+                    (Ok(()), Some(b)) if b.id == id => b.leased = true,
+                    _ => auth.bound = None,
+                }
+            }
+            (
+                ClientOp::AdminRenew(id),
+                Some(Answer::Applied {
+                    applied: Applied::LeaseRenew(ttl),
+                    ..
+                }),
+            ) => {
+                let auth = self.auth.as_mut().expect("an auth seed");
+                match (ttl, auth.bound.as_mut()) {
+                    (Some(_), Some(b)) if b.id == id => {
+                        b.renewals_left -= 1;
+                        wait = if b.renewals_left == 0 {
+                            (ADMIN_LEASE_TTL as u64 + 4) * SEC
+                        } else {
+                            auth.rng.range(400 * MS, 700 * MS)
+                        };
+                    }
+                    _ => {
+                        // The lease is gone, and the grant with it.
+                        auth.granted = false;
+                        auth.bound = None;
+                    }
                 }
             }
             (ClientOp::Read { keys, .. }, Some(Answer::Kvs(kvs))) => {
@@ -1805,7 +1912,7 @@ impl World {
         self.failures.extend(check_histories(&self.histories));
         if let Some(auth) = &self.auth {
             self.failures
-                .extend(check_auth(&auth.applied, &auth.writes));
+                .extend(check_auth(&auth.applied, &auth.lease_ends, &auth.writes));
         }
         if let Some(m) = up.first() {
             self.failures
