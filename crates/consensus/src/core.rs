@@ -11,6 +11,10 @@
 //!    [`Core::applied_to`];
 //! 6. the light ready's commit index, messages and committed entries follow;
 //! 7. if those entries hold a membership change, the commit index is written and synced first.
+//!
+//! Read-index requests that reach a leader before it has committed an entry of its own term are
+//! held here and handed to raft-rs once it has (raft-rs drops them without an answer, which cost
+//! every new leader's first reads, and its lease promotion, a retry: see [`Core::read_index`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -136,7 +140,22 @@ pub struct Core<F: Fs> {
     snapshot_ticks: BTreeMap<u64, usize>,
     /// How many ticks a follower may wait there before the leader probes it again.
     snapshot_ticks_max: usize,
+    /// Read-index requests held while this member leads without an entry of its term committed:
+    /// its own (by context) and its followers' (the message). At most [`HELD_READS_MAX`].
+    held_reads: Vec<HeldRead>,
 }
+
+/// A read-index request held until the leader has committed in its term.
+#[derive(Debug)]
+enum HeldRead {
+    Own(Vec<u8>),
+    Forwarded(eraftpb::Message),
+}
+
+/// More read-index requests than this, held at once, are dropped (as raft-rs drops them all):
+/// each reader batches its reads into one request and retries it only every few ticks, so
+/// a leader holds far fewer than this while it commits its first entry.
+const HELD_READS_MAX: usize = 4096;
 
 impl<F: Fs> std::fmt::Debug for Core<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -232,6 +251,7 @@ impl<F: Fs> Core<F> {
             catch_up_entries: config.catch_up_entries,
             snapshot_ticks: BTreeMap::new(),
             snapshot_ticks_max: 2 * config.election_tick,
+            held_reads: Vec::new(),
         })
     }
 
@@ -239,6 +259,7 @@ impl<F: Fs> Core<F> {
     pub fn tick(&mut self) {
         self.node.tick();
         self.resume_snapshot_waits();
+        self.release_held_reads();
     }
 
     /// raft-rs sends a follower nothing more after a snapshot until that follower's append
@@ -273,11 +294,17 @@ impl<F: Fs> Core<F> {
 
     /// A peer's message, decoded with [`crate::decode_peer_message`].
     pub fn step(&mut self, message: eraftpb::Message) -> Result<(), CoreError> {
-        match self.node.step(message) {
+        if message.get_msg_type() == eraftpb::MessageType::MsgReadIndex && self.holds_reads() {
+            self.hold(HeldRead::Forwarded(message));
+            return Ok(());
+        }
+        let stepped = match self.node.step(message) {
             // A response from a member no longer in the configuration, say: Raft ignores it.
             Err(raft::Error::StepPeerNotFound) => Ok(()),
             other => Ok(other?),
-        }
+        };
+        self.release_held_reads();
+        stepped
     }
 
     /// Proposes one normal entry (only a leader takes it: `ProposalDropped` otherwise, and
@@ -313,8 +340,49 @@ impl<F: Fs> Core<F> {
     }
 
     /// Asks for a read index; it comes back in [`Handled::read_states`] with `context`.
+    ///
+    /// raft-rs drops a read-index request, without an answer, while the leader has not yet
+    /// committed an entry of its term (its commit index may be behind what the old leader
+    /// committed). The asker then waited for its retry: a new leader's lease promotion, which
+    /// starts with a read index, lost half a second, and a leader killed every two election
+    /// timeouts kept dead clients' leases alive past their bound (found by the simulator, seed
+    /// 119 with `--kill-churn-timeouts 2`). So such requests are held here, and handed to
+    /// raft-rs as soon as the leader's first entry commits (or it stops leading).
     pub fn read_index(&mut self, context: Vec<u8>) {
-        self.node.read_index(context);
+        if self.holds_reads() {
+            self.hold(HeldRead::Own(context));
+        } else {
+            self.node.read_index(context);
+        }
+    }
+
+    /// Whether read-index requests are held now: this member leads and has not committed an
+    /// entry of its term.
+    fn holds_reads(&self) -> bool {
+        self.node.raft.state == StateRole::Leader && !self.node.raft.commit_to_current_term()
+    }
+
+    fn hold(&mut self, read: HeldRead) {
+        if self.held_reads.len() < HELD_READS_MAX {
+            self.held_reads.push(read);
+        }
+    }
+
+    /// Hands the held read-index requests to raft-rs once they need no longer be held.
+    fn release_held_reads(&mut self) {
+        if self.held_reads.is_empty() || self.holds_reads() {
+            return;
+        }
+        for read in std::mem::take(&mut self.held_reads) {
+            match read {
+                HeldRead::Own(context) => self.node.read_index(context),
+                HeldRead::Forwarded(message) => {
+                    // An error (a sender no longer in the configuration) leaves the request
+                    // unanswered, as raft-rs's drop did: its reader asks again.
+                    let _ = self.node.step(message);
+                }
+            }
+        }
     }
 
     /// Hands leadership to `to` (ignored unless this member leads and `to` is a voter).
@@ -483,6 +551,8 @@ impl<F: Fs> Core<F> {
         }
         handled.committed.extend(light.take_committed_entries());
         self.sync_commit_of_membership(&mut handled)?;
+        // A single member commits its first entry here, not in `step`.
+        self.release_held_reads();
         Ok(handled)
     }
 

@@ -477,6 +477,54 @@ fn linearizable_reads_get_a_read_index_on_the_leader_and_on_a_follower() {
     );
 }
 
+/// raft-rs drops a read index that reaches a leader before it has committed an entry of its
+/// term; the core holds such requests, its own and its followers', until that entry commits, so
+/// they are answered then, not only when their reader asks again.
+#[test]
+fn reads_asked_of_a_new_leader_before_its_first_commit_are_answered_once_it_commits() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    c.propose(leader, "v");
+    c.settle();
+    let target = *c.members.keys().find(|id| **id != leader).unwrap();
+    let other = *c
+        .members
+        .keys()
+        .find(|id| ![leader, target].contains(id))
+        .unwrap();
+    // The new leader hears no append acknowledged, so its first entry cannot commit.
+    c.muted.insert((leader, target));
+    c.muted.insert((other, target));
+    c.core(leader).transfer_leader(target);
+    c.run_until(30, |c| {
+        c.leader() == Some(target) && c.core(other).status().leader == target
+    });
+    let status = c.core(target).status();
+    assert!(
+        status.commit < status.last_index,
+        "the first entry is not committed yet"
+    );
+    c.core(target).read_index(b"own".to_vec());
+    c.core(other).read_index(b"forwarded".to_vec());
+    c.settle();
+    assert!(c.members[&target].read_states.is_empty());
+    assert!(c.members[&other].read_states.is_empty());
+    c.muted.clear();
+    c.run_until(30, |c| {
+        !c.members[&target].read_states.is_empty() && !c.members[&other].read_states.is_empty()
+    });
+    let commit = c.core(target).status().commit;
+    assert_eq!(c.core(target).status().last_index, commit);
+    assert_eq!(
+        c.members[&target].read_states,
+        vec![(commit, b"own".to_vec())]
+    );
+    assert_eq!(
+        c.members[&other].read_states,
+        vec![(commit, b"forwarded".to_vec())]
+    );
+}
+
 #[test]
 fn leadership_moves_to_the_member_asked_for() {
     let mut c = Cluster::new(&[1, 2, 3, 4, 5]);
