@@ -53,6 +53,10 @@ pub struct Options {
     pub chaos_secs: u64,
     /// Keep the whole trace (for `--trace`); otherwise only its last lines.
     pub full_trace: bool,
+    /// Kill churn's period once healed, in longest election timeouts (plus 0.2 to 2 s): 3, the
+    /// fastest churn docs/lease.md bounds a dead client's lease under. Faster churn is for
+    /// regressions that need it.
+    pub kill_churn_timeouts: u64,
 }
 
 impl Default for Options {
@@ -61,6 +65,7 @@ impl Default for Options {
             variant: Variant::Correct,
             chaos_secs: 20,
             full_trace: false,
+            kill_churn_timeouts: 3,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! leasehold-sim --seed 42 [--trace]     one seed, its trace hash (and its whole trace)
 //! leasehold-sim --hours 2               new seeds until the time is up; failures kept
 //! leasehold-sim --variant fresh-ttl     a known-bad build, to see the checkers catch it
+//! leasehold-sim --kill-churn-timeouts 2 kill churn faster than docs/lease.md bounds leases under
 //! ```
 
 use std::io::Write as _;
@@ -33,6 +34,9 @@ fn main() -> ExitCode {
             "--hours" => hours = Some(value(i).parse().expect("--hours H")),
             "--variant" => options.variant = value(i).parse::<Variant>().expect("--variant"),
             "--chaos-secs" => options.chaos_secs = value(i).parse().expect("--chaos-secs S"),
+            "--kill-churn-timeouts" => {
+                options.kill_churn_timeouts = value(i).parse().expect("--kill-churn-timeouts N")
+            }
             "--failures-file" => failed_file = value(i),
             "--trace" => {
                 options.full_trace = true;
@@ -73,7 +77,14 @@ fn main() -> ExitCode {
             for line in &outcome.trace {
                 println!("    {line}");
             }
-            println!("  replay: cargo run --release -p leasehold-sim -- --seed {seed} --trace");
+            let churn = if options.kill_churn_timeouts == Options::default().kill_churn_timeouts {
+                String::new()
+            } else {
+                format!(" --kill-churn-timeouts {}", options.kill_churn_timeouts)
+            };
+            println!(
+                "  replay: cargo run --release -p leasehold-sim -- --seed {seed} --trace{churn}"
+            );
             if let Ok(mut f) = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)

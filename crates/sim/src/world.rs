@@ -145,6 +145,8 @@ enum Ev {
     Restart(usize),
     Pause,
     Transfer,
+    /// Once healed, in kill-churn seeds: the leader is killed (kill -9) and restarted.
+    KillLeader,
     /// The leader removes a voter (which never runs again) ...
     Membership,
     /// ... sees whether the removal applied ...
@@ -281,6 +283,14 @@ const KV_KEYS: u64 = 4;
 const LOCK_KEY: &[u8] = b"lock/a";
 const FENCED_KEY: &[u8] = b"fenced/a";
 
+/// Kill churn once healed: `every` is the period at which the leader is killed and restarted, in
+/// the seeds that have it (`None` in the others, which move the leader every 3 s instead).
+struct KillChurn {
+    /// Its own draws, so that seeds without it draw exactly as before.
+    rng: Rng,
+    every: Option<u64>,
+}
+
 /// A lease client's one lease.
 #[derive(Clone, Copy, Debug)]
 struct Held {
@@ -407,6 +417,9 @@ struct World {
     /// The first promotion once healed: (true µs, lease ms), how lease time maps to true time
     /// from then on (lease time does not count what the cluster spent without a leader).
     promoted_after_heal: Option<(u64, u64)>,
+    /// Kill churn once healed (in some seeds, instead of the transfers): its own generator and
+    /// the period at which the leader is killed, chosen at heal.
+    kills: KillChurn,
     /// The highest log index any member has applied.
     applied_max: u64,
     end: u64,
@@ -468,6 +481,10 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         removing: None,
         adding: None,
         promoted_after_heal: None,
+        kills: KillChurn {
+            rng: Rng::new(seed ^ 0x4b11_0000_0000_0002),
+            every: None,
+        },
         applied_max: 0,
         end: 2 * chaos + 10 * SEC,
         trace_hash: 0xcbf2_9ce4_8422_2325,
@@ -665,6 +682,7 @@ impl World {
             Ev::Restart(m) => self.restart(m),
             Ev::Pause => self.pause(),
             Ev::Transfer => self.transfer(),
+            Ev::KillLeader => self.kill_leader(),
             Ev::Membership => self.remove_member(),
             Ev::MembershipStep => self.membership_step(),
             Ev::AddMember => self.add_member(),
@@ -893,6 +911,7 @@ impl World {
         // At most one member ever gets a rotten log, and only where no member is ever removed,
         // so a quorum always has intact ones.
         if self.faults.bit_flips
+            && !self.healed()
             && self.faults.membership_every.is_none()
             && self.members.iter().all(|mm| mm.refused.is_none())
             && m == 0
@@ -952,11 +971,73 @@ impl World {
         })
     }
 
+    /// In half the seeds whose members are all up and whose membership is settled at heal, the
+    /// leader is then killed and restarted every `3 × the longest election timeout + 0.2 to 2 s`
+    /// (3: `Options::kill_churn_timeouts`):
+    /// the longest election a kill can cause (two timeouts: the first candidate may be refused
+    /// by a member that still heard the old leader, or have too short a log), plus what the new
+    /// leader leaves each lease (the election timeout), plus time to commit. A dead holder's
+    /// lease then still ends within the checked bound (`final_checks`). Churn faster than that can
+    /// give a lease that is due the promotion's grace again and again, each leader gone before
+    /// the grace runs out (docs/lease.md).
+    fn choose_kill_churn(&mut self) {
+        let chosen = self.kills.rng.chance(0.5);
+        let extra = self.kills.rng.range(SEC / 5, 2 * SEC);
+        let settled = self.removing.is_none()
+            && self.adding.is_none()
+            && self
+                .members
+                .iter()
+                .all(|m| m.removed || (m.is_up() && m.refused.is_none()));
+        if chosen && settled {
+            let et = self.longest_election_timeout();
+            let every = self.options.kill_churn_timeouts * et + extra;
+            self.kills.every = Some(every);
+            self.note(format!(
+                "kill churn: the leader is killed every {} ms",
+                every / MS
+            ));
+        }
+    }
+
+    fn longest_election_timeout(&self) -> u64 {
+        self.members
+            .iter()
+            .map(|m| m.election_timeout_ms())
+            .max()
+            .unwrap_or(0)
+            * MS
+    }
+
+    /// Kill churn: kill -9 the leader (losing what it had not synced) and start it again a little
+    /// later, as `cluster.rs` did with real processes.
+    fn kill_leader(&mut self) {
+        let Some(every) = self.kills.every else {
+            return;
+        };
+        if self.now > self.end.saturating_sub(8 * SEC) {
+            return;
+        }
+        if let Some(l) = self.leader() {
+            self.members[l].crash();
+            let crash = if self.faults.torn_crashes {
+                Crash::TearSectors(self.kills.rng.next_u64())
+            } else {
+                Crash::LoseUnsynced
+            };
+            self.members[l].disk.mem().crash(crash);
+            self.note(format!("leader m{} killed ({crash:?})", l + 1));
+            let down = self.kills.rng.range(SEC / 5, SEC);
+            self.after(down, Ev::Restart(l));
+        }
+        self.after(every, Ev::KillLeader);
+    }
+
     /// MoveLeader to another member: in chaos at the drawn rate, and every 3 s once healed (a
     /// leader change for each lease to live through).
     fn transfer(&mut self) {
         let end_of_transfers = self.end.saturating_sub(8 * SEC);
-        if self.now > end_of_transfers {
+        if self.now > end_of_transfers || (self.healed() && self.kills.every.is_some()) {
             return;
         }
         if let Some(l) = self.leader() {
@@ -1125,7 +1206,10 @@ impl World {
                 self.start_member(m);
             }
         }
-        if self.faults.transfer_every.is_none() {
+        self.choose_kill_churn();
+        if self.kills.every.is_some() {
+            self.after(3 * SEC, Ev::KillLeader);
+        } else if self.faults.transfer_every.is_none() {
             self.after(3 * SEC, Ev::Transfer);
         }
         // And a watch from a past revision, as a client that reconnects asks for one.
@@ -1855,7 +1939,11 @@ impl World {
                 self.now = next.at;
                 if !matches!(
                     next.ev,
-                    Ev::ClientWakes(_) | Ev::Request { .. } | Ev::Transfer | Ev::Stop
+                    Ev::ClientWakes(_)
+                        | Ev::Request { .. }
+                        | Ev::Transfer
+                        | Ev::KillLeader
+                        | Ev::Stop
                 ) {
                     self.handle(next.ev);
                 }
@@ -1944,15 +2032,7 @@ impl World {
                 }
             }
         }
-        let bound = 3
-            * self
-                .members
-                .iter()
-                .map(|m| m.election_timeout_ms())
-                .max()
-                .unwrap_or(0)
-            * MS
-            + 1_500 * MS;
+        let bound = 3 * self.longest_election_timeout() + 1_500 * MS;
         let tolerance =
             |ttl_us: u64| 2 * self.faults.drift_ppm_max as u64 * (ttl_us + 30 * SEC) / 1_000_000;
         self.failures.extend(self.leases.check(
