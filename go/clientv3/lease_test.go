@@ -3,6 +3,7 @@ package clientv3diff
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,14 @@ func TestLeaseDifferential(t *testing.T) {
 			tr.add("put %s with lease: %s", k, errName(err))
 		}
 		ttl, err := cli.TimeToLive(ctxT(t), grant.ID, clientv3.WithAttachedKeys())
-		tr.add("time to live: %s granted %d remaining>0 %t keys %q", errName(err), ttl.GrantedTTL, ttl.TTL > 0, ttl.Keys)
+		// etcd lists a lease's keys from a Go map, so their order changes from
+		// run to run: the transcript compares them as a set.
+		keys := make([]string, len(ttl.Keys))
+		for i, k := range ttl.Keys {
+			keys[i] = string(k)
+		}
+		sort.Strings(keys)
+		tr.add("time to live: %s granted %d remaining>0 %t keys %q", errName(err), ttl.GrantedTTL, ttl.TTL > 0, keys)
 		leases, err := cli.Leases(ctxT(t))
 		tr.add("leases: %s %d", errName(err), len(leases.Leases))
 		once, err := cli.KeepAliveOnce(ctxT(t), grant.ID)
