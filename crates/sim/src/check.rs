@@ -9,6 +9,9 @@ use leasehold_mvcc::{RangeRequest, Store};
 
 use crate::member::{Member, Stamp};
 
+/// A command's place in the log: its entry's index, and its place among the entry's commands.
+pub type LogPos = (u64, usize);
+
 /// Every key's history must be linearizable (the test kit's checker, per key).
 pub fn check_histories(histories: &BTreeMap<String, Vec<Event>>) -> Vec<String> {
     let mut failures = Vec::new();
@@ -53,26 +56,27 @@ pub fn check_fenced(store: &Store, lock_key: &[u8], fenced: &[(i64, i64)]) -> Ve
 
 /// Auth at apply: every KV write the store took was permitted when its entry applied, and
 /// every one refused for want of permission was not. `applied`: every auth change applied, by
-/// log index; `lease_ends`: every lease that ended, with the index that ended it (a grant
-/// bound to it goes in that same entry); `writes`: each KV write's entry index and outcome.
+/// log position; `lease_ends`: every lease that ended, with the position that ended it (a grant
+/// bound to it goes with that same command); `writes`: each KV write's position and outcome.
 /// Only the KV role's permission on the KV keys and auth itself change in these runs.
 pub fn check_auth(
-    applied: &BTreeMap<u64, AuthChange>,
-    lease_ends: &BTreeSet<(u64, i64)>,
-    writes: &[(u64, Result<(), AuthError>)],
+    applied: &BTreeMap<LogPos, AuthChange>,
+    lease_ends: &BTreeSet<(LogPos, i64)>,
+    writes: &[(LogPos, Result<(), AuthError>)],
 ) -> Vec<String> {
     let mut failures = Vec::new();
     let mut writes = writes.to_vec();
-    writes.sort_by_key(|(index, _)| *index);
+    writes.sort_by_key(|(at, _)| *at);
     let mut changes = applied.iter().peekable();
     let mut ends = lease_ends.iter().peekable();
     // The KV permission: not granted, granted, or granted bound to a lease.
     let (mut enabled, mut granted): (bool, Option<Option<i64>>) = (false, None);
-    for (index, result) in writes {
+    for ((index, pos), result) in writes {
+        let at = (index, pos);
         loop {
-            let change_at = changes.peek().map(|(at, _)| **at).filter(|at| *at < index);
-            let end_at = ends.peek().map(|(at, _)| *at).filter(|at| *at < index);
-            // In log order; an auth change before a lease end at the same index.
+            let change_at = changes.peek().map(|(c, _)| **c).filter(|c| *c < at);
+            let end_at = ends.peek().map(|(e, _)| *e).filter(|e| *e < at);
+            // In log order; an auth change before a lease end at the same place.
             let change_first = match (change_at, end_at) {
                 (None, None) => break,
                 (Some(c), Some(e)) => c <= e,
@@ -105,7 +109,8 @@ pub fn check_auth(
         };
         if !fine {
             failures.push(format!(
-                "auth at apply: a KV write at index {index} got {result:?} with auth {} and the \
+                "auth at apply: a KV write at index {index} (command {pos}) got {result:?} with \
+                 auth {} and the \
                  permission {}",
                 if enabled { "on" } else { "off" },
                 match granted {

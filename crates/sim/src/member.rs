@@ -105,8 +105,9 @@ pub enum Answer {
     /// lease time (what the simulator, not the client, knows: the lease checker counts from it).
     Applied {
         applied: Applied,
-        /// The log index of the entry that held it.
+        /// The log index of the entry that held it, and the write's place among its commands.
         index: u64,
+        pos: usize,
         stamped_at: Option<Stamp>,
     },
     /// A range's keys and values, in key order.
@@ -130,6 +131,11 @@ pub enum PeerMsg {
         from: u64,
         request: u64,
         write: Write,
+    },
+    /// A follower's batch of writes, each with its request number there (batching seeds).
+    ForwardBatch {
+        from: u64,
+        writes: Vec<(u64, Write)>,
     },
     Forwarded {
         request: u64,
@@ -160,17 +166,23 @@ pub enum Out {
         id: LeaseId,
         by_client: bool,
         index: u64,
+        /// The place among the entry's commands of one that names the lease (each such
+        /// command reports it).
+        pos: usize,
     },
     /// A leader stamped a grant or renewal of this lease (answered or not, it may commit).
     Stamped {
         id: LeaseId,
         lease_ms: u64,
     },
-    /// An auth change applied (ok) at this index.
+    /// An auth change applied (ok) at this index, as the entry's `pos`th command.
     AuthChanged {
         index: u64,
+        pos: usize,
         change: AuthChange,
     },
+    /// The batcher takes what is queued at this true µs: the world wakes it then.
+    FlushAt(u64),
     /// This member now times leases, from this lease time.
     Promoted {
         lease_ms: u64,
@@ -180,6 +192,8 @@ pub enum Out {
 }
 
 struct Waiter {
+    /// The write's place among its entry's commands.
+    pos: usize,
     term: u64,
     origin: Origin,
     stamped_at: Option<Stamp>,
@@ -218,7 +232,13 @@ pub struct Member {
     /// A promotion's `LeasePromote` (term, index), waiting to be applied.
     promoting: Option<(u64, u64)>,
     append_times: AppendTimes,
-    waiters: BTreeMap<u64, Waiter>,
+    waiters: BTreeMap<u64, Vec<Waiter>>,
+    /// How long the batcher lets writes gather before it takes them (true µs): the proposer
+    /// task's turn in production. 0: each write is its own entry, proposed as it arrives.
+    pub batch_window_us: u64,
+    /// Writes waiting for the batcher, and when it takes them.
+    batch: Vec<(Origin, Write)>,
+    batch_at: Option<u64>,
     /// The driver's own batcher of ReadIndex rounds (retries included), and what its readers
     /// were told, collected for the next step.
     reads: ReadBatcher,
@@ -295,6 +315,9 @@ impl Member {
             promoting: None,
             append_times: AppendTimes::default(),
             waiters: BTreeMap::new(),
+            batch_window_us: 0,
+            batch: Vec::new(),
+            batch_at: None,
             reads: ReadBatcher::new(1, 1),
             read_answers: Arc::new(Mutex::new(Vec::new())),
             ready_reads: Vec::new(),
@@ -366,6 +389,8 @@ impl Member {
         self.core = None;
         self.lease_clock = None;
         self.waiters.clear();
+        self.batch.clear();
+        self.batch_at = None;
         self.reads.stop();
         self.read_answers.lock().expect("not poisoned").clear();
         self.ready_reads.clear();
@@ -539,6 +564,9 @@ impl Member {
     }
 
     fn write(&mut self, now: u64, origin: Origin, write: Write, out: &mut Vec<Out>) {
+        if self.batch_window_us > 0 {
+            return self.enqueue(now, origin, write, out);
+        }
         let Some(status) = self.status() else { return };
         if status.is_leader {
             let timed = write.is_lease_timed();
@@ -570,7 +598,7 @@ impl Member {
                     });
                 }
             }
-            self.propose(proposal.commands, Some((origin, stamped_at)), out);
+            self.propose(proposal.commands, vec![(0, origin, stamped_at)], out);
         } else if status.leader != 0 {
             let request = self.next_ctx();
             let at_commit = write.answered_at_commit();
@@ -588,30 +616,135 @@ impl Member {
         }
     }
 
+    /// Queues a write for the batcher (batching seeds); the first one in an empty queue sets
+    /// when the batcher takes them all.
+    fn enqueue(&mut self, now: u64, origin: Origin, write: Write, out: &mut Vec<Out>) {
+        self.batch.push((origin, write));
+        if self.batch_at.is_none() {
+            let at = now + self.batch_window_us;
+            self.batch_at = Some(at);
+            out.push(Out::FlushAt(at));
+        }
+    }
+
+    /// The batcher's turn: whatever is queued becomes one entry on a leader, or one forwarded
+    /// batch on a follower (`replica/batch.rs`'s `propose_batches`).
+    pub fn flush(&mut self, now: u64, out: &mut Vec<Out>) {
+        if self.core.is_none() || self.batch_at.is_none_or(|at| at > now) {
+            return;
+        }
+        self.batch_at = None;
+        let batch = std::mem::take(&mut self.batch);
+        self.write_batch(now, batch, out);
+        self.drive(now, out);
+    }
+
+    fn write_batch(&mut self, now: u64, batch: Vec<(Origin, Write)>, out: &mut Vec<Out>) {
+        let Some(status) = self.status() else { return };
+        if batch.is_empty() {
+            return;
+        }
+        if batch.len() > 1 {
+            out.push(Out::Note(format!(
+                "m{} batches {} writes{}",
+                self.id,
+                batch.len(),
+                if status.is_leader { "" } else { " (forwarded)" }
+            )));
+        }
+        if status.is_leader {
+            let (origins, writes): (Vec<Origin>, Vec<Write>) = batch.into_iter().unzip();
+            let timed: Vec<bool> = writes.iter().map(Write::is_lease_timed).collect();
+            let proposal = match steps::stamp(self.lease_clock, self.instant(now), writes) {
+                Ok(proposal) => proposal,
+                Err(_) => {
+                    for origin in origins {
+                        reply(out, origin, 0, Answer::Failed("no leader"));
+                    }
+                    return;
+                }
+            };
+            let mut waiters = Vec::new();
+            for (pos, ((command, origin), timed)) in
+                proposal.commands.iter().zip(origins).zip(timed).enumerate()
+            {
+                let command = match command {
+                    Command::As { command, .. } => command,
+                    command => command,
+                };
+                let mut stamped_at = None;
+                if let Command::LeaseGrant { id, now_ms, .. } | Command::LeaseRenew { id, now_ms } =
+                    command
+                {
+                    out.push(Out::Stamped {
+                        id: *id,
+                        lease_ms: *now_ms,
+                    });
+                    stamped_at = timed.then_some(Stamp {
+                        true_us: now,
+                        lease_ms: *now_ms,
+                        index: 0,
+                    });
+                }
+                waiters.push((pos, origin, stamped_at));
+            }
+            self.propose(proposal.commands, waiters, out);
+        } else if status.leader != 0 {
+            // What a follower forwarded here is never forwarded again: its follower retries.
+            let mut writes = Vec::new();
+            for (origin, write) in batch {
+                if let Origin::Forwarded { .. } = origin {
+                    reply(out, origin, 0, Answer::Failed("no leader"));
+                    continue;
+                }
+                let request = self.next_ctx();
+                self.forwarded
+                    .insert(request, (origin, write.answered_at_commit()));
+                writes.push((request, write));
+            }
+            if !writes.is_empty() {
+                out.push(Out::Peer {
+                    to: status.leader,
+                    msg: PeerMsg::ForwardBatch {
+                        from: self.id,
+                        writes,
+                    },
+                });
+            }
+        } else {
+            for (origin, _) in batch {
+                reply(out, origin, 0, Answer::Failed("no leader"));
+            }
+        }
+    }
+
+    /// Proposes one entry; each waiter is answered with its command's result (by `pos`).
     fn propose(
         &mut self,
         commands: Vec<Command>,
-        waiter: Option<(Origin, Option<Stamp>)>,
+        waiters: Vec<(usize, Origin, Option<Stamp>)>,
         out: &mut Vec<Out>,
     ) -> Option<u64> {
         let core = self.core.as_mut()?;
         let data = encode_proposal(&Proposal { commands });
         if core.propose(data).is_err() {
-            if let Some((origin, _)) = waiter {
+            for (_, origin, _) in waiters {
                 reply(out, origin, 0, Answer::Failed("proposal dropped"));
             }
             return None;
         }
         let status = core.status();
-        if let Some((origin, stamped_at)) = waiter {
-            self.waiters.insert(
-                status.last_index,
-                Waiter {
+        if !waiters.is_empty() {
+            let waiters = waiters
+                .into_iter()
+                .map(|(pos, origin, stamped_at)| Waiter {
+                    pos,
                     term: status.term,
                     origin,
                     stamped_at,
-                },
-            );
+                })
+                .collect();
+            self.waiters.insert(status.last_index, waiters);
         }
         Some(status.last_index)
     }
@@ -634,6 +767,16 @@ impl Member {
                 write,
                 out,
             ),
+            // The leader folds a forwarded batch into its own queue.
+            PeerMsg::ForwardBatch { from, writes } => {
+                for (request, write) in writes {
+                    let origin = Origin::Forwarded {
+                        member: from,
+                        request,
+                    };
+                    self.enqueue(now, origin, write, out);
+                }
+            }
             PeerMsg::Forwarded {
                 request,
                 index,
@@ -686,7 +829,7 @@ impl Member {
         let at = self.instant(now) + self.expiry_skew();
         let pass = expiry_pass(self.machine.leases(), &clock, at, &self.expiry);
         if let Some(work) = pass.work {
-            self.duty = self.propose(vec![work.command()], None, out);
+            self.duty = self.propose(vec![work.command()], Vec::new(), out);
             if self.duty.is_none() {
                 self.duty_retry = now + self.expiry.retry.as_micros() as u64;
             }
@@ -839,7 +982,7 @@ impl Member {
                         }
                     }));
                 }
-                match self.propose(commands, None, out) {
+                match self.propose(commands, Vec::new(), out) {
                     Some(index) => self.promoting = Some((term, index)),
                     None => self.promotion.failed(term),
                 }
@@ -883,20 +1026,22 @@ impl Member {
         // Waiters at or below an index whose term differs lost their entry to another leader.
         let stale: Vec<u64> = self.waiters.range(..=index).map(|(i, _)| *i).collect();
         for i in stale {
-            let waiter = self.waiters.remove(&i).expect("listed");
-            let answer = if i == index && waiter.term == term {
-                match applied.first() {
-                    Some(applied) => Answer::Applied {
-                        applied: applied.clone(),
-                        index,
-                        stamped_at: waiter.stamped_at.map(|s| Stamp { index, ..s }),
-                    },
-                    None => Answer::Failed("no reply"),
-                }
-            } else {
-                Answer::Failed("no leader")
-            };
-            reply(out, waiter.origin, index, answer);
+            for waiter in self.waiters.remove(&i).expect("listed") {
+                let answer = if i == index && waiter.term == term {
+                    match applied.get(waiter.pos) {
+                        Some(applied) => Answer::Applied {
+                            applied: applied.clone(),
+                            index,
+                            pos: waiter.pos,
+                            stamped_at: waiter.stamped_at.map(|s| Stamp { index, ..s }),
+                        },
+                        None => Answer::Failed("no reply"),
+                    }
+                } else {
+                    Answer::Failed("no leader")
+                };
+                reply(out, waiter.origin, index, answer);
+            }
         }
     }
 
@@ -909,7 +1054,7 @@ impl Member {
                     let named = lease_ids_in(&entry.data);
                     let before: Vec<bool> = named
                         .iter()
-                        .map(|(id, _)| self.machine.leases().contains(*id))
+                        .map(|(_, id, _)| self.machine.leases().contains(*id))
                         .collect();
                     let replies = self
                         .machine
@@ -917,18 +1062,22 @@ impl Member {
                         .unwrap_or_else(|e| {
                             panic!("m{}: entry {index} does not decode: {e}", self.id)
                         });
-                    for (change, applied) in auth_changes_in(&entry.data).into_iter().zip(&replies)
+                    for (pos, (change, applied)) in auth_changes_in(&entry.data)
+                        .into_iter()
+                        .zip(&replies)
+                        .enumerate()
                     {
                         if let (Some(change), Applied::Auth(Ok(()))) = (change, applied) {
-                            out.push(Out::AuthChanged { index, change });
+                            out.push(Out::AuthChanged { index, pos, change });
                         }
                     }
-                    for ((id, by_client), was) in named.into_iter().zip(before) {
+                    for ((pos, id, by_client), was) in named.into_iter().zip(before) {
                         if was && !self.machine.leases().contains(id) {
                             out.push(Out::LeaseEnded {
                                 id,
                                 by_client,
                                 index,
+                                pos,
                             });
                         }
                     }
@@ -1047,13 +1196,16 @@ fn auth_changes_in(data: &[u8]) -> Vec<Option<AuthChange>> {
 
 /// The leases a normal entry's commands name (to see which of them it ended), each with whether
 /// a client's revoke named it.
-fn lease_ids_in(data: &[u8]) -> Vec<(LeaseId, bool)> {
+fn lease_ids_in(data: &[u8]) -> Vec<(usize, LeaseId, bool)> {
     commands_in(data)
         .into_iter()
-        .flat_map(|c| match c {
-            Command::LeaseExpire { ids, .. } => ids.into_iter().map(|id| (id, false)).collect(),
-            Command::LeaseRenew { id, .. } => vec![(id, false)],
-            Command::LeaseRevoke { id } => vec![(id, true)],
+        .enumerate()
+        .flat_map(|(pos, c)| match c {
+            Command::LeaseExpire { ids, .. } => {
+                ids.into_iter().map(|id| (pos, id, false)).collect()
+            }
+            Command::LeaseRenew { id, .. } => vec![(pos, id, false)],
+            Command::LeaseRevoke { id } => vec![(pos, id, true)],
             _ => Vec::new(),
         })
         .collect()

@@ -18,7 +18,7 @@ use leasehold_raft::steps;
 use leasehold_raft::{Applied, AuthWrite, LeaseGrant, LeaseRenew, LeaseRevoke, Write};
 use leasehold_wal::{Crash, MemFs};
 
-use crate::check::{Leases, check_auth, check_fenced, check_histories, converged};
+use crate::check::{Leases, LogPos, check_auth, check_fenced, check_histories, converged};
 use crate::disk::SimFs;
 use crate::member::{Answer, Clock, Member, Origin, Out, PeerMsg, Request, TICK_US};
 use crate::rng::Rng;
@@ -115,6 +115,8 @@ enum Ev {
     Tick(usize),
     /// A member's expiry driver wakes.
     Wake(usize),
+    /// A member's batcher takes what is queued (batching seeds).
+    Flush(usize),
     Raft {
         to: usize,
         bytes: Vec<u8>,
@@ -256,12 +258,13 @@ struct AuthRun {
     granted: bool,
     /// The lease the next or current grant is bound to, if it is bound to one.
     bound: Option<BoundGrant>,
-    /// Every auth change applied, by log index (from whichever member applied it).
-    applied: BTreeMap<u64, AuthChange>,
-    /// Every lease that ended, by the log index that ended it (a grant bound to it ends there).
-    lease_ends: BTreeSet<(u64, i64)>,
-    /// Every KV write answered: its entry's index and whether auth let it through.
-    writes: Vec<(u64, Result<(), AuthError>)>,
+    /// Every auth change applied, by log position (from whichever member applied it).
+    applied: BTreeMap<LogPos, AuthChange>,
+    /// Every lease that ended, by the log position that ended it (a grant bound to it ends
+    /// there).
+    lease_ends: BTreeSet<(LogPos, i64)>,
+    /// Every KV write answered: its log position and whether auth let it through.
+    writes: Vec<(LogPos, Result<(), AuthError>)>,
 }
 
 /// A grant bound to the admin's lease: the lease is granted first, the permission bound to it,
@@ -406,6 +409,8 @@ struct World {
     last_put: BTreeMap<String, String>,
     /// Auth seeds only.
     auth: Option<AuthRun>,
+    /// Each member's batcher window (0: every write its own entry), drawn apart.
+    batch_window_us: u64,
     leases: Leases,
     healed_at: Option<u64>,
     /// A membership change under way: the member being removed (and since when), or `None`
@@ -476,6 +481,7 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         histories: BTreeMap::new(),
         last_put: BTreeMap::new(),
         auth: None,
+        batch_window_us: 0,
         leases: Leases::default(),
         healed_at: None,
         removing: None,
@@ -498,6 +504,16 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         "seed {seed} faults {:?} variant {:?}",
         world.faults, options.variant
     ));
+    // Batching in half the seeds, drawn apart from the main stream: writes that reach a member
+    // within the window share one entry (a follower's, one forwarded batch).
+    let mut batch_rng = Rng::new(seed ^ 0xba7c_0000_0000_0003);
+    if batch_rng.chance(0.5) {
+        world.batch_window_us = batch_rng.range(20, 1000);
+        world.note(format!("batching: a {} µs window", world.batch_window_us));
+        for member in &mut world.members {
+            member.batch_window_us = world.batch_window_us;
+        }
+    }
     // Auth in 40 % of seeds, drawn apart from the main stream.
     let mut auth_rng = Rng::new(seed ^ 0xa17b_0000_0000_0001);
     if auth_rng.chance(0.4) {
@@ -645,6 +661,11 @@ impl World {
                 self.members[m].wake(self.now, &mut out);
                 self.deliver(m, out);
             }
+            Ev::Flush(m) => {
+                let mut out = Vec::new();
+                self.members[m].flush(self.now, &mut out);
+                self.deliver(m, out);
+            }
             Ev::Raft { to, bytes } => {
                 let mut out = Vec::new();
                 self.members[to].step(self.now, &bytes, &mut out);
@@ -747,9 +768,10 @@ impl World {
                     id,
                     by_client,
                     index,
+                    pos,
                 } if index > applied_before => {
                     if let Some(auth) = self.auth.as_mut() {
-                        auth.lease_ends.insert((index, id.get()));
+                        auth.lease_ends.insert(((index, pos), id.get()));
                     }
                     if self.leases.ended(id.get(), self.now, by_client, index) {
                         self.lease_ends += 1;
@@ -777,11 +799,12 @@ impl World {
                     }
                 }
                 Out::LeaseEnded { .. } => {}
-                Out::AuthChanged { index, change } => {
+                Out::AuthChanged { index, pos, change } => {
                     if let Some(auth) = self.auth.as_mut() {
-                        auth.applied.insert(index, change);
+                        auth.applied.insert((index, pos), change);
                     }
                 }
+                Out::FlushAt(at) => self.at(at, Ev::Flush(from)),
                 Out::Note(line) => self.note(line),
             }
         }
@@ -1149,6 +1172,7 @@ impl World {
                 );
                 self.members.push(member);
                 let m = self.members.len() - 1;
+                self.members[m].batch_window_us = self.batch_window_us;
                 self.start_member(m);
                 let first = self.rng.range(0, TICK_US);
                 self.after(first, Ev::Tick(m));
@@ -1483,9 +1507,9 @@ impl World {
     }
 
     /// A KV write's outcome at apply, for the auth checker.
-    fn auth_checked(&mut self, index: u64, result: Result<(), AuthError>) {
+    fn auth_checked(&mut self, at: LogPos, result: Result<(), AuthError>) {
         if let Some(auth) = self.auth.as_mut() {
-            auth.writes.push((index, result));
+            auth.writes.push((at, result));
         }
     }
 
@@ -1645,10 +1669,11 @@ impl World {
                 Some(Answer::Applied {
                     applied: Applied::Put(Ok(_)),
                     index,
+                    pos,
                     ..
                 }),
             ) => {
-                self.auth_checked(index, Ok(()));
+                self.auth_checked((index, pos), Ok(()));
                 self.acked_writes += 1;
                 self.histories.get_mut(&key).expect("recorded")[history].completed =
                     Some((completed, history::Answer::Done));
@@ -1658,10 +1683,11 @@ impl World {
                 Some(Answer::Applied {
                     applied: Applied::Txn(Ok(txn)),
                     index,
+                    pos,
                     ..
                 }),
             ) => {
-                self.auth_checked(index, Ok(()));
+                self.auth_checked((index, pos), Ok(()));
                 self.acked_writes += 1;
                 self.histories.get_mut(&key).expect("recorded")[history].completed =
                     Some((completed, history::Answer::Swapped(txn.succeeded)));
@@ -1671,11 +1697,12 @@ impl World {
                 Some(Answer::Applied {
                     applied: Applied::Denied(e),
                     index,
+                    pos,
                     ..
                 }),
             ) => {
                 // Refused at apply: it never took effect.
-                self.auth_checked(index, Err(e));
+                self.auth_checked((index, pos), Err(e));
                 let event = &mut self.histories.get_mut(&key).expect("recorded")[history];
                 event.op = HOp::Get;
                 event.completed = None;
@@ -2090,6 +2117,7 @@ fn target(ev: &Ev) -> Option<usize> {
     match ev {
         Ev::Tick(m)
         | Ev::Wake(m)
+        | Ev::Flush(m)
         | Ev::Raft { to: m, .. }
         | Ev::Peer { to: m, .. }
         | Ev::Request { to: m, .. } => Some(*m),

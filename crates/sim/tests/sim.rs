@@ -28,7 +28,7 @@ fn a_seed_replays_to_the_same_trace() {
 /// Seeds that found something, kept as regressions (docs/testing.md says what each found).
 #[test]
 fn seeds_that_found_bugs_pass() {
-    for seed in [280, 59, 128, 52, 132, 198, 70] {
+    for seed in [280, 59, 128, 52, 132, 198, 70, 651] {
         let outcome = run(seed, Options::default());
         assert!(
             outcome.failures.is_empty(),
