@@ -569,36 +569,7 @@ impl Member {
         }
         let Some(status) = self.status() else { return };
         if status.is_leader {
-            let timed = write.is_lease_timed();
-            let proposal = match steps::stamp(self.lease_clock, self.instant(now), vec![write]) {
-                Ok(proposal) => proposal,
-                Err(_) => {
-                    // Not timing leases yet (promotion under way): the client goes again.
-                    reply(out, origin, 0, Answer::Failed("no leader"));
-                    return;
-                }
-            };
-            let mut stamped_at = None;
-            for command in &proposal.commands {
-                let command = match command {
-                    Command::As { command, .. } => command,
-                    command => command,
-                };
-                if let Command::LeaseGrant { id, now_ms, .. } | Command::LeaseRenew { id, now_ms } =
-                    command
-                {
-                    out.push(Out::Stamped {
-                        id: *id,
-                        lease_ms: *now_ms,
-                    });
-                    stamped_at = timed.then_some(Stamp {
-                        true_us: now,
-                        lease_ms: *now_ms,
-                        index: 0,
-                    });
-                }
-            }
-            self.propose(proposal.commands, vec![(0, origin, stamped_at)], out);
+            self.propose_writes(now, vec![(origin, write)], out);
         } else if status.leader != 0 {
             let request = self.next_ctx();
             let at_commit = write.answered_at_commit();
@@ -653,42 +624,7 @@ impl Member {
             )));
         }
         if status.is_leader {
-            let (origins, writes): (Vec<Origin>, Vec<Write>) = batch.into_iter().unzip();
-            let timed: Vec<bool> = writes.iter().map(Write::is_lease_timed).collect();
-            let proposal = match steps::stamp(self.lease_clock, self.instant(now), writes) {
-                Ok(proposal) => proposal,
-                Err(_) => {
-                    for origin in origins {
-                        reply(out, origin, 0, Answer::Failed("no leader"));
-                    }
-                    return;
-                }
-            };
-            let mut waiters = Vec::new();
-            for (pos, ((command, origin), timed)) in
-                proposal.commands.iter().zip(origins).zip(timed).enumerate()
-            {
-                let command = match command {
-                    Command::As { command, .. } => command,
-                    command => command,
-                };
-                let mut stamped_at = None;
-                if let Command::LeaseGrant { id, now_ms, .. } | Command::LeaseRenew { id, now_ms } =
-                    command
-                {
-                    out.push(Out::Stamped {
-                        id: *id,
-                        lease_ms: *now_ms,
-                    });
-                    stamped_at = timed.then_some(Stamp {
-                        true_us: now,
-                        lease_ms: *now_ms,
-                        index: 0,
-                    });
-                }
-                waiters.push((pos, origin, stamped_at));
-            }
-            self.propose(proposal.commands, waiters, out);
+            self.propose_writes(now, batch, out);
         } else if status.leader != 0 {
             // What a follower forwarded here is never forwarded again: its follower retries.
             let mut writes = Vec::new();
@@ -716,6 +652,48 @@ impl Member {
                 reply(out, origin, 0, Answer::Failed("no leader"));
             }
         }
+    }
+
+    /// A leader's entry of writes: stamped with one lease time (`steps::stamp`), each write's
+    /// caller answered with its own command's result; all of them "no leader" while this member
+    /// does not time leases yet (promotion under way: the clients go again).
+    fn propose_writes(&mut self, now: u64, batch: Vec<(Origin, Write)>, out: &mut Vec<Out>) {
+        let (origins, writes): (Vec<Origin>, Vec<Write>) = batch.into_iter().unzip();
+        let timed: Vec<bool> = writes.iter().map(Write::is_lease_timed).collect();
+        let proposal = match steps::stamp(self.lease_clock, self.instant(now), writes) {
+            Ok(proposal) => proposal,
+            Err(_) => {
+                for origin in origins {
+                    reply(out, origin, 0, Answer::Failed("no leader"));
+                }
+                return;
+            }
+        };
+        let mut waiters = Vec::new();
+        for (pos, ((command, origin), timed)) in
+            proposal.commands.iter().zip(origins).zip(timed).enumerate()
+        {
+            let command = match command {
+                Command::As { command, .. } => command,
+                command => command,
+            };
+            let mut stamped_at = None;
+            if let Command::LeaseGrant { id, now_ms, .. } | Command::LeaseRenew { id, now_ms } =
+                command
+            {
+                out.push(Out::Stamped {
+                    id: *id,
+                    lease_ms: *now_ms,
+                });
+                stamped_at = timed.then_some(Stamp {
+                    true_us: now,
+                    lease_ms: *now_ms,
+                    index: 0,
+                });
+            }
+            waiters.push((pos, origin, stamped_at));
+        }
+        self.propose(proposal.commands, waiters, out);
     }
 
     /// Proposes one entry; each waiter is answered with its command's result (by `pos`).

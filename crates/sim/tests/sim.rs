@@ -107,3 +107,30 @@ fn a_follower_serving_a_stale_linearizable_read_is_caught() {
         f.contains("not linearizable")
     });
 }
+
+/// In a batching seed, writes that reach a member together share one entry on a leader and one
+/// forwarded batch on a follower, and every promise still holds.
+#[test]
+fn a_batching_seed_puts_writes_together_on_leaders_and_followers() {
+    let outcome = run(
+        2,
+        Options {
+            full_trace: true,
+            ..Options::default()
+        },
+    );
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+    let batches: Vec<&String> = outcome
+        .trace
+        .iter()
+        .filter(|line| line.contains(" batches "))
+        .collect();
+    assert!(
+        batches.iter().any(|line| !line.ends_with("(forwarded)")),
+        "no leader proposed an entry of several writes"
+    );
+    assert!(
+        batches.iter().any(|line| line.ends_with("(forwarded)")),
+        "no follower forwarded several writes at once"
+    );
+}
