@@ -117,6 +117,8 @@ type member struct {
 	cmd    *exec.Cmd
 	log    string
 	done   chan struct{}
+	bin    string
+	args   []string // to start it again on the same data dir
 }
 
 func (m *member) running() bool {
@@ -156,6 +158,31 @@ func (c *cluster) endpoints() []string {
 // is killed when the test ends; a failed test prints the tail of each member's log.
 func startCluster(t *testing.T, tg target, n int) *cluster {
 	t.Helper()
+	return startClusterWith(t, tg, n)
+}
+
+// start runs the member's process (again, after a kill: same flags, same data dir), its output
+// appended to its log.
+func (m *member) start(t *testing.T) {
+	t.Helper()
+	logFile, err := os.OpenFile(m.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(m.bin, m.args...)
+	cmd.Env = append(os.Environ(), "LEASEHOLD_LOG=warn")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", m.bin, err)
+	}
+	done := make(chan struct{})
+	m.cmd, m.done = cmd, done
+	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
+}
+
+// startClusterWith is startCluster with extra flags for every member.
+func startClusterWith(t *testing.T, tg target, n int, extra ...string) *cluster {
+	t.Helper()
 	dir := t.TempDir()
 	ports := freePorts(t, 2*n)
 	var initial []string
@@ -167,25 +194,15 @@ func startCluster(t *testing.T, tg target, n int) *cluster {
 		name := fmt.Sprintf("m%d", i)
 		client := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i])
 		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
-		logPath := filepath.Join(dir, name+".log")
-		logFile, err := os.Create(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(tg.bin,
+		args := append([]string{
 			"--name", name, "--data-dir", filepath.Join(dir, name),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-token", "clientv3-diff", "--initial-cluster-state", "new",
-			"--log-level", "warn")
-		cmd.Env = append(os.Environ(), "LEASEHOLD_LOG=warn")
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", tg.bin, err)
-		}
-		m := &member{name: name, client: client, cmd: cmd, log: logPath, done: make(chan struct{})}
-		go func() { _ = cmd.Wait(); logFile.Close(); close(m.done) }()
+			"--log-level", "warn"}, extra...)
+		m := &member{name: name, client: client, log: filepath.Join(dir, name+".log"), bin: tg.bin, args: args}
+		m.start(t)
 		c.members = append(c.members, m)
 	}
 	t.Cleanup(func() {

@@ -24,7 +24,7 @@ mod table;
 pub use clock::LeaseClock;
 pub use leasehold_types::{Key, LEASE_TTL_SECS_MAX, LeaseId};
 pub use table::{
-    Counters, EndedLease, LeaseEnd, LeaseError, LeaseRecord, LeaseTable, LeaseView,
+    Counters, EndedLease, LeaseEnd, LeaseError, LeaseRecord, LeaseTable, LeaseView, MemoryRenewal,
     PROMOTION_EXPIRIES_PER_SEC_MAX, RECENT_ENDS_LEN_MAX, Renewal, TimeToLive,
 };
 

@@ -4,9 +4,21 @@
 //! - the expiry queue holds exactly one entry per lease, at its current deadline;
 //! - no key is in two leases' key sets (which lease a key names is the KV store's to say; the
 //!   caller moves a key with [`LeaseTable::detach`] and [`LeaseTable::attach`]);
-//! - a renewal never moves a deadline earlier.
+//! - a renewal never moves a deadline earlier;
+//! - every lease's told deadline is at most its deadline (its cover), and at most
+//!   [`LeaseTable::cover_margin_max_ms`] before it.
+//!
+//! Two deadlines per lease (docs/lease.md, "Renewals"):
+//! - the **deadline** (`LeaseRecord::deadline_ms`, the *cover*) is replicated and persisted: no
+//!   member ends the lease before it, and a new leader inherits it;
+//! - the **told** deadline is the latest deadline a holder was told, at most the cover. Applied
+//!   renewals set it on every member; the leader also moves it in memory, without a log write,
+//!   for a renewal its cover already covers ([`LeaseTable::renew_in_memory`]). It is not
+//!   persisted: a restart or a new leader starts it at the cover, so a dead holder's lease then
+//!   lives at most one margin longer than it was told.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use leasehold_types::{Key, LeaseId};
 use serde::{Deserialize, Serialize};
@@ -39,6 +51,25 @@ pub enum LeaseError {
     NotFound,
     #[error("etcdserver: lease already exists")]
     Exists,
+}
+
+/// What a leader's renewal from memory found ([`LeaseTable::renew_in_memory`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryRenewal {
+    /// Renewed for `ttl_secs`, within the cover; `slack_ms` is how much of the cover is left
+    /// beyond the new told deadline (a small one asks for the cover to be extended).
+    Renewed {
+        ttl_secs: i64,
+        slack_ms: u64,
+    },
+    NotFound,
+    /// The deadline its holder was told has passed: the leader ends it (and answers TTL 0).
+    /// `cover_ms` is its cover now, which the expiry names.
+    Expired {
+        cover_ms: u64,
+    },
+    /// The new deadline is beyond the cover: only a renewal through the log may give it.
+    Uncovered,
 }
 
 /// The outcome of a renewal.
@@ -117,10 +148,42 @@ impl<'t> LeaseView<'t> {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Lease {
     record: LeaseRecord,
     keys: KeySet,
+    /// The told deadline (see the module's doc): atomic, so that the leader's renewals from
+    /// memory move it under the state's read lock (its caller serialises them with the expiry
+    /// driver's decisions, `leasehold_raft::steps::LeaderRenewals`).
+    told_ms: AtomicU64,
+}
+
+impl Clone for Lease {
+    fn clone(&self) -> Lease {
+        Lease {
+            record: self.record,
+            keys: self.keys.clone(),
+            told_ms: AtomicU64::new(self.told()),
+        }
+    }
+}
+
+impl Lease {
+    fn new(record: LeaseRecord) -> Lease {
+        Lease {
+            record,
+            keys: KeySet::None,
+            told_ms: AtomicU64::new(record.deadline_ms),
+        }
+    }
+
+    fn told(&self) -> u64 {
+        self.told_ms.load(Ordering::Relaxed)
+    }
+
+    fn set_told(&mut self, told_ms: u64) {
+        *self.told_ms.get_mut() = told_ms.min(self.record.deadline_ms);
+    }
 }
 
 /// A lease's attached keys. Most leases hold none or one (a lock, an election candidate, a
@@ -143,7 +206,7 @@ enum KeySet {
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(size_of::<KeySet>() == 24);
-    assert!(size_of::<Lease>() == 48);
+    assert!(size_of::<Lease>() == 56);
     assert!(size_of::<(LeaseId, Box<Lease>)>() == 16);
 };
 
@@ -233,6 +296,9 @@ pub struct LeaseTable {
     /// applied commands like `counters` (so the same on every member), not persisted: a restart
     /// starts it empty.
     recent_ends: VecDeque<EndedLease>,
+    /// The largest cover margin an applied renewal used: no lease's told deadline is further
+    /// than this before its cover, which bounds the expiry scan ([`LeaseTable::told_expired`]).
+    cover_margin_max_ms: u64,
 }
 
 fn deadline(now_ms: u64, ttl_secs: i64) -> u64 {
@@ -264,13 +330,7 @@ impl LeaseTable {
             .collect();
         let leases = records
             .into_iter()
-            .map(|(id, record)| {
-                let lease = Lease {
-                    record,
-                    keys: KeySet::None,
-                };
-                (id, Box::new(lease))
-            })
+            .map(|(id, record)| (id, Box::new(Lease::new(record))))
             .collect();
         LeaseTable {
             leases,
@@ -301,6 +361,15 @@ impl LeaseTable {
         self.leases.contains_key(&id)
     }
 
+    /// A log entry at `index` is about to be applied: grant order continues from `index << 12`
+    /// (an entry holds at most 4,096 commands), so that it is the same on every member, whatever
+    /// each one restored from (a restart counts on from its surviving leases only, and a
+    /// member that restarted after the latest grant's lease had ended would otherwise number
+    /// the next grant lower than the others do).
+    pub fn begin_entry(&mut self, index: u64) {
+        self.next_grant_seq = self.next_grant_seq.max(index << 12);
+    }
+
     /// Moves the replicated clock forward to `now_ms` (never back).
     pub fn advance(&mut self, now_ms: u64) {
         self.clock_ms = self.clock_ms.max(now_ms);
@@ -325,13 +394,7 @@ impl LeaseTable {
         self.next_grant_seq += 1;
         self.queue
             .insert((record.deadline_ms, record.grant_seq), id);
-        self.leases.insert(
-            id,
-            Box::new(Lease {
-                record,
-                keys: KeySet::None,
-            }),
-        );
+        self.leases.insert(id, Box::new(Lease::new(record)));
         self.counters.granted += 1;
         Ok(record)
     }
@@ -353,10 +416,113 @@ impl LeaseTable {
             deadline(now_ms, lease.record.ttl_secs).max(lease.record.deadline_ms);
         let new = (lease.record.deadline_ms, lease.record.grant_seq);
         let ttl_secs = lease.record.ttl_secs;
+        lease.set_told(lease.record.deadline_ms);
         self.queue.remove(&old);
         self.queue.insert(new, id);
         self.counters.renewed += 1;
         Renewal::Renewed { ttl_secs }
+    }
+
+    /// A renewal through the log with a cover (`LeaseCover`): the told deadline becomes
+    /// `now_ms + ttl` and the deadline (the cover) at least `margin_ms` beyond it, unless the
+    /// lease is unknown or its cover has passed. `now_ms` is rounded up, as for [`Self::renew`].
+    pub fn renew_covered(&mut self, id: LeaseId, now_ms: u64, margin_ms: u64) -> Renewal {
+        self.advance(now_ms);
+        self.cover_margin_max_ms = self.cover_margin_max_ms.max(margin_ms);
+        let Some(lease) = self.leases.get_mut(&id) else {
+            return Renewal::NotFound;
+        };
+        if lease.record.deadline_ms < now_ms {
+            return Renewal::Expired;
+        }
+        let told = deadline(now_ms, lease.record.ttl_secs);
+        let old = (lease.record.deadline_ms, lease.record.grant_seq);
+        lease.record.deadline_ms = told.saturating_add(margin_ms).max(lease.record.deadline_ms);
+        let new = (lease.record.deadline_ms, lease.record.grant_seq);
+        let ttl_secs = lease.record.ttl_secs;
+        let told = told.max(lease.told());
+        lease.set_told(told);
+        if new != old {
+            self.queue.remove(&old);
+            self.queue.insert(new, id);
+        }
+        self.counters.renewed += 1;
+        Renewal::Renewed { ttl_secs }
+    }
+
+    /// The leader's renewal without a log write: if the lease's cover already reaches
+    /// `now_ms + ttl`, that becomes its told deadline (never earlier than before). Takes `&self`:
+    /// it runs under the state's read lock, and only ever moves a told deadline later within the
+    /// cover, which no apply depends on. The caller keeps it apart from the expiry driver's
+    /// decisions (`leasehold_raft::steps::LeaderRenewals`).
+    pub fn renew_in_memory(&self, id: LeaseId, now_ms: u64) -> MemoryRenewal {
+        let Some(lease) = self.leases.get(&id) else {
+            return MemoryRenewal::NotFound;
+        };
+        let cover_ms = lease.record.deadline_ms;
+        if lease.told() < now_ms {
+            return MemoryRenewal::Expired { cover_ms };
+        }
+        let told = deadline(now_ms, lease.record.ttl_secs);
+        if told > cover_ms {
+            return MemoryRenewal::Uncovered;
+        }
+        lease.told_ms.fetch_max(told, Ordering::Relaxed);
+        MemoryRenewal::Renewed {
+            ttl_secs: lease.record.ttl_secs,
+            slack_ms: cover_ms - told,
+        }
+    }
+
+    /// The deadline the lease's holder was last told, as this member knows it (on the leader
+    /// exact; elsewhere the one the last applied renewal gave, which is never later).
+    pub fn told_ms(&self, id: LeaseId) -> Option<u64> {
+        self.leases.get(&id).map(|l| l.told())
+    }
+
+    /// The largest cover margin an applied renewal used.
+    pub fn cover_margin_max_ms(&self) -> u64 {
+        self.cover_margin_max_ms
+    }
+
+    /// Up to `max` leases whose told deadline is at or before `now_ms`, with their covers,
+    /// earliest cover first: what a leader ends. Only leases whose cover is within
+    /// [`Self::cover_margin_max_ms`] of `now_ms` can be due, so the walk stops there.
+    pub fn told_expired(&self, now_ms: u64, max: usize) -> Vec<(LeaseId, u64)> {
+        let until = now_ms.saturating_add(self.cover_margin_max_ms);
+        self.queue
+            .range(..=(until, u64::MAX))
+            .filter(|(_, id)| self.leases[*id].told() <= now_ms)
+            .take(max)
+            .map(|(&(cover, _), id)| (*id, cover))
+            .collect()
+    }
+
+    /// The earliest told deadline, if any lease exists.
+    pub fn next_told_ms(&self) -> Option<u64> {
+        let first = self.next_deadline_ms()?;
+        let until = first.saturating_add(self.cover_margin_max_ms);
+        self.queue
+            .range(..=(until, u64::MAX))
+            .map(|(_, id)| self.leases[id].told())
+            .min()
+    }
+
+    /// Revokes `id` because the leader saw its told deadline pass at `now_ms`, unless a renewal
+    /// through the log moved its cover since the leader saw it at `cover_ms` (that renewal was
+    /// answered, and wins). Deterministic: it reads only the replicated cover.
+    pub fn expire_told(&mut self, id: LeaseId, now_ms: u64, cover_ms: u64) -> Option<Vec<Key>> {
+        self.advance(now_ms);
+        let deadline = self.leases.get(&id)?.record.deadline_ms;
+        if deadline != cover_ms && deadline > now_ms {
+            return None;
+        }
+        let keys = self.revoke(id).ok()?;
+        self.counters.expired += 1;
+        let ended = self.recent_ends.back_mut().expect("revoke just noted it");
+        debug_assert_eq!(ended.id, id);
+        ended.end = LeaseEnd::Expired;
+        Some(keys)
     }
 
     /// Removes a lease; returns its keys in key order (the caller deletes them at one revision).
@@ -462,6 +628,10 @@ impl LeaseTable {
                 .deadline_ms = deadline;
             moved.push(id);
         }
+        // The new leader knows no better than the covers: it honours each in full.
+        for lease in self.leases.values_mut() {
+            lease.set_told(lease.record.deadline_ms);
+        }
         moved
     }
 
@@ -523,9 +693,17 @@ impl LeaseTable {
         self.leases.get(&id).map(|l| l.record)
     }
 
+    /// Counted from the told deadline: what its holder was told (on a follower, as of the last
+    /// renewal it applied).
     pub fn time_to_live(&self, id: LeaseId, now_ms: u64, with_keys: bool) -> Option<TimeToLive> {
         let lease = self.leases.get(&id)?;
-        let left_ms = lease.record.deadline_ms.saturating_sub(now_ms);
+        let left_ms = lease.told().saturating_sub(now_ms);
+        // Strictly less than what is left on the millisecond clock: `now_ms` is rounded down
+        // and deadlines up, and real time has passed since the grant or renewal, however
+        // little. etcd, counting in nanoseconds, answers 29 right after a grant of 30; so must
+        // a read in the same millisecond as the grant (it answered 30, a differential test
+        // flaked on it).
+        let left_ms = left_ms.saturating_sub(1);
         Some(TimeToLive {
             remaining_secs: i64::try_from(left_ms / 1000).unwrap_or(i64::MAX),
             granted_ttl_secs: lease.record.ttl_secs,
@@ -606,6 +784,12 @@ impl LeaseTable {
             assert!(
                 seq < self.next_grant_seq,
                 "grant order is behind the counter"
+            );
+            let told = lease.told();
+            assert!(told <= deadline_ms, "a told deadline is beyond its cover");
+            assert!(
+                told + self.cover_margin_max_ms >= deadline_ms,
+                "a told deadline is more than the largest margin before its cover"
             );
         }
         let mut attached = std::collections::HashSet::new();

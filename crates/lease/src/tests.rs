@@ -100,6 +100,18 @@ fn time_to_live_truncates_and_reports_zero_once_expired() {
     t.grant(id(1), 100, 1_000).unwrap();
     let ttl = t.time_to_live(id(1), 1_003, false).unwrap();
     assert_eq!((ttl.remaining_secs, ttl.granted_ttl_secs), (99, 100));
+    let same_ms = t.time_to_live(id(1), 1_000, false).unwrap();
+    assert_eq!(
+        same_ms.remaining_secs, 99,
+        "read in the grant's own millisecond: less than the TTL, as etcd answers"
+    );
+    assert_eq!(
+        t.time_to_live(id(1), 100_000, false)
+            .unwrap()
+            .remaining_secs,
+        0,
+        "one millisecond left: 0 whole seconds"
+    );
     assert_eq!(
         t.time_to_live(id(1), 101_000, false)
             .unwrap()

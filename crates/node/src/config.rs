@@ -61,6 +61,12 @@ pub struct NodeConfig {
     /// Time (in milliseconds) for an election to timeout.
     #[arg(long, default_value_t = 1000)]
     pub election_timeout: u64,
+    /// leasehold's own: how far a lease's durable cover reaches beyond the deadline a renewal
+    /// through the log gives, e.g. `5s`. The leader answers renewals within the cover from
+    /// memory, without a log write; a dead holder's lease outlives its deadline by at most this
+    /// much when the leader fails (docs/lease.md). `0s` writes every renewal to the log.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub lease_cover_margin: Duration,
     /// Serve etcd's JSON gateway (`/v3/...`) on the client URLs, as etcd does by default.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "true", value_parser = parse_go_bool)]

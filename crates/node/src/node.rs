@@ -116,6 +116,8 @@ impl Node {
             snapshot_log_entries_max: config.snapshot_count,
             quota_bytes: config.quota_bytes(),
             auth_token_ttl: config.auth_token_ttl(),
+            lease_cover_margin_ms: u64::try_from(config.lease_cover_margin.as_millis())
+                .unwrap_or(u64::MAX),
         };
         // The links report a peer they cannot reach to the replica, which starts after them
         // (its Raft thread sends through them from the start).

@@ -714,12 +714,13 @@ mod tests {
                 }
             }
         }
-        // The server has no flag etcd lacks, but for the one config-file-only TLS setting.
+        // The server has no flag etcd lacks, but for the one config-file-only TLS setting and
+        // the lease cover margin (docs/lease.md).
         let cmd = Serve::command();
         for arg in cmd.get_arguments() {
             let Some(long) = arg.get_long() else { continue };
             let etcd = ETCD_FLAGS.iter().any(|(f, _)| *f == long);
-            let ours = ["client-cert-allowed-cn"];
+            let ours = ["client-cert-allowed-cn", "lease-cover-margin"];
             assert!(
                 etcd || CLAP_FLAGS.contains(&long) || ours.contains(&long),
                 "--{long} is not an etcd 3.5 or 3.7 flag"

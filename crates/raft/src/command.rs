@@ -188,8 +188,8 @@ impl Write {
     }
 
     /// The log command, with `now_ms` (the committing leader's lease time) on grants and
-    /// renewals.
-    pub fn stamp(self, now_ms: u64) -> Command {
+    /// renewals; a renewal covers `margin_ms` beyond the deadline it gives (docs/lease.md).
+    pub fn stamp(self, now_ms: u64, margin_ms: u64) -> Command {
         match self {
             Write::Put(p) => Command::Put(p),
             Write::DeleteRange(d) => Command::DeleteRange(d),
@@ -201,14 +201,18 @@ impl Write {
                 now_ms,
             },
             Write::LeaseRevoke(LeaseRevoke { id }) => Command::LeaseRevoke { id },
-            Write::LeaseRenew(LeaseRenew { id }) => Command::LeaseRenew { id, now_ms },
+            Write::LeaseRenew(LeaseRenew { id }) => Command::LeaseCover {
+                id,
+                now_ms,
+                margin_ms,
+            },
             Write::Alarm(change) => Command::Alarm(change),
             Write::Publish(attrs) => Command::Publish(attrs),
             Write::Auth(auth) => Command::Auth(auth),
             Write::Authenticate(a) => Command::Authenticate(a),
             Write::As { caller, write } => Command::As {
                 caller,
-                command: Box::new(write.stamp(now_ms)),
+                command: Box::new(write.stamp(now_ms, margin_ms)),
             },
         }
     }
@@ -343,6 +347,23 @@ pub enum Command {
         caller: Caller,
         command: Box<Command>,
     },
+    /// A renewal through the log: the deadline its holder is told becomes `now_ms + ttl`, and
+    /// the lease's cover (the replicated deadline no member ends it before) at least
+    /// `margin_ms` beyond that, so that the leader can answer the next renewals from memory
+    /// (docs/lease.md). (Added after `LeaseRenew`, which old logs still hold; new variants go
+    /// last, so every earlier entry decodes as it did.)
+    LeaseCover {
+        id: LeaseId,
+        now_ms: u64,
+        margin_ms: u64,
+    },
+    /// The leader saw these leases' told deadlines pass at `now_ms`; each is revoked, at its own
+    /// revision, unless its cover is no longer the one the leader saw (a renewal through the log
+    /// came first and was answered) and has not passed either.
+    LeaseExpireTold {
+        leases: Vec<(LeaseId, u64)>,
+        now_ms: u64,
+    },
 }
 
 /// What applying one command produced.
@@ -404,9 +425,10 @@ mod tests {
             (
                 LeaseRenew { id: id(2) }.into(),
                 true,
-                Command::LeaseRenew {
+                Command::LeaseCover {
                     id: id(2),
                     now_ms: 700,
+                    margin_ms: 40,
                 },
             ),
             (
@@ -427,7 +449,7 @@ mod tests {
         ];
         for (write, timed, command) in cases {
             assert_eq!(write.is_lease_timed(), timed, "{write:?}");
-            assert_eq!(write.stamp(700), command);
+            assert_eq!(write.stamp(700, 40), command);
         }
     }
 

@@ -1,4 +1,5 @@
-//! The leader's expiry driver on tokio: runs `leasehold_raft::steps::expiry_pass` (what is due,
+//! The leader's expiry driver on tokio: runs `leasehold_raft::steps::expiry_pass` (through
+//! `Replica::expiry_pass`, which keeps it apart from renewals answered from memory) (what is due,
 //! when to tick the lease clock, when to look again), commits what it asks, and sleeps until the
 //! pass's wake, a lease change or the next promotion. A failed proposal is retried after
 //! `ExpiryConfig::retry`, never dropped.
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_raft::Replica;
 pub use leasehold_raft::steps::ExpiryConfig;
-use leasehold_raft::steps::{ExpiryWork, expiry_pass};
+use leasehold_raft::steps::ExpiryWork;
 
 use crate::metrics::Metrics;
 use tokio::sync::watch;
@@ -65,18 +66,16 @@ async fn step(
         return Ok(Some(Instant::now()));
     };
     let now = Instant::now();
-    let pass = replica
-        .read_leases(false, |t| expiry_pass(t, &clock, now, cfg))
-        .await?;
+    let pass = replica.expiry_pass(&clock, now, cfg);
     match pass.work {
         Some(ExpiryWork::Expire {
-            ids,
+            leases,
             now_ms,
             deadlines,
         }) => {
             // Only as leader: a member that was deposed meanwhile must not get its expiries
             // committed by the new leader (etcd#15247).
-            replica.expire_leases(ids, now_ms).await?;
+            replica.expire_leases(leases, now_ms).await?;
             let committed_ms = clock.now_ms(Instant::now());
             metrics.leases_expired(
                 deadlines

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::stream::{FuturesOrdered, StreamExt as _};
 use leasehold_api::etcdserverpb::{self as pb, lease_server::Lease};
-use leasehold_raft::{LeaseGrant, LeaseId, LeaseRenew, LeaseRevoke, ReplicaError};
+use leasehold_raft::{LeaseGrant, LeaseId, LeaseRevoke, ReplicaError};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::BoxStream;
@@ -113,7 +113,7 @@ async fn renew(ctx: &ServerContext, id: i64) -> Result<i64, ApiError> {
     // Made before the first try, so a change while it is under way is not missed.
     let mut raft = ctx.replica.subscribe_raft_changes();
     loop {
-        match ctx.replica.propose(LeaseRenew { id }).await {
+        match ctx.replica.renew_lease(id).await {
             Ok(ttl) => return Ok(ttl.unwrap_or(0)),
             Err(ReplicaError::NoLeader) => {
                 let left = give_up.saturating_duration_since(std::time::Instant::now());

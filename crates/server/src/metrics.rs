@@ -431,7 +431,7 @@ impl Collector for MemberCollector {
         )?;
         counter(
             "etcd_debugging_lease_renewed",
-            "Lease renewals, as applied on this member.",
+            "Lease renewals: those applied on this member, and those it answered from memory while it led.",
             leases.renewed,
         )?;
         counter(

@@ -214,8 +214,9 @@ pub async fn confirm_owner(
             if !older.kvs.is_empty() {
                 return Err(RecipeError::SessionExpired(recipe));
             }
-            match leases.record(lease) {
-                Some(record) if record.deadline_ms > now_ms => Ok(store.current_revision()),
+            // The deadline its holder was told, not the cover beyond it.
+            match leases.told_ms(lease) {
+                Some(told_ms) if told_ms > now_ms => Ok(store.current_revision()),
                 _ => Err(RecipeError::SessionExpired(recipe)),
             }
         })
@@ -293,6 +294,7 @@ mod tests {
         let replica = leasehold_raft::Replica::start(leasehold_raft::ReplicaConfig {
             quota_bytes: None,
             auth_token_ttl: std::time::Duration::from_secs(300),
+            lease_cover_margin_ms: leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS,
             member_id: 1,
             peer_url: "http://127.0.0.1:1".into(),
             initial_peers: Default::default(),

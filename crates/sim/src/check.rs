@@ -166,6 +166,18 @@ pub fn converged(up: &[&Member]) -> Result<(), String> {
     Ok(())
 }
 
+/// A leader's time timing leases, once healed.
+#[derive(Clone, Copy, Debug)]
+pub struct Reign {
+    /// True µs of its promotion, and the lease time it promoted at.
+    pub from: u64,
+    pub lease_ms: u64,
+    /// The election timeout its promotion left each inherited lease at least.
+    pub extend_ms: u64,
+    /// When it stopped (demoted or killed); `None`: it still leads.
+    pub until: Option<u64>,
+}
+
 #[derive(Debug, Default)]
 struct LeaseFacts {
     /// The latest deadline a holder was told, in true microseconds: the true time its grant or
@@ -174,10 +186,15 @@ struct LeaseFacts {
     /// The TTL its client asked for.
     ttl_secs: u64,
     /// The latest deadline any stamped grant or renewal may give it, in lease time (ms): the
-    /// lease may live that long whether or not its holder heard the answer.
+    /// lease may live that long (and its cover one margin longer) whether or not its holder
+    /// heard the answer.
     stamped_lease_ms: u64,
     /// When its client stopped renewing.
     died: Option<u64>,
+    /// Its holder keeps renewing it once the faults stop, through every leader change.
+    kept: bool,
+    /// The true time of its latest answered grant or renewal.
+    renewed_us: u64,
     /// When it first left the state on any member, whether a client's revoke ended it, and the
     /// log index of the entry that ended it.
     ended: Option<(u64, bool, u64)>,
@@ -200,10 +217,12 @@ impl Leases {
             *f = LeaseFacts {
                 ttl_secs: f.ttl_secs,
                 stamped_lease_ms: f.stamped_lease_ms,
+                kept: f.kept,
                 ..LeaseFacts::default()
             };
         }
         f.promised = f.promised.max(stamp.true_us + ttl_secs * 1_000_000);
+        f.renewed_us = f.renewed_us.max(stamp.true_us);
     }
 
     /// A client asks for a lease with this TTL.
@@ -225,6 +244,11 @@ impl Leases {
         self.facts.entry(id).or_default().died = Some(at);
     }
 
+    /// Its holder lives on once the faults stop and keeps renewing it.
+    pub fn kept(&mut self, id: i64) {
+        self.facts.entry(id).or_default().kept = true;
+    }
+
     /// Records the first end; whether this was it.
     pub fn ended(&mut self, id: i64, at: u64, by_client: bool, index: u64) -> bool {
         let f = self.facts.entry(id).or_default();
@@ -238,19 +262,28 @@ impl Leases {
 
     /// - Never early: no lease ends (but by its client's revoke) before the deadline its holder
     ///   was last told, less what the members' clock drift allows (`tolerance(ttl)`).
+    /// - Never lost while kept: a lease whose holder keeps renewing it once the faults stop
+    ///   (`healed`), and renewed it since, is not ended by the cluster, through any number of
+    ///   leader changes, while the holder still renews (until 4 s before the run's `end`).
     /// - Gone in time (no fresh TTL from leader changes or restarts): a lease whose holder died
-    ///   ends within `bound` of the true time at which lease time reaches the latest deadline a
-    ///   stamped grant or renewal gave it, counted
-    ///   from `promoted` (true µs, lease ms), the first promotion once the faults stopped: lease
-    ///   time does not count what the cluster spent without a leader, as in etcd.
+    ///   ends in the first leader's reign, once healed, that lasts until lease time reaches the
+    ///   lease's latest possible deadline: the latest a stamped grant or renewal gave it plus
+    ///   the cover `margin_ms`, raised to each promotion's lease time plus the election timeout
+    ///   it leaves every inherited lease. It ends within `slack` (commit and apply) of that
+    ///   point. `reigns`: every leader's reign once healed, in order; within a reign lease time
+    ///   runs with true time, and no time between reigns counts.
     pub fn check(
         &self,
-        promoted: Option<(u64, u64)>,
+        reigns: &[Reign],
+        healed: Option<u64>,
         end: u64,
-        bound: u64,
+        margin_ms: u64,
+        slack: u64,
         tolerance: impl Fn(u64) -> u64,
     ) -> Vec<String> {
         let mut failures = Vec::new();
+        // Holders renew until 4 s before the end (`World::client_next`).
+        let renewing_until = end.saturating_sub(4_000_000);
         for (id, f) in &self.facts {
             if let Some((at, false, _)) = f.ended
                 && f.promised > 0
@@ -262,19 +295,42 @@ impl Leases {
                     f.promised
                 ));
             }
-            if let (Some(_), Some((t0, l0))) = (f.died, promoted)
+            if f.kept
+                && f.died.is_none()
+                && let (Some((at, false, _)), Some(healed)) = (f.ended, healed)
+                && f.renewed_us > healed
+                && at < renewing_until
                 && f.promised > 0
             {
-                let due = t0 + f.stamped_lease_ms.saturating_sub(l0) * 1000 + bound;
-                match f.ended {
-                    Some((at, _, _)) if at > due => failures.push(format!(
-                        "lease {id} of a dead holder ended at {at} µs, {} µs after its bound ({due})",
-                        at - due
-                    )),
-                    None if end > due => failures.push(format!(
-                        "lease {id} of a dead holder still lives at {end} µs, its bound was {due}"
-                    )),
-                    _ => {}
+                failures.push(format!(
+                    "lease {id} of a holder that kept renewing it was ended at {at} µs (its last \
+                     told deadline {})",
+                    f.promised
+                ));
+            }
+            if f.died.is_some() && f.promised > 0 {
+                let mut deadline_ms = f.stamped_lease_ms + margin_ms;
+                for (i, reign) in reigns.iter().enumerate() {
+                    let next = reigns.get(i + 1).map_or(end, |r| r.from);
+                    let until = reign.until.map_or(next, |u| u.min(next));
+                    deadline_ms = deadline_ms.max(reign.lease_ms + reign.extend_ms);
+                    let left_us = deadline_ms.saturating_sub(reign.lease_ms) * 1000;
+                    let due = reign.from + left_us + slack + tolerance(left_us);
+                    if due > until {
+                        // This leader did not last until it was due: the next one inherits it.
+                        continue;
+                    }
+                    match f.ended {
+                        Some((at, _, _)) if at > due => failures.push(format!(
+                            "lease {id} of a dead holder ended at {at} µs, {} µs after its bound ({due})",
+                            at - due
+                        )),
+                        None => failures.push(format!(
+                            "lease {id} of a dead holder still lives at {end} µs, its bound was {due}"
+                        )),
+                        _ => {}
+                    }
+                    break;
                 }
             }
         }

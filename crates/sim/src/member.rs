@@ -21,9 +21,12 @@ use leasehold_consensus::{
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
-    self, AppendTimes, ExpiryConfig, Promotion, PromotionStep, answered_before_apply, expiry_pass,
+    self, AppendTimes, ExpiryConfig, ExpiryWork, LeaderRenewals, Promotion, PromotionStep,
+    RenewStep, answered_before_apply, expiry_pass,
 };
-use leasehold_raft::{Applied, AuthWrite, Command, Machine, Proposal, Write, encode_proposal};
+use leasehold_raft::{
+    Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
+};
 use leasehold_wal::WalOptions;
 use leasehold_wal::proto::ConfState;
 
@@ -183,10 +186,14 @@ pub enum Out {
     },
     /// The batcher takes what is queued at this true µs: the world wakes it then.
     FlushAt(u64),
-    /// This member now times leases, from this lease time.
+    /// This member now times leases, from this lease time; inherited leases got at least
+    /// `extend_ms` each.
     Promoted {
         lease_ms: u64,
+        extend_ms: u64,
     },
+    /// This member stopped timing leases (another member leads, or none does).
+    Demoted,
     /// A line for the trace.
     Note(String),
 }
@@ -197,6 +204,9 @@ struct Waiter {
     term: u64,
     origin: Origin,
     stamped_at: Option<Stamp>,
+    /// A renewal that found its lease past the deadline its holder was told, waiting for the
+    /// lease's end (`RenewStep::Expire`): answered TTL 0 if it revoked the lease.
+    renewal_end: bool,
 }
 
 /// What the read batcher's readers were answered, for the member's next step.
@@ -231,6 +241,14 @@ pub struct Member {
     confirming: Option<(u64, u64)>,
     /// A promotion's `LeasePromote` (term, index), waiting to be applied.
     promoting: Option<(u64, u64)>,
+    /// The leader's renewals from memory (`steps::LeaderRenewals`), as the replica's.
+    renewals: LeaderRenewals,
+    /// How far a renewal through the log covers beyond its deadline (`--lease-cover-margin`).
+    pub cover_margin_ms: u64,
+    /// Leases whose end, or background cover, is being committed at these indexes: they are
+    /// done with once this member applies that far.
+    ending: Vec<(u64, Vec<LeaseId>)>,
+    covering: Vec<(u64, LeaseId)>,
     append_times: AppendTimes,
     waiters: BTreeMap<u64, Vec<Waiter>>,
     /// How long the batcher lets writes gather before it takes them (true µs): the proposer
@@ -313,6 +331,10 @@ impl Member {
             promotion: Promotion::default(),
             confirming: None,
             promoting: None,
+            renewals: LeaderRenewals::default(),
+            cover_margin_ms: leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS,
+            ending: Vec::new(),
+            covering: Vec::new(),
             append_times: AppendTimes::default(),
             waiters: BTreeMap::new(),
             batch_window_us: 0,
@@ -388,6 +410,7 @@ impl Member {
     pub fn crash(&mut self) {
         self.core = None;
         self.lease_clock = None;
+        self.forget_renewals();
         self.waiters.clear();
         self.batch.clear();
         self.batch_at = None;
@@ -658,9 +681,18 @@ impl Member {
     /// caller answered with its own command's result; all of them "no leader" while this member
     /// does not time leases yet (promotion under way: the clients go again).
     fn propose_writes(&mut self, now: u64, batch: Vec<(Origin, Write)>, out: &mut Vec<Out>) {
+        let batch = self.renew_from_memory(now, batch, out);
+        if batch.is_empty() {
+            return;
+        }
         let (origins, writes): (Vec<Origin>, Vec<Write>) = batch.into_iter().unzip();
         let timed: Vec<bool> = writes.iter().map(Write::is_lease_timed).collect();
-        let proposal = match steps::stamp(self.lease_clock, self.instant(now), writes) {
+        let proposal = match steps::stamp(
+            self.lease_clock,
+            self.instant(now),
+            self.cover_margin_ms,
+            writes,
+        ) {
             Ok(proposal) => proposal,
             Err(_) => {
                 for origin in origins {
@@ -678,8 +710,9 @@ impl Member {
                 command => command,
             };
             let mut stamped_at = None;
-            if let Command::LeaseGrant { id, now_ms, .. } | Command::LeaseRenew { id, now_ms } =
-                command
+            if let Command::LeaseGrant { id, now_ms, .. }
+            | Command::LeaseRenew { id, now_ms }
+            | Command::LeaseCover { id, now_ms, .. } = command
             {
                 out.push(Out::Stamped {
                     id: *id,
@@ -696,11 +729,101 @@ impl Member {
         self.propose(proposal.commands, waiters, out);
     }
 
+    /// The leader's renewals, decided as the replica's `renew_step` decides them
+    /// (`steps::LeaderRenewals::renew`): answered from memory within the lease's cover (its
+    /// cover extended in the background when less than half a margin is left), an end proposed
+    /// for a lease past the deadline its holder was told, and the rest returned to be proposed
+    /// with the batch (through the log, as `LeaseCover`s).
+    fn renew_from_memory(
+        &mut self,
+        now: u64,
+        batch: Vec<(Origin, Write)>,
+        out: &mut Vec<Out>,
+    ) -> Vec<(Origin, Write)> {
+        let Some(clock) = self.lease_clock else {
+            return batch;
+        };
+        let now_ms = clock.now_ms_ceil(self.instant(now));
+        let applied = self.machine.applied().0;
+        let mut rest = Vec::with_capacity(batch.len());
+        for (origin, write) in batch {
+            let Write::LeaseRenew(LeaseRenew { id }) = write else {
+                rest.push((origin, write));
+                continue;
+            };
+            let step = self
+                .renewals
+                .renew(self.machine.leases(), id, now_ms, self.cover_margin_ms);
+            let answered = |ttl| Answer::Applied {
+                applied: Applied::LeaseRenew(ttl),
+                index: applied,
+                pos: 0,
+                stamped_at: Some(Stamp {
+                    true_us: now,
+                    lease_ms: now_ms,
+                    index: applied,
+                }),
+            };
+            match step {
+                RenewStep::Answer { ttl_secs, cover } => {
+                    out.push(Out::Stamped {
+                        id,
+                        lease_ms: now_ms,
+                    });
+                    reply(out, origin, applied, answered(Some(ttl_secs)));
+                    if cover {
+                        let renew = Write::LeaseRenew(LeaseRenew { id });
+                        match steps::stamp(
+                            self.lease_clock,
+                            self.instant(now),
+                            self.cover_margin_ms,
+                            vec![renew],
+                        ) {
+                            Ok(proposal) => {
+                                match self.propose(proposal.commands, Vec::new(), out) {
+                                    Some(index) => self.covering.push((index, id)),
+                                    None => self.renewals.covered(id),
+                                }
+                            }
+                            Err(_) => self.renewals.covered(id),
+                        }
+                    }
+                }
+                RenewStep::NotFound => reply(out, origin, applied, answered(None)),
+                RenewStep::Expire { cover_ms } => {
+                    let end = Command::LeaseExpireTold {
+                        leases: vec![(id, cover_ms)],
+                        now_ms,
+                    };
+                    let waiter = (0, origin, None);
+                    match self.propose_with(vec![end], vec![waiter], true, out) {
+                        Some(index) => self.ending.push((index, vec![id])),
+                        None => self.renewals.ended([id]),
+                    }
+                }
+                RenewStep::ThroughLog => rest.push((origin, Write::LeaseRenew(LeaseRenew { id }))),
+            }
+        }
+        rest
+    }
+
     /// Proposes one entry; each waiter is answered with its command's result (by `pos`).
     fn propose(
         &mut self,
         commands: Vec<Command>,
         waiters: Vec<(usize, Origin, Option<Stamp>)>,
+        out: &mut Vec<Out>,
+    ) -> Option<u64> {
+        self.propose_with(commands, waiters, false, out)
+    }
+
+    /// [`Member::propose`]; `renewal_end`: the waiters are renewals waiting for their lease's
+    /// end (see [`Waiter::renewal_end`]).
+    fn propose_with(
+        &mut self,
+        commands: Vec<Command>,
+        waiters: Vec<(usize, Origin, Option<Stamp>)>,
+        renewal_end: bool,
         out: &mut Vec<Out>,
     ) -> Option<u64> {
         let core = self.core.as_mut()?;
@@ -720,6 +843,7 @@ impl Member {
                     term: status.term,
                     origin,
                     stamped_at,
+                    renewal_end,
                 })
                 .collect();
             self.waiters.insert(status.last_index, waiters);
@@ -807,9 +931,19 @@ impl Member {
         let at = self.instant(now) + self.expiry_skew();
         let pass = expiry_pass(self.machine.leases(), &clock, at, &self.expiry);
         if let Some(work) = pass.work {
+            // As `Replica::expiry_pass`: what it ends is marked before any renewal is decided.
+            let ids: Vec<LeaseId> = match &work {
+                ExpiryWork::Expire { leases, .. } => leases.iter().map(|(id, _)| *id).collect(),
+                ExpiryWork::Tick { .. } => Vec::new(),
+            };
+            self.renewals.ending(ids.iter().copied());
             self.duty = self.propose(vec![work.command()], Vec::new(), out);
-            if self.duty.is_none() {
-                self.duty_retry = now + self.expiry.retry.as_micros() as u64;
+            match self.duty {
+                Some(index) => self.ending.push((index, ids)),
+                None => {
+                    self.renewals.ended(ids);
+                    self.duty_retry = now + self.expiry.retry.as_micros() as u64;
+                }
             }
         }
     }
@@ -931,6 +1065,20 @@ impl Member {
             }
         }
         self.after_apply = waiting;
+        let (done, ending) = std::mem::take(&mut self.ending)
+            .into_iter()
+            .partition(|(index, _)| applied >= *index);
+        self.ending = ending;
+        for (_, ids) in done {
+            self.renewals.ended(ids);
+        }
+        let (done, covering) = std::mem::take(&mut self.covering)
+            .into_iter()
+            .partition(|(index, _)| applied >= *index);
+        self.covering = covering;
+        for (_, id) in done {
+            self.renewals.covered(id);
+        }
         self.promotion_steps(now, out);
         self.expiry_duties(now, out);
     }
@@ -944,7 +1092,9 @@ impl Member {
             && applied >= index
         {
             self.confirming = None;
-            let lease_now_ms = self.machine.lease_time_now(self.instant(now));
+            // As the replica's `promote`: lease time goes on from the replicated lease time, so
+            // the time no leader could take renewals is not counted against any lease.
+            let lease_now_ms = self.machine.leases().clock_ms();
             let election_timeout = Duration::from_millis(self.election_timeout_ms());
             if let Some(command) = self
                 .promotion
@@ -974,7 +1124,11 @@ impl Member {
                 if let Some(clock) = self.promotion.committed(term, self.instant(now)) {
                     let lease_ms = clock.now_ms(self.instant(now));
                     self.lease_clock = Some(clock);
-                    out.push(Out::Promoted { lease_ms });
+                    self.forget_renewals();
+                    out.push(Out::Promoted {
+                        lease_ms,
+                        extend_ms: self.election_timeout_ms(),
+                    });
                     out.push(Out::Note(format!(
                         "m{} promoted at term {term}, lease time {lease_ms}",
                         self.id
@@ -993,11 +1147,20 @@ impl Member {
             }
             PromotionStep::Demote => {
                 self.lease_clock = None;
+                self.forget_renewals();
                 self.duty = None;
+                out.push(Out::Demoted);
                 out.push(Out::Note(format!("m{} demoted", self.id)));
             }
             PromotionStep::Wait => {}
         }
+    }
+
+    /// At promotion and demotion, as the replica's.
+    fn forget_renewals(&mut self) {
+        self.renewals.clear();
+        self.ending.clear();
+        self.covering.clear();
     }
 
     fn answer(&mut self, index: u64, term: u64, applied: Vec<Applied>, out: &mut Vec<Out>) {
@@ -1005,7 +1168,20 @@ impl Member {
         let stale: Vec<u64> = self.waiters.range(..=index).map(|(i, _)| *i).collect();
         for i in stale {
             for waiter in self.waiters.remove(&i).expect("listed") {
-                let answer = if i == index && waiter.term == term {
+                let answer = if i == index && waiter.term == term && waiter.renewal_end {
+                    // The replica's `finish_renewal`: TTL 0 once the end revoked the lease; an
+                    // end that found it renewed through the log first is decided again (here:
+                    // the client asks again).
+                    match applied.get(waiter.pos) {
+                        Some(Applied::LeaseExpire(1)) => Answer::Applied {
+                            applied: Applied::LeaseRenew(None),
+                            index,
+                            pos: waiter.pos,
+                            stamped_at: None,
+                        },
+                        _ => Answer::Failed("renewed meanwhile"),
+                    }
+                } else if i == index && waiter.term == term {
                     match applied.get(waiter.pos) {
                         Some(applied) => Answer::Applied {
                             applied: applied.clone(),
@@ -1182,7 +1358,12 @@ fn lease_ids_in(data: &[u8]) -> Vec<(usize, LeaseId, bool)> {
             Command::LeaseExpire { ids, .. } => {
                 ids.into_iter().map(|id| (pos, id, false)).collect()
             }
-            Command::LeaseRenew { id, .. } => vec![(pos, id, false)],
+            Command::LeaseExpireTold { leases, .. } => {
+                leases.into_iter().map(|(id, _)| (pos, id, false)).collect()
+            }
+            Command::LeaseRenew { id, .. } | Command::LeaseCover { id, .. } => {
+                vec![(pos, id, false)]
+            }
             Command::LeaseRevoke { id } => vec![(pos, id, true)],
             _ => Vec::new(),
         })

@@ -317,6 +317,9 @@ struct Client {
     renewed_at: u64,
     /// It paused past its TTL while holding the lock and now writes with its old token.
     zombie: bool,
+    /// A lease client that lives on after the faults stop, renewing through the leader changes
+    /// (its lease must never be lost, `check::Leases::check`).
+    keeper: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -393,6 +396,8 @@ struct World {
     seq: u64,
     base: Instant,
     rng: Rng,
+    /// Which lease clients keep their leases once healed: its own generator.
+    keep_rng: Rng,
     faults: Faults,
     options: Options,
     queue: BinaryHeap<Reverse<Scheduled>>,
@@ -419,9 +424,14 @@ struct World {
     /// A new member being added, and since when.
     /// A member being added: which, since when, and whether it joins as a learner first.
     adding: Option<(usize, u64, bool)>,
-    /// The first promotion once healed: (true µs, lease ms), how lease time maps to true time
-    /// from then on (lease time does not count what the cluster spent without a leader).
-    promoted_after_heal: Option<(u64, u64)>,
+    /// Every reign once healed: (true µs of the promotion, lease ms, the election timeout it
+    /// left each inherited lease at least, until when it timed leases), how lease time maps to
+    /// true time while each leader times leases (lease time does not count what the cluster
+    /// spent without a leader); by member index, the reign it is in.
+    reigns: Vec<crate::check::Reign>,
+    reigning: BTreeMap<usize, usize>,
+    /// The cover margin every member renews with (`--lease-cover-margin`), drawn per seed.
+    cover_margin_ms: u64,
     /// Kill churn once healed (in some seeds, instead of the transfers): its own generator and
     /// the period at which the leader is killed, chosen at heal.
     kills: KillChurn,
@@ -470,6 +480,7 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         seq: 0,
         base,
         rng,
+        keep_rng: Rng::new(seed ^ 0x6ee9_0000_0000_0006),
         faults,
         options,
         queue: BinaryHeap::new(),
@@ -486,7 +497,9 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         healed_at: None,
         removing: None,
         adding: None,
-        promoted_after_heal: None,
+        reigns: Vec::new(),
+        reigning: BTreeMap::new(),
+        cover_margin_ms: 0,
         kills: KillChurn {
             rng: Rng::new(seed ^ 0x4b11_0000_0000_0002),
             every: None,
@@ -513,6 +526,15 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         for member in &mut world.members {
             member.batch_window_us = world.batch_window_us;
         }
+    }
+    // The cover margin, drawn apart from the main stream: 0 (every renewal through the log),
+    // 1 s, or the default, 5 s (most renewals answered from the leader's memory).
+    let mut margin_rng = Rng::new(seed ^ 0xc0_7e40_0000_0005);
+    world.cover_margin_ms =
+        [0, 1_000, leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS][margin_rng.below(3) as usize];
+    world.note(format!("cover margin: {} ms", world.cover_margin_ms));
+    for member in &mut world.members {
+        member.cover_margin_ms = world.cover_margin_ms;
     }
     // Auth in 40 % of seeds, drawn apart from the main stream.
     let mut auth_rng = Rng::new(seed ^ 0xa17b_0000_0000_0001);
@@ -671,10 +693,37 @@ impl World {
                 self.members[to].step(self.now, &bytes, &mut out);
                 self.deliver(to, out);
             }
+            Ev::Peer { to, msg } if !self.members[to].is_up() => {
+                // The peer line to a stopped member breaks: what a follower forwarded on it
+                // fails with "no leader" (`leasehold_peer`'s line), and its clients go again.
+                let (from, requests) = match msg {
+                    PeerMsg::Forward { from, request, .. } => (from, vec![request]),
+                    PeerMsg::ForwardBatch { from, writes } => {
+                        (from, writes.into_iter().map(|(r, _)| r).collect())
+                    }
+                    PeerMsg::Forwarded { .. } => return,
+                };
+                for request in requests {
+                    let back = PeerMsg::Forwarded {
+                        request,
+                        index: 0,
+                        answer: Answer::Failed("no leader"),
+                    };
+                    let delay = self.latency();
+                    let to = (from - 1) as usize;
+                    self.after(delay, Ev::Peer { to, msg: back });
+                }
+            }
             Ev::Peer { to, msg } => {
                 let mut out = Vec::new();
                 self.members[to].peer(self.now, msg, &mut out);
                 self.deliver(to, out);
+            }
+            Ev::Request { to, client, op, .. } if !self.members[to].is_up() => {
+                // A stopped member refuses the connection at once.
+                let delay = self.latency();
+                let answer = Answer::Failed("connection refused");
+                self.after(delay, Ev::Reply { client, op, answer });
             }
             Ev::Request {
                 to,
@@ -790,14 +839,21 @@ impl World {
                         id.get()
                     ));
                 }
-                Out::Promoted { lease_ms } => {
-                    if let Some(healed) = self.healed_at
-                        && self.promoted_after_heal.is_none()
-                    {
-                        let _ = healed;
-                        self.promoted_after_heal = Some((self.now, lease_ms));
+                Out::Promoted {
+                    lease_ms,
+                    extend_ms,
+                } => {
+                    if self.healed() {
+                        self.reigns.push(crate::check::Reign {
+                            from: self.now,
+                            lease_ms,
+                            extend_ms,
+                            until: None,
+                        });
+                        self.reigning.insert(from, self.reigns.len() - 1);
                     }
                 }
+                Out::Demoted => self.reign_ends(from),
                 Out::LeaseEnded { .. } => {}
                 Out::AuthChanged { index, pos, change } => {
                     if let Some(auth) = self.auth.as_mut() {
@@ -1043,6 +1099,7 @@ impl World {
         }
         if let Some(l) = self.leader() {
             self.members[l].crash();
+            self.reign_ends(l);
             let crash = if self.faults.torn_crashes {
                 Crash::TearSectors(self.kills.rng.next_u64())
             } else {
@@ -1054,6 +1111,13 @@ impl World {
             self.after(down, Ev::Restart(l));
         }
         self.after(every, Ev::KillLeader);
+    }
+
+    /// Member `m` stopped timing leases (demoted or killed).
+    fn reign_ends(&mut self, m: usize) {
+        if let Some(r) = self.reigning.remove(&m) {
+            self.reigns[r].until = Some(self.now);
+        }
     }
 
     /// MoveLeader to another member: in chaos at the drawn rate, and every 3 s once healed (a
@@ -1173,6 +1237,7 @@ impl World {
                 self.members.push(member);
                 let m = self.members.len() - 1;
                 self.members[m].batch_window_us = self.batch_window_us;
+                self.members[m].cover_margin_ms = self.cover_margin_ms;
                 self.start_member(m);
                 let first = self.rng.range(0, TICK_US);
                 self.after(first, Ev::Tick(m));
@@ -1230,6 +1295,19 @@ impl World {
                 self.start_member(m);
             }
         }
+        // Half the lease clients keep their leases through what follows (drawn apart from the
+        // main stream); the others die a second from now.
+        for c in 0..self.clients.len() {
+            if self.clients[c].kind == Kind::Lease
+                && !self.clients[c].dead
+                && self.keep_rng.chance(0.5)
+            {
+                self.clients[c].keeper = true;
+                if let Some(held) = self.clients[c].held {
+                    self.leases.kept(held.id.get());
+                }
+            }
+        }
         self.choose_kill_churn();
         if self.kills.every.is_some() {
             self.after(3 * SEC, Ev::KillLeader);
@@ -1258,6 +1336,7 @@ impl World {
             return;
         }
         if !matches!(client.kind, Kind::Kv | Kind::Admin)
+            && !client.keeper
             && let Some(healed) = self.healed_at
             && self.now > healed + SEC
         {
@@ -1464,6 +1543,7 @@ impl World {
             token: None,
             renewed_at: 0,
             zombie: false,
+            keeper: false,
         });
         let c = self.clients.len() - 1;
         self.after(after, Ev::ClientWakes(c));
@@ -1636,12 +1716,22 @@ impl World {
                     granted: false,
                 };
                 self.leases.granting(id.get(), ttl_secs as u64);
+                if self.clients[c].keeper {
+                    self.leases.kept(id.get());
+                }
                 self.clients[c].held = Some(held);
                 ClientOp::Grant(held)
             }
             Some(held) if !held.granted => ClientOp::Grant(held),
             Some(held) => {
-                if self.rng.chance(0.03) && !self.healed() {
+                // Due a renewal a third of the TTL after the last one, as clientv3 renews
+                // (`keepalive_wait` draws when it wakes); whatever else it does waits.
+                let renewed_at = self.clients[c].renewed_at;
+                let due =
+                    self.now.saturating_sub(renewed_at) >= held.ttl_secs as u64 * SEC * 8 / 30;
+                if due {
+                    ClientOp::Renew(held.id)
+                } else if self.rng.chance(0.03) && !self.healed() {
                     ClientOp::Revoke(held.id)
                 } else if self.rng.chance(0.2) {
                     ClientOp::AttachKey(held.id)
@@ -1936,6 +2026,12 @@ impl World {
             wait = wait.min(self.rng.range(20 * MS, 200 * MS));
         }
         if failed {
+            if std::env::var_os("SIM_DEBUG").is_some() {
+                self.note(format!(
+                    "DEBUG client {c} op failed at m{}",
+                    self.clients[c].member + 1
+                ));
+            }
             // Another member next time, after a pause.
             let n = self.members.len() as u64;
             self.clients[c].member = self.rng.below(n) as usize;
@@ -2059,13 +2155,14 @@ impl World {
                 }
             }
         }
-        let bound = 3 * self.longest_election_timeout() + 1_500 * MS;
         let tolerance =
             |ttl_us: u64| 2 * self.faults.drift_ppm_max as u64 * (ttl_us + 30 * SEC) / 1_000_000;
         self.failures.extend(self.leases.check(
-            self.promoted_after_heal,
+            &self.reigns,
+            self.healed_at,
             self.now,
-            bound,
+            self.cover_margin_ms,
+            1_500 * MS,
             tolerance,
         ));
         if self.failures.is_empty() {

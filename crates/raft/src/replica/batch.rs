@@ -53,6 +53,7 @@ pub(super) async fn propose_batches(
     status: watch::Receiver<EngineStatus>,
     member_id: u64,
     clock: SharedClock,
+    cover_margin_ms: u64,
     forwarder: Arc<dyn Forwarder>,
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
 ) {
@@ -109,9 +110,8 @@ pub(super) async fn propose_batches(
                 let (writes, replies): (Vec<Write>, Vec<_>) =
                     batch.into_iter().map(|p| (p.write, p.reply)).unzip();
                 let submitted = match ready_to_stamp(&status, &clock, &writes).await {
-                    Ok(()) => {
-                        stamp_lease_times(&clock, writes).map(|proposal| engine.submit(proposal))
-                    }
+                    Ok(()) => stamp_lease_times(&clock, cover_margin_ms, writes)
+                        .map(|proposal| engine.submit(proposal)),
                     Err(e) => Err(e),
                 };
                 match submitted {

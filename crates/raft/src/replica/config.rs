@@ -25,4 +25,12 @@ pub struct ReplicaConfig {
     pub quota_bytes: Option<u64>,
     /// How long a simple auth token lives unused (etcd's `--auth-token-ttl`).
     pub auth_token_ttl: std::time::Duration,
+    /// How far beyond the deadline a renewal through the log gives, the lease's cover reaches
+    /// (`--lease-cover-margin`): the leader answers later renewals within it from memory, and a
+    /// dead holder's lease lives at most this much past its deadline after a failover
+    /// (docs/lease.md).
+    pub lease_cover_margin_ms: u64,
 }
+
+/// `--lease-cover-margin`'s default.
+pub const LEASE_COVER_MARGIN_DEFAULT_MS: u64 = 5_000;

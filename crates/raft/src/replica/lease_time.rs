@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_lease::LeaseClock;
+use leasehold_lease::{LeaseClock, LeaseTable};
 use tokio::sync::watch;
 
 use super::Replica;
@@ -48,12 +48,13 @@ impl SharedClock {
 }
 
 /// Turns a batch of writes into a log entry stamped with this member's lease time now
-/// ([`steps::stamp`]).
+/// ([`steps::stamp`]), renewals covering `cover_margin_ms` beyond their deadlines.
 pub(super) fn stamp_lease_times(
     clock: &SharedClock,
+    cover_margin_ms: u64,
     writes: Vec<Write>,
 ) -> Result<Proposal, ReplicaError> {
-    steps::stamp(clock.get(), Instant::now(), writes)
+    steps::stamp(clock.get(), Instant::now(), cover_margin_ms, writes)
 }
 
 /// Promotes this member when it becomes leader and demotes it as soon as it is not, driving
@@ -110,20 +111,24 @@ impl Replica {
     /// Stops timing leases: another member leads (or nobody does).
     fn demote(&self) {
         self.lease_clock.set(None);
+        self.renewals().clear();
         tracing::info!("demoted: no longer timing leases");
     }
 
     /// Runs `promotion`'s steps for `term` once this member leads: a read index (everything
-    /// committed before is then applied, so it inherits the latest deadlines), the promotion's
-    /// command on this member's own Raft, then the lease clock.
+    /// committed before is then applied, so it inherits the latest deadlines and covers), the
+    /// promotion's command on this member's own Raft, then the lease clock. Lease time goes on
+    /// from the replicated lease time as the old leader last moved it: the time in which no
+    /// leader could take renewals is not counted against any lease (docs/lease.md).
     async fn promote(&self, promotion: &mut Promotion, term: u64) -> Result<(), ReplicaError> {
         self.leader_read_index().await?;
-        let lease_now_ms = state_machine::lease_time_now(&self.shared);
+        let lease_now_ms = state_machine::read_leases(&self.shared, LeaseTable::clock_ms);
         let Some(command) = promotion.confirmed(term, lease_now_ms, self.election_timeout) else {
             return Ok(());
         };
         self.commit_here(command).await?;
         if let Some(clock) = promotion.committed(term, Instant::now()) {
+            self.renewals().clear();
             self.lease_clock.set(Some(clock));
             tracing::info!(lease_clock_ms = lease_now_ms, "promoted: timing leases");
         }

@@ -18,12 +18,13 @@ mod hashes;
 mod lease_time;
 mod membership;
 mod read_index;
+mod renew;
 mod rs;
 mod transfer;
 
 pub use rs::{NoTransport, RaftTransport};
 
-pub use config::ReplicaConfig;
+pub use config::{LEASE_COVER_MARGIN_DEFAULT_MS, ReplicaConfig};
 pub use error::{Fatal, MembershipError, ReplicaError, StartError};
 pub use forward::{BoxFuture, Forwarded, Forwarder, NoForwarding, ReadIndex};
 pub use hashes::MemberHash;
@@ -59,6 +60,13 @@ pub struct Replica {
     /// leases). A single member leads from start-up on.
     lease_clock: SharedClock,
     election_timeout: Duration,
+    /// `--lease-cover-margin`, in ms (see [`ReplicaConfig::lease_cover_margin_ms`]).
+    cover_margin_ms: u64,
+    /// The leader's renewals and expiries, decided under this lock (`steps::LeaderRenewals`).
+    renewals: Arc<std::sync::Mutex<crate::steps::LeaderRenewals>>,
+    /// Renewals this member answered from memory while it led (they apply nowhere, so the
+    /// lease table's counters miss them).
+    memory_renewals: std::sync::atomic::AtomicU64,
     proposals: mpsc::Sender<Pending>,
     /// Fires once the Raft thread and the checkpointer have let go of the database and the file
     /// is closed.
@@ -231,6 +239,7 @@ impl Replica {
             status.clone(),
             cfg.member_id,
             lease_clock.clone(),
+            cfg.lease_cover_margin_ms,
             forwarder.clone(),
             queue.clone(),
         ));
@@ -245,6 +254,9 @@ impl Replica {
             leader_reads,
             follower_reads,
             election_timeout: Duration::from_millis(cfg.election_timeout_ms),
+            cover_margin_ms: cfg.lease_cover_margin_ms,
+            renewals: Arc::default(),
+            memory_renewals: std::sync::atomic::AtomicU64::new(0),
             proposals,
             db_closed,
             telemetry: telemetry.clone(),
@@ -355,7 +367,11 @@ impl Replica {
     /// `etcd_debugging_lease_{granted,revoked,renewed}_total` and
     /// `etcd_debugging_server_lease_expired_total`.
     pub fn lease_counters(&self) -> leasehold_lease::Counters {
-        state_machine::read_leases(&self.shared, |t| t.counters())
+        let mut counters = state_machine::read_leases(&self.shared, |t| t.counters());
+        counters.renewed += self
+            .memory_renewals
+            .load(std::sync::atomic::Ordering::Relaxed);
+        counters
     }
 
     /// How many leases this member holds (applied, expired or not).
@@ -446,14 +462,30 @@ impl Replica {
         if leader_elsewhere(&self.status, self.member_id).is_some() {
             return Err(ReplicaError::NoLeader);
         }
+        enum Wait {
+            Queued(oneshot::Receiver<Result<Committed, ReplicaError>>),
+            Done(Applied, u64),
+            Renewal(LeaseId, renew::Step),
+        }
         // The followers' own admission could not see this member's disk: its rule is applied
-        // here, one write at a time (renewals and deletes in the batch go on).
+        // here, one write at a time (renewals and deletes in the batch go on). Renewals are
+        // answered from memory where they can be (`steps::LeaderRenewals`).
         let mut waits = Vec::with_capacity(writes.len());
         for write in writes {
             waits.push(if self.refused_by_disk(&write) {
-                None
+                Wait::Done(Applied::NoSpace, 0)
+            } else if let Write::LeaseRenew(crate::command::LeaseRenew { id }) = write {
+                match self.renew_step(id) {
+                    Ok(renew::Step::Answered(ttl, index)) => {
+                        Wait::Done(Applied::LeaseRenew(ttl), index)
+                    }
+                    Ok(step) => Wait::Renewal(id, step),
+                    // Not timing leases (yet, or any more): through the queue, which waits for
+                    // a promotion or answers "no leader".
+                    Err(_) => Wait::Queued(self.enqueue(write, true).await?),
+                }
             } else {
-                Some(self.enqueue(write, true).await?)
+                Wait::Queued(self.enqueue(write, true).await?)
             });
         }
         let mut forwarded = Forwarded {
@@ -461,13 +493,19 @@ impl Replica {
             applied: Vec::with_capacity(waits.len()),
         };
         for wait in waits {
-            let Some(wait) = wait else {
-                forwarded.applied.push(Applied::NoSpace);
-                continue;
+            let (applied, index) = match wait {
+                Wait::Done(applied, index) => (applied, index),
+                Wait::Queued(wait) => {
+                    let committed = wait.await.map_err(|_| ReplicaError::Stopped)??;
+                    (committed.applied, committed.log_index)
+                }
+                Wait::Renewal(id, step) => {
+                    let (ttl, index) = self.finish_renewal(id, step).await?;
+                    (Applied::LeaseRenew(ttl), index)
+                }
             };
-            let committed = wait.await.map_err(|_| ReplicaError::Stopped)??;
-            forwarded.log_index = forwarded.log_index.max(committed.log_index);
-            forwarded.applied.push(committed.applied);
+            forwarded.log_index = forwarded.log_index.max(index);
+            forwarded.applied.push(applied);
         }
         Ok(forwarded)
     }
@@ -726,18 +764,41 @@ impl Replica {
         }
     }
 
-    /// The leader's expiry: revokes those of `ids` still expired at lease time `now_ms` when
-    /// applied; how many were revoked. Only as leader: a member that was deposed meanwhile must
-    /// not get its expiries committed by the new leader (etcd#15247).
+    /// The leader's expiry driver's pass ([`crate::steps::expiry_pass`]) on this member's
+    /// lease table, under the renewals' lock: the leases it finds due are marked as ending
+    /// before the lock is let go, so that no renewal of one is answered from memory until
+    /// [`Replica::expire_leases`] has committed (or failed to commit) their end.
+    pub fn expiry_pass(
+        &self,
+        clock: &LeaseClock,
+        now: std::time::Instant,
+        cfg: &crate::steps::ExpiryConfig,
+    ) -> crate::steps::ExpiryPass {
+        state_machine::read_leases(&self.shared, |table| {
+            let mut renewals = self.renewals();
+            let pass = crate::steps::expiry_pass(table, clock, now, cfg);
+            if let Some(crate::steps::ExpiryWork::Expire { leases, .. }) = &pass.work {
+                renewals.ending(leases.iter().map(|(id, _)| *id));
+            }
+            pass
+        })
+    }
+
+    /// The leader's expiry: revokes those of `leases` (each with the cover the expiry pass saw)
+    /// whose cover is unchanged, or passed, when applied at lease time `now_ms`; how many were
+    /// revoked. Only as leader: a member that was deposed meanwhile must not get its expiries
+    /// committed by the new leader (etcd#15247).
     pub async fn expire_leases(
         &self,
-        ids: Vec<LeaseId>,
+        leases: Vec<(LeaseId, u64)>,
         now_ms: u64,
     ) -> Result<usize, ReplicaError> {
-        match self
-            .propose_as_leader(Command::LeaseExpire { ids, now_ms })
-            .await?
-        {
+        let ids: Vec<LeaseId> = leases.iter().map(|(id, _)| *id).collect();
+        let done = self
+            .propose_as_leader(Command::LeaseExpireTold { leases, now_ms })
+            .await;
+        self.renewals().ended(ids);
+        match done? {
             Applied::LeaseExpire(revoked) => Ok(revoked),
             other => Err(ReplicaError::WrongReply(format!("{other:?}"))),
         }

@@ -157,6 +157,36 @@ pub(super) fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects
                 Applied::LeaseRenew(None)
             }
         },
+        Command::LeaseCover {
+            id,
+            now_ms,
+            margin_ms,
+        } => match leases.renew_covered(*id, *now_ms, *margin_ms) {
+            Renewal::Renewed { ttl_secs } => {
+                fx.leases_touched.insert(*id);
+                Applied::LeaseRenew(Some(ttl_secs))
+            }
+            Renewal::NotFound => Applied::LeaseRenew(None),
+            Renewal::Expired => {
+                if let Some(keys) = leases.expire(*id, *now_ms) {
+                    fx.revoked(state, *id, &keys);
+                }
+                Applied::LeaseRenew(None)
+            }
+        },
+        Command::LeaseExpireTold {
+            leases: due,
+            now_ms,
+        } => {
+            let mut revoked = 0;
+            for (id, cover_ms) in due {
+                if let Some(keys) = state.leases.expire_told(*id, *now_ms, *cover_ms) {
+                    fx.revoked(state, *id, &keys);
+                    revoked += 1;
+                }
+            }
+            Applied::LeaseExpire(revoked)
+        }
         Command::LeaseExpire { ids, now_ms } => {
             let mut revoked = 0;
             for id in ids {
@@ -255,10 +285,13 @@ pub(super) fn apply_entry(
             state.membership = m;
             Vec::new()
         }
-        Applying::Normal(Proposal { commands }) => commands
-            .iter()
-            .map(|cmd| apply_command(state, cmd, fx))
-            .collect(),
+        Applying::Normal(Proposal { commands }) => {
+            state.leases.begin_entry(position.index);
+            commands
+                .iter()
+                .map(|cmd| apply_command(state, cmd, fx))
+                .collect()
+        }
     }
 }
 

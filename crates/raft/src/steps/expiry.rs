@@ -34,10 +34,12 @@ impl Default for ExpiryConfig {
 /// What a pass asks the leader to commit before the next pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExpiryWork {
-    /// Revoke `ids`, due at lease time `now_ms`; `deadlines` are theirs, for the expiry-lag
-    /// metric.
+    /// Revoke `leases` (each with the cover the pass saw), whose told deadlines passed by lease
+    /// time `now_ms`; `deadlines` are those told deadlines, for the expiry-lag metric. The caller
+    /// marks them as ending ([`crate::steps::LeaderRenewals::ending`]) under the same lock as
+    /// the pass, so that no renewal is answered from memory in between.
     Expire {
-        ids: Vec<LeaseId>,
+        leases: Vec<(LeaseId, u64)>,
         now_ms: u64,
         deadlines: Vec<u64>,
     },
@@ -50,8 +52,8 @@ impl ExpiryWork {
     /// not get its expiries committed by the new leader, etcd#15247).
     pub fn command(&self) -> Command {
         match self {
-            ExpiryWork::Expire { ids, now_ms, .. } => Command::LeaseExpire {
-                ids: ids.clone(),
+            ExpiryWork::Expire { leases, now_ms, .. } => Command::LeaseExpireTold {
+                leases: leases.clone(),
                 now_ms: *now_ms,
             },
             ExpiryWork::Tick { now_ms } => Command::LeaseTick { now_ms: *now_ms },
@@ -81,15 +83,15 @@ pub fn expiry_pass(
     cfg: &ExpiryConfig,
 ) -> ExpiryPass {
     let now_ms = clock.now_ms(now);
-    let due = table.expired(now_ms, cfg.revoke_batch_len_max);
+    let due = table.told_expired(now_ms, cfg.revoke_batch_len_max);
     if !due.is_empty() {
         let deadlines = due
             .iter()
-            .filter_map(|id| table.record(*id).map(|r| r.deadline_ms))
+            .filter_map(|(id, _)| table.told_ms(*id))
             .collect();
         return ExpiryPass {
             work: Some(ExpiryWork::Expire {
-                ids: due,
+                leases: due,
                 now_ms,
                 deadlines,
             }),
@@ -101,7 +103,7 @@ pub fn expiry_pass(
     let work = (any && now_ms >= table.clock_ms().saturating_add(tick_ms))
         .then_some(ExpiryWork::Tick { now_ms });
     let next_tick = any.then(|| now + cfg.tick);
-    let next_expiry = table.next_deadline_ms().map(|d| clock.instant_at(d));
+    let next_expiry = table.next_told_ms().map(|d| clock.instant_at(d));
     let wake = match (next_tick, next_expiry) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -140,12 +142,50 @@ mod tests {
         assert_eq!(
             pass.work,
             Some(ExpiryWork::Expire {
-                ids: vec![id(1)],
+                leases: vec![(id(1), deadline)],
                 now_ms: deadline,
                 deadlines: vec![deadline],
             })
         );
         assert_eq!(pass.wake, Some(at), "looks again at once");
+    }
+
+    /// A lease renewed from memory to a told deadline before its cover ends at the told one;
+    /// the covers of other leases do not hide it from the pass.
+    #[test]
+    fn a_lease_ends_at_the_deadline_its_holder_was_told_not_at_its_cover() {
+        let mut table = LeaseTable::new();
+        table.grant(id(1), 5, 0).expect("granted");
+        table.renew_covered(id(1), 1_000, 3_000);
+        table.grant(id(2), 4, 1_000).expect("granted");
+        // Lease 1: told 6,000, covered until 9,000; lease 2: 5,000 both.
+        let base = Instant::now();
+        let clock = LeaseClock::promote(0, base);
+        let cfg = ExpiryConfig {
+            tick: Duration::from_secs(3600),
+            ..ExpiryConfig::default()
+        };
+        let at = |ms| base + Duration::from_millis(ms);
+        assert_eq!(
+            expiry_pass(&table, &clock, at(0), &cfg).wake,
+            Some(at(5_000))
+        );
+        table.expire_told(id(2), 5_000, 5_000).expect("ended");
+        let pass = expiry_pass(&table, &clock, at(5_999), &cfg);
+        assert_eq!(pass.work, None);
+        assert_eq!(
+            pass.wake,
+            Some(at(6_000)),
+            "the told deadline, not the cover"
+        );
+        assert_eq!(
+            expiry_pass(&table, &clock, at(6_000), &cfg).work,
+            Some(ExpiryWork::Expire {
+                leases: vec![(id(1), 9_000)],
+                now_ms: 6_000,
+                deadlines: vec![6_000],
+            })
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`stamp`]: the lease time a leader puts on grants and renewals;
 //! - [`Promotion`]: when a member starts and stops timing leases;
 //! - [`expiry_pass`]: the leader's expiry driver;
+//! - [`LeaderRenewals`]: a leader's renewals, from memory within a lease's cover;
 //! - [`answered_before_apply`]: when a follower answers a write the leader committed for it;
 //! - [`learner_in_sync`]: whether a learner may be promoted;
 //! - [`AppendTimes`]: when entries reached this member, which dates the lease time they carry.
@@ -20,19 +21,23 @@ use crate::replica::ReplicaError;
 mod append_times;
 mod expiry;
 mod promotion;
+mod renewals;
 
 pub use append_times::AppendTimes;
 pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
 pub use promotion::{Promotion, PromotionStep};
+pub use renewals::{LeaderRenewals, RenewStep};
 
 /// Turns writes into one log entry's proposal, giving every grant and renewal the leader's lease
 /// time at `now`, rounded up so that a deadline never falls before its TTL has run
 /// (`LeaseClock::now_ms_ceil`). Writes are stamped by the member that commits them, so a
 /// follower's forwarded grants and renewals count from the leader's clock too. `NoLeader` if a
-/// write needs lease time and this member does not time leases (`clock` is `None`).
+/// write needs lease time and this member does not time leases (`clock` is `None`). Renewals
+/// cover `margin_ms` beyond the deadline they give.
 pub fn stamp(
     clock: Option<LeaseClock>,
     now: Instant,
+    margin_ms: u64,
     writes: Vec<Write>,
 ) -> Result<Proposal, ReplicaError> {
     let now_ms = if writes.iter().any(Write::is_lease_timed) {
@@ -42,7 +47,10 @@ pub fn stamp(
         0
     };
     Ok(Proposal {
-        commands: writes.into_iter().map(|w| w.stamp(now_ms)).collect(),
+        commands: writes
+            .into_iter()
+            .map(|w| w.stamp(now_ms, margin_ms))
+            .collect(),
     })
 }
 
@@ -83,17 +91,18 @@ mod tests {
         let now = Instant::now();
         let clock = LeaseClock::promote(10_000, now);
         let later = now + Duration::from_micros(2_300);
-        let proposal = stamp(Some(clock), later, vec![renew(1)]).expect("stamped");
+        let proposal = stamp(Some(clock), later, 2_000, vec![renew(1)]).expect("stamped");
         assert_eq!(
             proposal.commands,
-            vec![Command::LeaseRenew {
+            vec![Command::LeaseCover {
                 id: LeaseId::from_wire(1).expect("not zero"),
                 now_ms: 10_003,
+                margin_ms: 2_000,
             }]
         );
         assert!(
             matches!(
-                stamp(None, later, vec![renew(1)]),
+                stamp(None, later, 2_000, vec![renew(1)]),
                 Err(ReplicaError::NoLeader)
             ),
             "only a member that times leases stamps them"
