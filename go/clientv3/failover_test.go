@@ -3,6 +3,8 @@ package clientv3diff
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -93,23 +95,20 @@ func TestKeepAliveSurvivesLeaderKill(t *testing.T) {
 	})
 }
 
-// The issue's failover scenario as a correctness test, on leasehold alone (etcd 3.7 loses every
-// such lease by design: it counts the election against the remaining TTL; scripts/bench-failover.sh
-// runs both): 3 members, 1,000 leases of TTL 3 s kept alive over clientv3's KeepAlive (one stream,
-// a renewal every TTL/3, another member on a broken stream), and the leader killed -9 twice, each
-// time started again once a new leader leads. Not one lease may be lost: every key is still there
-// and no keepalive channel closed (clientv3 closes one when its lease expired or was revoked, or
-// when no answer came for a whole TTL). A client that stopped renewing before the first kill still
-// loses its lease, within its bound: the TTL, the cover margin, and the two elections. The election
-// timeout is 500 ms so that clientv3's own limit (an answer within the TTL) is never what decides.
-func TestLeasesKeptAliveSurviveTwoLeaderKills(t *testing.T) {
-	tg := targets(t)[0]
-	if tg.name != "leasehold" {
-		t.Fatalf("expected leasehold first, got %s", tg.name)
-	}
-	c := startClusterWith(t, tg, 3, "--election-timeout", "500", "--heartbeat-interval", "50")
+// failoverRun is what keepLeasesThroughKills saw.
+type failoverRun struct {
+	lost   int64         // leases whose key was gone at the end
+	closed int64         // keepalive channels clientv3 closed (lease expired, or no answer for a TTL)
+	maxGap time.Duration // the longest time any lease went without a keepalive answer
+}
+
+// keepLeasesThroughKills is the issue's failover scenario on a fresh cluster c of 3 members:
+// `leases` leases of TTL `ttl` seconds, each with a key, kept alive over clientv3's KeepAlive (one
+// stream, a renewal every TTL/3, another member on a broken stream); the leader killed -9 `kills`
+// times, each time started again once a new leader leads; then two TTLs more. A lease the kills
+// cost is gone by then.
+func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kills int) failoverRun {
 	cli := c.client(t)
-	const leases, ttl = 1000, 3
 	ids := make([]clientv3.LeaseID, leases)
 	var wg sync.WaitGroup
 	errs := make(chan error, leases)
@@ -136,7 +135,66 @@ func TestLeasesKeptAliveSurviveTwoLeaderKills(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	// The dead client: one renewal, then nothing.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var closed atomic.Int64
+	var gapMu sync.Mutex
+	var maxGap time.Duration
+	for _, id := range ids {
+		ch, err := cli.KeepAlive(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			last := time.Now()
+			for range ch {
+				now := time.Now()
+				gapMu.Lock()
+				maxGap = max(maxGap, now.Sub(last))
+				gapMu.Unlock()
+				last = now
+			}
+			if ctx.Err() == nil {
+				closed.Add(1)
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	for kill := 1; kill <= kills; kill++ {
+		old := c.leader(t)
+		old.kill()
+		next := c.leader(t)
+		t.Logf("%s kill %d: %s killed, %s leads", c.target.name, kill, old.name, next.name)
+		old.start(t)
+		time.Sleep(3 * time.Second)
+	}
+	time.Sleep(2 * time.Duration(ttl) * time.Second)
+	get, err := cli.Get(ctxT(t), "kept/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gapMu.Lock()
+	defer gapMu.Unlock()
+	return failoverRun{lost: int64(leases) - get.Count, closed: closed.Load(), maxGap: maxGap}
+}
+
+// The issue's failover scenario as a correctness test, on leasehold alone (etcd 3.7 loses such
+// leases by design: it counts the election against the remaining TTL; BenchmarkLeaseFailover runs
+// both): 1,000 leases of TTL 3 s, two leader kills. Not one lease may be lost: every key is still
+// there and no keepalive channel closed (clientv3 closes one when its lease expired or was revoked,
+// or when no answer came for a whole TTL). A client that stopped renewing before the first kill
+// still loses its lease, within its bound: the TTL, the cover margin, and the two elections. The
+// election timeout is 500 ms so that clientv3's own limit (an answer within the TTL) is never what
+// decides.
+func TestLeasesKeptAliveSurviveTwoLeaderKills(t *testing.T) {
+	tg := targets(t)[0]
+	if tg.name != "leasehold" {
+		t.Fatalf("expected leasehold first, got %s", tg.name)
+	}
+	const election = 500 * time.Millisecond
+	c := startClusterWith(t, tg, 3, "--election-timeout", "500", "--heartbeat-interval", "50")
+	const ttl = 3
+	// The dead client: a grant, one renewal, then nothing.
 	deadCli := c.client(t)
 	dead, err := deadCli.Grant(ctxT(t), ttl)
 	if err != nil {
@@ -151,57 +209,62 @@ func TestLeasesKeptAliveSurviveTwoLeaderKills(t *testing.T) {
 	diedAt := time.Now()
 	deadCli.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var closed, answered atomic.Int64
-	for _, id := range ids {
-		ch, err := cli.KeepAlive(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			for range ch {
-				answered.Add(1)
-			}
-			if ctx.Err() == nil {
-				closed.Add(1)
-			}
-		}()
-	}
-	time.Sleep(2 * time.Second)
-	for kill := 1; kill <= 2; kill++ {
-		old := c.leader(t)
-		old.kill()
-		next := c.leader(t)
-		t.Logf("kill %d: %s killed, %s leads", kill, old.name, next.name)
-		old.start(t)
-		time.Sleep(3 * time.Second)
-	}
-	// Two TTLs more: a lease the kills cost would be gone by now.
-	time.Sleep(2 * ttl * time.Second)
-	get, err := cli.Get(ctxT(t), "kept/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("keys left %d of %d; keepalive answers %d; channels closed %d", get.Count, leases, answered.Load(), closed.Load())
-	if get.Count != leases || closed.Load() != 0 {
-		t.Fatalf("%d of %d leases kept alive through two leader kills were lost (%d keepalive channels closed)",
-			leases-int(get.Count), leases, closed.Load())
+	run := keepLeasesThroughKills(t, c, 1000, ttl, 2)
+	t.Logf("leases lost %d of 1000; keepalive channels closed %d; longest gap between answers %s", run.lost, run.closed, run.maxGap)
+	if run.lost != 0 || run.closed != 0 {
+		t.Fatalf("%d of 1000 leases kept alive through two leader kills were lost (%d keepalive channels closed)", run.lost, run.closed)
 	}
 	// The dead client's bound (docs/lease.md): its TTL and the cover margin (5 s by default); for
 	// each kill, the time no leader could take renewals (two election timeouts at most, and up to
 	// one 500 ms tick of lease time before the kill) and the timeout a new leader leaves every
 	// lease; 1.5 s to commit the end.
-	const election = 500 * time.Millisecond
 	bound := ttl*time.Second + 5*time.Second + 2*(3*election+500*time.Millisecond) + 1500*time.Millisecond
 	if wait := bound - time.Since(diedAt); wait > 0 {
 		time.Sleep(wait)
 	}
-	gone, err := cli.Get(ctxT(t), "dead/key")
+	gone, err := c.client(t).Get(ctxT(t), "dead/key")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if gone.Count != 0 {
 		t.Fatalf("the dead client's lease still holds its key %s after it stopped renewing (bound %s)", time.Since(diedAt), bound)
+	}
+}
+
+// BenchmarkLeaseFailover is the issue's failover scenario as a new user would try it, on both
+// targets: 3 members with etcd's default timing (election timeout 1,000 ms), 1,000 leases of TTL
+// 3 s, two leader kills, LEASE_FAILOVER_ROUNDS rounds (default 1) each on a fresh cluster. It
+// reports leases lost per round and the longest gap between keepalive answers; run it with
+// scripts/bench-lease-failover.sh.
+func BenchmarkLeaseFailover(b *testing.B) {
+	rounds := 1
+	if v := os.Getenv("LEASE_FAILOVER_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("LEASE_FAILOVER_ROUNDS=%q", v)
+		}
+		rounds = n
+	}
+	for _, tg := range targets(b) {
+		b.Run(tg.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				var lost, closed int64
+				var worst time.Duration
+				for r := 1; r <= rounds; r++ {
+					c := startClusterWith(b, tg, 3)
+					run := keepLeasesThroughKills(b, c, 1000, 3, 2)
+					fmt.Printf("failover %s round %d: leases lost %d of 1000, keepalive channels closed %d, longest gap %s\n",
+						tg.name, r, run.lost, run.closed, run.maxGap.Round(time.Millisecond))
+					lost += run.lost
+					closed += run.closed
+					worst = max(worst, run.maxGap)
+					for _, m := range c.members {
+						m.kill()
+					}
+				}
+				b.ReportMetric(float64(lost)/float64(rounds), "lost/round")
+				b.ReportMetric(worst.Seconds(), "max-gap-s")
+			}
+		})
 	}
 }

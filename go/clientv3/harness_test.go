@@ -40,7 +40,7 @@ type target struct {
 	bin  string
 }
 
-func targets(t *testing.T) []target {
+func targets(t testing.TB) []target {
 	t.Helper()
 	var out []target
 	for _, v := range []struct{ name, env string }{{"leasehold", "LEASEHOLD_BIN"}, {"etcd-3.7", "ETCD37_BIN"}} {
@@ -62,7 +62,7 @@ var (
 )
 
 // freePorts reserves n loopback ports for this process (see the file comment).
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	high := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
@@ -163,7 +163,7 @@ func startCluster(t *testing.T, tg target, n int) *cluster {
 
 // start runs the member's process (again, after a kill: same flags, same data dir), its output
 // appended to its log.
-func (m *member) start(t *testing.T) {
+func (m *member) start(t testing.TB) {
 	t.Helper()
 	logFile, err := os.OpenFile(m.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -181,7 +181,7 @@ func (m *member) start(t *testing.T) {
 }
 
 // startClusterWith is startCluster with extra flags for every member.
-func startClusterWith(t *testing.T, tg target, n int, extra ...string) *cluster {
+func startClusterWith(t testing.TB, tg target, n int, extra ...string) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	ports := freePorts(t, 2*n)
@@ -235,18 +235,18 @@ func startClusterWith(t *testing.T, tg target, n int, extra ...string) *cluster 
 }
 
 // client is a clientv3 client over every running member, closed when the test ends.
-func (c *cluster) client(t *testing.T) *clientv3.Client {
+func (c *cluster) client(t testing.TB) *clientv3.Client {
 	t.Helper()
 	return newClient(t, c.endpoints())
 }
 
 // memberClient is a client of one member only.
-func (c *cluster) memberClient(t *testing.T, m *member) *clientv3.Client {
+func (c *cluster) memberClient(t testing.TB, m *member) *clientv3.Client {
 	t.Helper()
 	return newClient(t, []string{m.client})
 }
 
-func newClient(t *testing.T, endpoints []string) *clientv3.Client {
+func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
@@ -261,7 +261,7 @@ func newClient(t *testing.T, endpoints []string) *clientv3.Client {
 }
 
 // leader is the member that says it leads, asked through each member's Status.
-func (c *cluster) leader(t *testing.T) *member {
+func (c *cluster) leader(t testing.TB) *member {
 	t.Helper()
 	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) {
@@ -283,7 +283,7 @@ func (c *cluster) leader(t *testing.T) *member {
 	return nil
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	t.Cleanup(cancel)
 	return ctx
