@@ -480,6 +480,17 @@ impl LeaseTable {
         self.leases.get(&id).map(|l| l.told())
     }
 
+    /// A lease's deadline as a member that does not lead can bound it at lease time `now_ms`:
+    /// the leader may have renewed it from memory since the last renewal this member applied,
+    /// to any deadline up to the cover, and never more than a TTL past `now_ms`. So the cover,
+    /// but at most a TTL from now: never short for a lease that is being renewed, and at most
+    /// one margin long for one that is not.
+    pub fn follower_deadline_ms(&self, id: LeaseId, now_ms: u64) -> Option<u64> {
+        let lease = self.leases.get(&id)?;
+        let at_most = deadline(now_ms, lease.record.ttl_secs);
+        Some(lease.record.deadline_ms.min(at_most).max(lease.told()))
+    }
+
     /// The largest cover margin an applied renewal used.
     pub fn cover_margin_max_ms(&self) -> u64 {
         self.cover_margin_max_ms
@@ -693,11 +704,28 @@ impl LeaseTable {
         self.leases.get(&id).map(|l| l.record)
     }
 
-    /// Counted from the told deadline: what its holder was told (on a follower, as of the last
-    /// renewal it applied).
+    /// Counted from the deadline `deadline_of` gives the lease: on the leader its told
+    /// deadline ([`LeaseTable::told_ms`]), elsewhere [`LeaseTable::follower_deadline_ms`].
     pub fn time_to_live(&self, id: LeaseId, now_ms: u64, with_keys: bool) -> Option<TimeToLive> {
+        self.time_to_live_by(id, now_ms, with_keys, true)
+    }
+
+    /// [`LeaseTable::time_to_live`] as a member that does not lead answers it
+    /// (`told_known: false`): from [`LeaseTable::follower_deadline_ms`].
+    pub fn time_to_live_by(
+        &self,
+        id: LeaseId,
+        now_ms: u64,
+        with_keys: bool,
+        told_known: bool,
+    ) -> Option<TimeToLive> {
         let lease = self.leases.get(&id)?;
-        let left_ms = lease.told().saturating_sub(now_ms);
+        let deadline_ms = if told_known {
+            lease.told()
+        } else {
+            self.follower_deadline_ms(id, now_ms)?
+        };
+        let left_ms = deadline_ms.saturating_sub(now_ms);
         // Strictly less than what is left on the millisecond clock: `now_ms` is rounded down
         // and deadlines up, and real time has passed since the grant or renewal, however
         // little. etcd, counting in nanoseconds, answers 29 right after a grant of 30; so must

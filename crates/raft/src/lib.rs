@@ -34,8 +34,9 @@ pub use leasehold_lease::{
 };
 pub use replica::{
     BoxFuture, Fatal, Forwarded, Forwarder, LEASE_COVER_MARGIN_DEFAULT_MS, LeadershipWatch,
-    MemberChange, MemberHash, MemberInfo, MembershipError, NoForwarding, NoTransport, RaftChanges,
-    RaftStatus, RaftTransport, ReadIndex, Replica, ReplicaConfig, ReplicaError, StartError,
+    LeaseTime, MemberChange, MemberHash, MemberInfo, MembershipError, NoForwarding, NoTransport,
+    RaftChanges, RaftStatus, RaftTransport, ReadIndex, Replica, ReplicaConfig, ReplicaError,
+    StartError,
 };
 pub use state_machine::{
     LeaseTimeSeen, Machine, decode_proposal, encode_proposal, lease_time_at, rebind,

@@ -251,7 +251,7 @@ impl Lease for LeaseService {
             Some(id) => self
                 .ctx
                 .replica
-                .read_at_lease_time(|_, leases, now_ms| leases.time_to_live(id, now_ms, req.keys))
+                .read_at_lease_time(|_, leases, at| at.time_to_live(leases, id, req.keys))
                 .await
                 .map_err(ApiError::from)?,
             None => None,

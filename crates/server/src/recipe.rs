@@ -204,7 +204,7 @@ pub async fn confirm_owner(
     lease: LeaseId,
 ) -> Result<i64, RecipeError> {
     ctx.replica
-        .read_at_lease_time(|store, leases, now_ms| {
+        .read_at_lease_time(|store, leases, at| {
             if !still_queued(store, key, my_rev) {
                 return Err(RecipeError::SessionExpired(recipe));
             }
@@ -214,9 +214,9 @@ pub async fn confirm_owner(
             if !older.kvs.is_empty() {
                 return Err(RecipeError::SessionExpired(recipe));
             }
-            // The deadline its holder was told, not the cover beyond it.
-            match leases.told_ms(lease) {
-                Some(told_ms) if told_ms > now_ms => Ok(store.current_revision()),
+            // On the leader, the deadline its holder was told, not the cover beyond it.
+            match at.deadline_ms(leases, lease) {
+                Some(deadline_ms) if deadline_ms > at.now_ms => Ok(store.current_revision()),
                 _ => Err(RecipeError::SessionExpired(recipe)),
             }
         })

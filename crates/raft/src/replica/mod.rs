@@ -43,6 +43,37 @@ use crate::storage::Defragmented;
 use crate::telemetry::{Telemetry, TelemetryReading};
 use leasehold_auth::{AuthError, AuthState, Caller};
 
+/// The leader's lease time for a read, and whether the member reading knows the deadlines the
+/// leader told from memory (it is the leader). A follower bounds a lease's deadline by its cover
+/// instead (`LeaseTable::follower_deadline_ms`).
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseTime {
+    pub now_ms: u64,
+    pub told_known: bool,
+}
+
+impl LeaseTime {
+    /// The lease's deadline as this read knows it: the told one on the leader, the follower's
+    /// bound elsewhere.
+    pub fn deadline_ms(&self, leases: &LeaseTable, id: LeaseId) -> Option<u64> {
+        if self.told_known {
+            leases.told_ms(id)
+        } else {
+            leases.follower_deadline_ms(id, self.now_ms)
+        }
+    }
+
+    /// TimeToLive of `id`, as this read knows it.
+    pub fn time_to_live(
+        &self,
+        leases: &LeaseTable,
+        id: LeaseId,
+        with_keys: bool,
+    ) -> Option<leasehold_lease::TimeToLive> {
+        leases.time_to_live_by(id, self.now_ms, with_keys, self.told_known)
+    }
+}
+
 /// A snapshot of Raft's progress, for headers and Status.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RaftStatus {
@@ -412,12 +443,19 @@ impl Replica {
     /// applied; on a follower, asks the leader for its read index and waits to apply that far.
     /// Returns the leader's lease time at that point, if it has one.
     async fn read_index(&self) -> Result<Option<u64>, ReplicaError> {
+        self.read_index_where().await.map(|(now_ms, _)| now_ms)
+    }
+
+    /// [`Replica::read_index`], and whether this member answered it as leader (and so knows
+    /// the deadlines it told from memory).
+    async fn read_index_where(&self) -> Result<(Option<u64>, bool), ReplicaError> {
         if leader_elsewhere(&self.status, self.member_id).is_some() {
             let read = self.follower_reads.join().await?;
             wait_applied(&self.status, read.index).await?;
-            return Ok(read.lease_now_ms);
+            return Ok((read.lease_now_ms, false));
         }
-        self.leader_read_index().await.map(|read| read.lease_now_ms)
+        let read = self.leader_read_index().await?;
+        Ok((read.lease_now_ms, true))
     }
 
     async fn ensure_linearizable(&self) -> Result<(), ReplicaError> {
@@ -428,11 +466,15 @@ impl Replica {
     /// remaining TTLs and lease liveness are measured against), wherever this member is.
     pub async fn read_at_lease_time<T>(
         &self,
-        f: impl FnOnce(&Store, &LeaseTable, u64) -> T,
+        f: impl FnOnce(&Store, &LeaseTable, LeaseTime) -> T,
     ) -> Result<T, ReplicaError> {
-        let now_ms = self.read_index().await?.ok_or(ReplicaError::NoLeader)?;
+        let (now_ms, told_known) = self.read_index_where().await?;
+        let at = LeaseTime {
+            now_ms: now_ms.ok_or(ReplicaError::NoLeader)?,
+            told_known,
+        };
         Ok(state_machine::read_state(&self.shared, |store, leases| {
-            f(store, leases, now_ms)
+            f(store, leases, at)
         }))
     }
 
