@@ -178,14 +178,16 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 	return failoverRun{lost: int64(leases) - get.Count, closed: closed.Load(), maxGap: maxGap}
 }
 
-// The failover scenario as a correctness test, on leasehold alone (etcd 3.7 loses such
-// leases by design: it counts the election against the remaining TTL; BenchmarkLeaseFailover runs
-// both): 1,000 leases of TTL 3 s, two leader kills. Not one lease may be lost: every key is still
-// there and no keepalive channel closed (clientv3 closes one when its lease expired or was revoked,
-// or when no answer came for a whole TTL). A client that stopped renewing before the first kill
-// still loses its lease, within its bound: the TTL, the cover margin, and the two elections. The
-// election timeout is 500 ms so that clientv3's own limit (an answer within the TTL) is never what
-// decides.
+// The failover scenario as a correctness test, on leasehold alone (BenchmarkLeaseFailover
+// runs it beside etcd 3.7): 1,000 leases, two leader kills. Not one lease may be lost: every key
+// is still there and no keepalive channel closed (clientv3 closes one when its lease expired or
+// was revoked, or when no answer came for a whole TTL). A client that stopped renewing before the
+// first kill still loses its lease, within its bound: the TTL, the cover margin, and the two
+// elections. clientv3's own limit, an answer within one TTL of the last, is a timing limit, not
+// the server's promise: a renewal waits out the election (up to two election timeouts, plus
+// clientv3's 500 ms between sends) and its last answer may be a third of a TTL old when the leader
+// dies. So the election timeout is 500 ms and the TTL 5 s (the 3 s left that limit too
+// close: clientv3 closed 195 of 1,000 channels in one run on a loaded machine).
 func TestLeasesKeptAliveSurviveTwoLeaderKills(t *testing.T) {
 	tg := targets(t)[0]
 	if tg.name != "leasehold" {
@@ -193,7 +195,7 @@ func TestLeasesKeptAliveSurviveTwoLeaderKills(t *testing.T) {
 	}
 	const election = 500 * time.Millisecond
 	c := startClusterWith(t, tg, 3, "--election-timeout", "500", "--heartbeat-interval", "50")
-	const ttl = 3
+	const ttl = 5
 	// The dead client: a grant, one renewal, then nothing.
 	deadCli := c.client(t)
 	dead, err := deadCli.Grant(ctxT(t), ttl)

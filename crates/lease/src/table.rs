@@ -528,6 +528,11 @@ impl LeaseTable {
         if deadline != cover_ms && deadline > now_ms {
             return None;
         }
+        self.end_expired(id)
+    }
+
+    /// Revokes `id` as expired: counted and remembered as an expiry, not a client's revoke.
+    fn end_expired(&mut self, id: LeaseId) -> Option<Vec<Key>> {
         let keys = self.revoke(id).ok()?;
         self.counters.expired += 1;
         let ended = self.recent_ends.back_mut().expect("revoke just noted it");
@@ -653,12 +658,7 @@ impl LeaseTable {
         if !due {
             return None;
         }
-        let keys = self.revoke(id).ok()?;
-        self.counters.expired += 1;
-        let ended = self.recent_ends.back_mut().expect("revoke just noted it");
-        debug_assert_eq!(ended.id, id);
-        ended.end = LeaseEnd::Expired;
-        Some(keys)
+        self.end_expired(id)
     }
 
     /// Up to `max` leases whose deadline is at or before `now_ms`, earliest first.

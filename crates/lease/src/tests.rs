@@ -537,11 +537,25 @@ fn a_follower_bounds_a_lease_by_its_cover_and_a_ttl_from_now() {
     t.grant(id(1), 10, 0).unwrap();
     t.renew_covered(id(1), 1_000, 5_000);
     // Told 11,000 (as applied here), covered until 16,000.
-    assert_eq!(t.follower_deadline_ms(id(1), 2_000), Some(12_000), "a TTL from now");
-    assert_eq!(t.follower_deadline_ms(id(1), 9_000), Some(16_000), "the cover");
+    assert_eq!(
+        t.follower_deadline_ms(id(1), 2_000),
+        Some(12_000),
+        "a TTL from now"
+    );
+    assert_eq!(
+        t.follower_deadline_ms(id(1), 9_000),
+        Some(16_000),
+        "the cover"
+    );
     let ttl = t.time_to_live_by(id(1), 9_000, false, false).unwrap();
-    assert_eq!(ttl.remaining_secs, 6, "from the cover, not the applied 11,000");
+    assert_eq!(
+        ttl.remaining_secs, 6,
+        "from the cover, not the applied 11,000"
+    );
     let exact = t.time_to_live_by(id(1), 9_000, false, true).unwrap();
-    assert_eq!(exact.remaining_secs, 1, "the leader counts from what it told");
+    assert_eq!(
+        exact.remaining_secs, 1,
+        "the leader counts from what it told"
+    );
     assert_eq!(t.follower_deadline_ms(id(2), 0), None);
 }

@@ -143,37 +143,18 @@ pub(super) fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects
             Ok(keys) => Applied::LeaseRevoke(Ok(fx.revoked(state, *id, &keys))),
             Err(e) => Applied::LeaseRevoke(Err(e)),
         },
-        Command::LeaseRenew { id, now_ms } => match leases.renew(*id, *now_ms) {
-            Renewal::Renewed { ttl_secs } => {
-                fx.leases_touched.insert(*id);
-                Applied::LeaseRenew(Some(ttl_secs))
-            }
-            Renewal::NotFound => Applied::LeaseRenew(None),
-            Renewal::Expired => {
-                // Too late to renew: revoke it now, so the answer (TTL 0) follows the revoke.
-                if let Some(keys) = leases.expire(*id, *now_ms) {
-                    fx.revoked(state, *id, &keys);
-                }
-                Applied::LeaseRenew(None)
-            }
-        },
+        Command::LeaseRenew { id, now_ms } => {
+            let renewal = leases.renew(*id, *now_ms);
+            renewed(state, fx, *id, *now_ms, renewal)
+        }
         Command::LeaseCover {
             id,
             now_ms,
             margin_ms,
-        } => match leases.renew_covered(*id, *now_ms, *margin_ms) {
-            Renewal::Renewed { ttl_secs } => {
-                fx.leases_touched.insert(*id);
-                Applied::LeaseRenew(Some(ttl_secs))
-            }
-            Renewal::NotFound => Applied::LeaseRenew(None),
-            Renewal::Expired => {
-                if let Some(keys) = leases.expire(*id, *now_ms) {
-                    fx.revoked(state, *id, &keys);
-                }
-                Applied::LeaseRenew(None)
-            }
-        },
+        } => {
+            let renewal = leases.renew_covered(*id, *now_ms, *margin_ms);
+            renewed(state, fx, *id, *now_ms, renewal)
+        }
         Command::LeaseExpireTold {
             leases: due,
             now_ms,
@@ -255,6 +236,30 @@ pub(super) fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects
                 member_attrs.insert(attrs.id, attrs.clone());
             }
             Applied::Publish(())
+        }
+    }
+}
+
+/// A renewal's reply, from what the lease table made of it at `now_ms`: one that came too late
+/// revokes the lease now, so that its answer (TTL 0) follows the revoke.
+fn renewed(
+    state: &mut SmState,
+    fx: &mut Effects,
+    id: LeaseId,
+    now_ms: u64,
+    renewal: Renewal,
+) -> Applied {
+    match renewal {
+        Renewal::Renewed { ttl_secs } => {
+            fx.leases_touched.insert(id);
+            Applied::LeaseRenew(Some(ttl_secs))
+        }
+        Renewal::NotFound => Applied::LeaseRenew(None),
+        Renewal::Expired => {
+            if let Some(keys) = state.leases.expire(id, now_ms) {
+                fx.revoked(state, id, &keys);
+            }
+            Applied::LeaseRenew(None)
         }
     }
 }
