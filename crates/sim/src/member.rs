@@ -21,8 +21,8 @@ use leasehold_consensus::{
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
-    self, AppendTimes, ExpiryConfig, ExpiryWork, LeaderRenewals, Promotion, PromotionStep,
-    RenewStep, answered_before_apply, expiry_pass,
+    self, ExpiryConfig, ExpiryWork, LeaderRenewals, Promotion, PromotionStep, RenewStep,
+    answered_before_apply, expiry_pass,
 };
 use leasehold_raft::{
     Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
@@ -249,7 +249,6 @@ pub struct Member {
     /// done with once this member applies that far.
     ending: Vec<(u64, Vec<LeaseId>)>,
     covering: Vec<(u64, LeaseId)>,
-    append_times: AppendTimes,
     waiters: BTreeMap<u64, Vec<Waiter>>,
     /// How long the batcher lets writes gather before it takes them (true µs): the proposer
     /// task's turn in production. 0: each write is its own entry, proposed as it arrives.
@@ -335,7 +334,6 @@ impl Member {
             cover_margin_ms: leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS,
             ending: Vec::new(),
             covering: Vec::new(),
-            append_times: AppendTimes::default(),
             waiters: BTreeMap::new(),
             batch_window_us: 0,
             batch: Vec::new(),
@@ -400,7 +398,6 @@ impl Member {
         self.promotion = Promotion::default();
         self.confirming = None;
         self.promoting = None;
-        self.append_times = AppendTimes::default();
         self.duty = None;
         self.duty_retry = 0;
         Ok(())
@@ -997,7 +994,6 @@ impl Member {
             let at = self.instant(now);
             let mut around = Around {
                 member: self,
-                now,
                 out,
                 sent: Vec::new(),
                 wrote_log: false,
@@ -1200,7 +1196,7 @@ impl Member {
     }
 
     /// Applies one round's committed entries, as the replica's machine does on the Raft thread.
-    fn apply(&mut self, now: u64, committed: Vec<Committed>, out: &mut Vec<Out>) {
+    fn apply(&mut self, committed: Vec<Committed>, out: &mut Vec<Out>) {
         for c in committed {
             let (index, term) = (c.entry().index, c.entry().term);
             let applied = match c {
@@ -1249,10 +1245,6 @@ impl Member {
             };
             self.answer(index, term, applied, out);
         }
-        let append_times = &mut self.append_times;
-        let at = self.base + Duration::from_micros(self.clock.local_us(now));
-        self.machine
-            .date_lease_time(|index| append_times.appended_at(index), at);
     }
 }
 
@@ -1261,7 +1253,6 @@ impl Member {
 /// the simulated `fdatasync`).
 struct Around<'a> {
     member: &'a mut Member,
-    now: u64,
     out: &'a mut Vec<Out>,
     sent: Vec<(u64, Vec<u8>)>,
     wrote_log: bool,
@@ -1293,19 +1284,15 @@ impl Host for Around<'_> {
 
 impl driver::Machine for Around<'_> {
     fn apply(&mut self, committed: Vec<Committed>) {
-        self.member.apply(self.now, committed, self.out);
+        self.member.apply(committed, self.out);
     }
 
     fn failed(&mut self, _: CoreError) {
         // `round` returns the error; `Member::drive` stops the member on it.
     }
 
-    fn log_written(&mut self, _took: Duration, appended: Option<(u64, u64)>) {
+    fn log_written(&mut self, _took: Duration, _appended: Option<(u64, u64)>) {
         self.wrote_log = true;
-        if let Some((first, last)) = appended {
-            let at = self.member.instant(self.now);
-            self.member.append_times.appended(first, last, at);
-        }
     }
 }
 

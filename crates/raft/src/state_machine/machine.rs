@@ -7,11 +7,9 @@
 use leasehold_lease::LeaseTable;
 use leasehold_mvcc::Store;
 
-use std::time::Instant;
-
+use super::SmState;
 use super::apply::{Applying, Effects, apply_entry};
 use super::snapshot::SnapshotPayload;
-use super::{LeaseTimeSeen, SmState};
 use crate::command::{Applied, Proposal};
 use crate::position::{LogPosition, Member, Members};
 use crate::storage::{StorageError, decode, encode};
@@ -20,9 +18,6 @@ use crate::storage::{StorageError, decode, encode};
 #[derive(Debug)]
 pub struct Machine {
     state: SmState,
-    /// The last entry applied since [`Machine::date_lease_time`] that moved the lease clock.
-    clock_moved_at: Option<u64>,
-    seen: LeaseTimeSeen,
 }
 
 impl Machine {
@@ -30,8 +25,6 @@ impl Machine {
     pub fn new(voters: &[u64]) -> Machine {
         let mut machine = Machine {
             state: SmState::default(),
-            clock_moved_at: None,
-            seen: LeaseTimeSeen::default(),
         };
         machine.state.membership = members(voters, &[]);
         machine
@@ -62,26 +55,7 @@ impl Machine {
         // What changed is for a file to stage; nothing here keeps it.
         let mut fx = Effects::default();
         let position = LogPosition { term, index };
-        let clock_before = self.state.leases.clock_ms();
-        let replies = apply_entry(&mut self.state, position, payload, &mut fx);
-        if self.state.leases.clock_ms() > clock_before {
-            self.clock_moved_at = Some(index);
-        }
-        replies
-    }
-
-    /// Dates the replicated lease time that the entries applied since the last call leave, as
-    /// the replica does after each round it applies: by when the entry that last moved it reached
-    /// this member (`dated`, given its index), or `now` if that is not known.
-    pub fn date_lease_time(&mut self, dated: impl FnOnce(u64) -> Option<Instant>, now: Instant) {
-        let at = self.clock_moved_at.take().and_then(dated).unwrap_or(now);
-        self.seen.note(self.state.leases.clock_ms(), at);
-    }
-
-    /// The replicated lease time, plus what this member has seen pass since the entry carrying
-    /// it reached here: what a new leader promotes its lease clock from.
-    pub fn lease_time_now(&self, now: Instant) -> u64 {
-        self.seen.now_ms(self.state.leases.clock_ms(), now)
+        apply_entry(&mut self.state, position, payload, &mut fx)
     }
 
     /// The last applied entry's (index, term); (0, 0) before any.
@@ -134,17 +108,13 @@ impl Machine {
         let payload: SnapshotPayload = decode("a snapshot", bytes)?;
         Ok(Machine {
             state: payload.into_state(None),
-            clock_moved_at: None,
-            seen: LeaseTimeSeen::default(),
         })
     }
 
-    /// Replaces the state with a snapshot's bytes, as a member installs a leader's snapshot: what
-    /// it noted of the lease time stays, as the replica's does.
+    /// Replaces the state with a snapshot's bytes, as a member installs a leader's snapshot.
     pub fn install(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
         let payload: SnapshotPayload = decode("a snapshot", bytes)?;
         self.state = payload.into_state(None);
-        self.clock_moved_at = None;
         Ok(())
     }
 
