@@ -15,7 +15,8 @@
 # proxy too; scripts/lib/go-tools.sh), built
 # once into ~/.cache/leasehold-tools: etcd 3.7 for go/clientv3, Go's etcd client run against
 # leasehold and etcd 3.7 side by side, and kube-apiserver and kubectl for scripts/k8s-check.sh,
-# which runs a real kube-apiserver on leasehold (1 and 3 members) and on etcd 3.7.
+# which runs a real kube-apiserver on leasehold (1 and 3 members) and on etcd 3.7; and etcd's own
+# end-to-end suite (tests/common, go.etcd.io/etcd/tests/v3) with leasehold as its `etcd`.
 # The leasehold binary itself builds with cargo alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,3 +73,9 @@ leasehold_bin="$PWD/target/debug/leasehold"
 etcd37=$(etcd37_bin)
 (cd go/clientv3 && LEASEHOLD_BIN="$leasehold_bin" ETCD37_BIN="$etcd37" go test -count=1 ./...)
 LEASEHOLD_BIN="$leasehold_bin" ./scripts/k8s-check.sh
+
+# etcd's own end-to-end suite, tests/common of go.etcd.io/etcd/tests/v3 at the release
+# go/tools/etcd-tests pins, with the leasehold binary as `etcd` beside etcdctl 3.7 (built from the
+# module proxy like the tools above). Every test must pass or be skipped, as on etcd 3.7
+# (`scripts/etcd-e2e.sh --suite common` prints both side by side); a failure is tried once more.
+LEASEHOLD_BIN="$leasehold_bin" ./scripts/etcd-e2e.sh --suite common --targets leasehold --retries 1

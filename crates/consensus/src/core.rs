@@ -143,6 +143,19 @@ pub struct Core<F: Fs> {
     /// Read-index requests held while this member leads without an entry of its term committed:
     /// its own (by context) and its followers' (the message). At most [`HELD_READS_MAX`].
     held_reads: Vec<HeldRead>,
+    /// Ticks since this core started.
+    ticks: u64,
+    /// From each peer: since which tick its messages have come without a gap of an election
+    /// timeout, and the tick of the last one (etcd's peer "active since").
+    heard: BTreeMap<u64, Heard>,
+    election_tick: u64,
+}
+
+/// When messages from a peer began to come without a gap, and when the last one came (ticks).
+#[derive(Clone, Copy, Debug)]
+struct Heard {
+    since: u64,
+    last: u64,
 }
 
 /// A read-index request held until the leader has committed in its term.
@@ -252,11 +265,15 @@ impl<F: Fs> Core<F> {
             snapshot_ticks: BTreeMap::new(),
             snapshot_ticks_max: 2 * config.election_tick,
             held_reads: Vec::new(),
+            ticks: 0,
+            heard: BTreeMap::new(),
+            election_tick: config.election_tick as u64,
         })
     }
 
     /// One logical tick (a heartbeat interval of real time, counted by the host's clock).
     pub fn tick(&mut self) {
+        self.ticks += 1;
         self.node.tick();
         self.resume_snapshot_waits();
         self.release_held_reads();
@@ -294,6 +311,7 @@ impl<F: Fs> Core<F> {
 
     /// A peer's message, decoded with [`crate::decode_peer_message`].
     pub fn step(&mut self, message: eraftpb::Message) -> Result<(), CoreError> {
+        self.heard_from(message.from);
         if message.get_msg_type() == eraftpb::MessageType::MsgReadIndex && self.holds_reads() {
             self.hold(HeldRead::Forwarded(message));
             return Ok(());
@@ -424,6 +442,34 @@ impl<F: Fs> Core<F> {
 
     /// On a leader, the last log index `id` is known to hold (Raft's match index for it; the
     /// leader's own for its own id). `None` off the leader or for a non-member.
+    /// For how many ticks messages from `peer` have come without a gap of an election timeout,
+    /// if the last one came within one (etcd's "connected since", which its reconfiguration
+    /// checks ask of the member that takes the change).
+    pub fn heard_for_ticks(&self, peer: u64) -> Option<u64> {
+        let heard = self.heard.get(&peer)?;
+        (self.ticks - heard.last <= self.election_tick).then(|| self.ticks - heard.since)
+    }
+
+    fn heard_from(&mut self, peer: u64) {
+        if peer == 0 || peer == self.node.raft.id {
+            return;
+        }
+        let now = self.ticks;
+        let election_tick = self.election_tick;
+        self.heard
+            .entry(peer)
+            .and_modify(|h| {
+                if now - h.last > election_tick {
+                    h.since = now;
+                }
+                h.last = now;
+            })
+            .or_insert(Heard {
+                since: now,
+                last: now,
+            });
+    }
+
     pub fn matched(&self, id: u64) -> Option<u64> {
         let raft = &self.node.raft;
         if raft.state != StateRole::Leader {

@@ -28,7 +28,6 @@ static ALLOCATOR: leasehold_alloc::Allocator = leasehold_alloc::Allocator;
 #[derive(Parser, Debug)]
 #[command(
     name = "leasehold",
-    version,
     about = "An etcd-v3-compatible, lease-centred coordination store",
     args_override_self = true
 )]
@@ -85,6 +84,14 @@ fn main() -> anyhow::Result<()> {
         .get(1)
         .is_some_and(|first| ctl::COMMANDS.contains(&first.as_str()));
     let argv = go_style_serve_flags(argv);
+    if !is_client
+        && argv[1..]
+            .iter()
+            .any(|a| a == "--version" || a == "--version=true")
+    {
+        print_version();
+        return Ok(());
+    }
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         Err(e) if is_client => std::process::exit(client_parse_error(&e, &argv)),
@@ -229,6 +236,30 @@ fn run_client(command: Command) -> i32 {
 
 /// etcd's server flags may be written Go's way, `-name`: when serving (no subcommand), such
 /// flags become `--name`.
+/// `--version` as etcd prints it (tools and etcd's e2e framework parse the first line for the
+/// etcd release the server follows), then leasehold's own version.
+fn print_version() {
+    println!("etcd Version: {}", leasehold_node::ETCD_API_VERSION);
+    println!("Git SHA: Not provided (leasehold)");
+    println!("Go Version: none (leasehold is written in Rust)");
+    println!(
+        "Go OS/Arch: {}/{}",
+        std::env::consts::OS,
+        go_arch(std::env::consts::ARCH)
+    );
+    println!("leasehold Version: {}", env!("CARGO_PKG_VERSION"));
+}
+
+/// Go's name for a CPU architecture (GOARCH), as etcd prints it.
+fn go_arch(rust: &str) -> &str {
+    match rust {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    }
+}
+
 fn go_style_serve_flags(argv: Vec<String>) -> Vec<String> {
     let subcommand = argv.get(1).is_some_and(|first| {
         Cli::command()

@@ -173,7 +173,15 @@ pub struct Store {
     current_revision: i64,
     /// `-1` until the first compaction, as in etcd.
     compact_revision: i64,
+    /// The hashes this store's latest compactions took of what they removed, as `HashKV` at
+    /// each compaction revision answers them (newest last, at most [`COMPACTION_HASHES_KEPT`]).
+    /// Like etcd's, they live in memory only: after a restart `HashKV` at the compaction
+    /// revision hashes what is left.
+    compaction_hashes: VecDeque<KvHash>,
 }
+
+/// How many compactions' hashes a store remembers (etcd keeps 10).
+const COMPACTION_HASHES_KEPT: usize = 10;
 
 impl Default for Store {
     fn default() -> Self {
@@ -192,6 +200,7 @@ impl Store {
             by_revision: VecDeque::new(),
             current_revision: 1,
             compact_revision: -1,
+            compaction_hashes: VecDeque::new(),
         }
     }
 
@@ -278,6 +287,7 @@ impl Store {
             by_revision,
             current_revision,
             compact_revision,
+            compaction_hashes: VecDeque::new(),
         };
         store.debug_validate();
         store
@@ -548,9 +558,20 @@ impl Store {
 
     /// etcd's `HashKV` of the history up to `revision` (0: the current one); see [`crate::hash`]
     /// for what is hashed. Linear in the store's size, plus a sort of what it hashes.
+    ///
+    /// At a revision a compaction of this store's ended at, the hash that compaction took before
+    /// it removed anything (etcd's: every member then answers the same, however its compactions
+    /// fell); at the compaction revision without one (after a restart), what is left there.
     pub fn hash_kv(&self, revision: i64) -> Result<KvHash, Error> {
-        if revision > 0 && revision <= self.compact_revision {
+        if revision > 0 && revision < self.compact_revision {
             return Err(Error::Compacted);
+        }
+        if let Some(taken) = self
+            .compaction_hashes
+            .iter()
+            .find(|h| revision > 0 && h.hash_revision == revision)
+        {
+            return Ok(*taken);
         }
         if revision > self.current_revision {
             return Err(Error::FutureRevision);
@@ -608,6 +629,11 @@ impl Store {
         if revision > self.current_revision {
             return Err(Error::FutureRevision);
         }
+        let taken = self.hash_kv(revision)?;
+        if self.compaction_hashes.len() == COMPACTION_HASHES_KEPT {
+            self.compaction_hashes.pop_front();
+        }
+        self.compaction_hashes.push_back(taken);
         let mut changes = Vec::new();
         self.keys.retain(|_, history| {
             let versions = history.as_slice();

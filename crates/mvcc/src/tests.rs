@@ -221,9 +221,30 @@ fn hash_kv_depends_only_on_history_up_to_its_revision() {
     let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
     assert_eq!(restored.hash_kv(4), s.hash_kv(4));
     s.compact(3).unwrap();
-    assert_eq!(s.hash_kv(3), Err(Error::Compacted));
+    assert_eq!(s.hash_kv(2), Err(Error::Compacted));
     assert_eq!(s.hash_kv(5), Err(Error::FutureRevision));
     assert_eq!(s.hash_kv(4).unwrap().compact_revision, 3);
+    // At the compaction revision: what the compaction hashed before it removed anything (etcd
+    // 3.6+), so every member answers alike however its compactions fell.
+    assert_eq!(s.hash_kv(3), Ok(at_3));
+}
+
+#[test]
+fn hash_kv_at_the_compaction_revision_after_a_restart_hashes_what_is_left() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1"); // 2
+    put(&mut s, "a", "2"); // 3
+    put(&mut s, "b", "1"); // 4
+    s.compact(3).unwrap();
+    let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
+    let left = restored.hash_kv(3).unwrap();
+    assert_eq!(left.compact_revision, 3);
+    assert_ne!(
+        left.hash,
+        s.hash_kv(3).unwrap().hash,
+        "the removed version is not hashed"
+    );
+    assert_eq!(restored.hash_kv(2), Err(Error::Compacted));
 }
 
 #[test]

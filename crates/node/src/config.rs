@@ -67,6 +67,12 @@ pub struct NodeConfig {
     /// much when the leader fails (docs/lease.md). `0s` writes every renewal to the log.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub lease_cover_margin: Duration,
+    /// Refuse a membership change that would leave the cluster without a working quorum:
+    /// adding a member while too few peers were heard from for 5 s (`etcdserver: unhealthy
+    /// cluster`), or removing one that leaves too few started members.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "true", value_parser = parse_go_bool)]
+    pub strict_reconfig_check: bool,
     /// Serve etcd's JSON gateway (`/v3/...`) on the client URLs, as etcd does by default.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "true", value_parser = parse_go_bool)]
@@ -451,24 +457,29 @@ impl NodeConfig {
         }
     }
 
-    /// `--listen-client-urls`, in order.
+    /// `--listen-client-urls`, in order: TCP, or Unix sockets (`unix://`, `unixs://`).
     pub fn client_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
-        listen_urls("--listen-client-urls", &self.listen_client_urls)
+        listen_urls("--listen-client-urls", &self.listen_client_urls, true)
     }
 
     /// `--listen-peer-urls`, in order.
     pub fn peer_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
-        listen_urls("--listen-peer-urls", &self.listen_peer_urls)
+        listen_urls("--listen-peer-urls", &self.listen_peer_urls, false)
     }
 
     /// `--listen-metrics-urls`, in order (none when the flag is empty). An `https://` one
     /// serves with the client side's TLS, as etcd's does.
     pub fn metrics_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
-        listen_urls("--listen-metrics-urls", &self.listen_metrics_urls)
+        listen_urls("--listen-metrics-urls", &self.listen_metrics_urls, false)
     }
 
+    /// The TCP addresses of `--listen-client-urls` (its Unix sockets left out).
     pub fn client_addrs(&self) -> anyhow::Result<Vec<SocketAddr>> {
-        Ok(self.client_urls()?.iter().map(|u| u.addr).collect())
+        Ok(self
+            .client_urls()?
+            .iter()
+            .filter_map(|u| u.addr.tcp())
+            .collect())
     }
 
     /// The TLS configuration of the `https://` client and metrics listeners; `None` when there
@@ -539,31 +550,80 @@ fn server_tls(
     if !urls.iter().any(|u| u.tls) {
         return Ok(None);
     }
-    let hosts: Vec<String> = urls.iter().map(|u| u.addr.ip().to_string()).collect();
+    let hosts: Vec<String> = urls
+        .iter()
+        .map(|u| match &u.addr {
+            ListenAddr::Tcp(addr) => addr.ip().to_string(),
+            ListenAddr::Unix(_) => "localhost".to_owned(),
+        })
+        .collect();
     flags.server_config(side, &hosts).map(Some)
 }
 
-/// A URL to listen on: where, and whether it serves TLS (`https://`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A URL to listen on: where, and whether it serves TLS (`https://`, `unixs://`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListenUrl {
-    pub addr: SocketAddr,
+    pub addr: ListenAddr,
     pub tls: bool,
 }
 
-fn listen_urls(flag: &str, urls: &str) -> anyhow::Result<Vec<ListenUrl>> {
+/// Where a listener listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    /// A Unix socket's path: what follows `unix://` (etcd's `unix://localhost:2379` is the file
+    /// `localhost:2379` in the working directory).
+    Unix(std::path::PathBuf),
+}
+
+impl ListenAddr {
+    pub fn tcp(&self) -> Option<SocketAddr> {
+        match self {
+            ListenAddr::Tcp(addr) => Some(*addr),
+            ListenAddr::Unix(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Tcp(addr) => addr.fmt(f),
+            ListenAddr::Unix(path) => path.display().fmt(f),
+        }
+    }
+}
+
+fn listen_urls(flag: &str, urls: &str, unix: bool) -> anyhow::Result<Vec<ListenUrl>> {
     split_urls(urls)
         .iter()
-        .map(|u| parse_listen_url(u).with_context(|| format!("{flag} {u:?}")))
+        .map(|u| parse_listen_url(u, unix).with_context(|| format!("{flag} {u:?}")))
         .collect()
 }
 
-/// `http://host:port` or `https://host:port` to where to listen and whether with TLS. Unix
-/// sockets are not supported.
-pub(crate) fn parse_listen_url(url: &str) -> anyhow::Result<ListenUrl> {
+/// `http://host:port` or `https://host:port` to where to listen and whether with TLS; with
+/// `unix`, also `unix://path` and `unixs://path` (TLS), as etcd takes for client URLs.
+pub(crate) fn parse_listen_url(url: &str, unix: bool) -> anyhow::Result<ListenUrl> {
+    let unix_socket = |tls: bool, path: &str| {
+        let path = path.trim_end_matches('/');
+        if path.is_empty() {
+            bail!("a unix socket URL needs a path");
+        }
+        Ok(ListenUrl {
+            addr: ListenAddr::Unix(path.into()),
+            tls,
+        })
+    };
     let (rest, tls) = if let Some(rest) = url.strip_prefix("http://") {
         (rest, false)
     } else if let Some(rest) = url.strip_prefix("https://") {
         (rest, true)
+    } else if let (true, Some(path)) = (unix, url.strip_prefix("unix://")) {
+        return unix_socket(false, path);
+    } else if let (true, Some(path)) = (unix, url.strip_prefix("unixs://")) {
+        return unix_socket(true, path);
+    } else if unix {
+        bail!("only http://, https://, unix:// and unixs:// URLs are supported");
     } else {
         bail!("only http:// and https:// URLs are supported");
     };
@@ -572,7 +632,10 @@ pub(crate) fn parse_listen_url(url: &str) -> anyhow::Result<ListenUrl> {
     let addr = hostport
         .parse()
         .with_context(|| format!("not host:port: {hostport:?}"))?;
-    Ok(ListenUrl { addr, tls })
+    Ok(ListenUrl {
+        addr: ListenAddr::Tcp(addr),
+        tls,
+    })
 }
 
 /// Go's `strconv.ParseBool`, as Go's flag package parses a bool flag's value (and words its
@@ -854,10 +917,27 @@ mod tests {
         let no_cert = parse(&["--listen-client-urls", "https://127.0.0.1:1"]).validate();
         let why = format!("{:#}", no_cert.expect_err("https:// without a certificate"));
         assert!(why.contains("--cert-file and --key-file"), "{why}");
+        let unix = parse(&["--listen-client-urls", "unix://x:1,unixs://y"])
+            .client_urls()
+            .unwrap();
+        assert_eq!(
+            unix,
+            [
+                ListenUrl {
+                    addr: ListenAddr::Unix("x:1".into()),
+                    tls: false
+                },
+                ListenUrl {
+                    addr: ListenAddr::Unix("y".into()),
+                    tls: true
+                }
+            ]
+        );
         assert!(
-            parse(&["--listen-client-urls", "unix://x:1"])
-                .client_addrs()
-                .is_err()
+            parse(&["--listen-peer-urls", "unix://x:1"])
+                .peer_urls()
+                .is_err(),
+            "peers listen on TCP only"
         );
         let urls = parse(&[
             "--listen-client-urls",

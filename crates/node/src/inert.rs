@@ -125,11 +125,6 @@ const TABLE: &[Inert] = &[
     inert("discovery-proxy", Str, NO_DISCOVERY),
     only("discovery-srv", Str, "", NO_DISCOVERY),
     inert("discovery-srv-name", Str, NO_DISCOVERY),
-    inert(
-        "strict-reconfig-check",
-        Bool,
-        "a change is not checked against the members that are up",
-    ),
     inert("pre-vote", Bool, "PreVote is always on"),
     inert("enable-v2", Bool, NO_V2),
     inert("experimental-enable-v2v3", Str, NO_V2),

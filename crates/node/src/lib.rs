@@ -24,10 +24,11 @@ mod tls;
 mod transport;
 
 pub use config::{
-    INITIAL_ADVERTISE_PEER_URLS_DEFAULT, INITIAL_CLUSTER_TOKEN_DEFAULT, Identity, ListenUrl,
-    LogLevel, LogTarget, NodeConfig, parse_duration,
+    INITIAL_ADVERTISE_PEER_URLS_DEFAULT, INITIAL_CLUSTER_TOKEN_DEFAULT, Identity, ListenAddr,
+    ListenUrl, LogLevel, LogTarget, NodeConfig, parse_duration,
 };
 pub use inert::InertFlags;
-pub use node::{Listeners, Node};
+pub use leasehold_server::ETCD_API_VERSION;
+pub use node::{ClientListener, Listeners, Node};
 pub use sources::{Notice, NoticeLevel, Resolved, normalize_args};
 pub use tls::{ClientTls, PeerTls, TlsFlags};

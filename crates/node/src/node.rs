@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{ListenUrl, NodeConfig, split_urls};
+use crate::config::{ListenAddr, ListenUrl, NodeConfig, split_urls};
 use crate::transport;
 
 /// How long a stopping member lets client requests finish before it cuts them off.
@@ -24,7 +24,7 @@ const FATAL_STOP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(
 /// before storage is touched, and so that a caller may bind port 0 and keep the port.
 #[derive(Debug)]
 pub struct Listeners {
-    pub client: Vec<TcpListener>,
+    pub client: Vec<ClientListener>,
     pub peer: Vec<TcpListener>,
     /// `--listen-metrics-urls`: HTTP endpoints only.
     pub metrics: Vec<TcpListener>,
@@ -39,21 +39,26 @@ impl Listeners {
         config.validate()?;
         let mut client = Vec::new();
         for url in config.client_urls()? {
-            let l = TcpListener::bind(url.addr)
+            let l = ClientListener::bind(&url.addr)
                 .await
                 .with_context(|| format!("listen on {}", url.addr))?;
             client.push(l);
         }
+        let tcp = |url: &ListenUrl| {
+            url.addr
+                .tcp()
+                .with_context(|| format!("{} is not a TCP address", url.addr))
+        };
         let mut peer = Vec::new();
         for url in config.peer_urls()? {
-            let l = TcpListener::bind(url.addr)
+            let l = TcpListener::bind(tcp(&url)?)
                 .await
                 .with_context(|| format!("listen on {} for peers", url.addr))?;
             peer.push(l);
         }
         let mut metrics = Vec::new();
         for url in config.metrics_urls()? {
-            let l = TcpListener::bind(url.addr)
+            let l = TcpListener::bind(tcp(&url)?)
                 .await
                 .with_context(|| format!("listen on {} for metrics", url.addr))?;
             metrics.push(l);
@@ -63,6 +68,48 @@ impl Listeners {
             peer,
             metrics,
         })
+    }
+}
+
+/// A client listener: TCP, or a Unix socket (`unix://`, `unixs://`).
+#[derive(Debug)]
+pub enum ClientListener {
+    Tcp(TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl From<TcpListener> for ClientListener {
+    fn from(l: TcpListener) -> ClientListener {
+        ClientListener::Tcp(l)
+    }
+}
+
+impl ClientListener {
+    /// Listens at `addr`. A Unix socket's file is replaced if one is left there (from a member
+    /// that did not stop cleanly), as etcd does; any other file there is an error.
+    async fn bind(addr: &ListenAddr) -> std::io::Result<ClientListener> {
+        match addr {
+            ListenAddr::Tcp(addr) => TcpListener::bind(addr).await.map(ClientListener::Tcp),
+            ListenAddr::Unix(path) => {
+                use std::os::unix::fs::FileTypeExt as _;
+                if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                    std::fs::remove_file(path)?;
+                }
+                tokio::net::UnixListener::bind(path).map(ClientListener::Unix)
+            }
+        }
+    }
+
+    /// Where it listens, as a URL's host part: `127.0.0.1:2379`, or the socket's path.
+    fn local_addr(&self) -> std::io::Result<String> {
+        match self {
+            ClientListener::Tcp(l) => l.local_addr().map(|a| a.to_string()),
+            ClientListener::Unix(l) => l.local_addr().map(|a| {
+                a.as_pathname()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            }),
+        }
     }
 }
 
@@ -118,6 +165,7 @@ impl Node {
             auth_token_ttl: config.auth_token_ttl(),
             lease_cover_margin_ms: u64::try_from(config.lease_cover_margin.as_millis())
                 .unwrap_or(u64::MAX),
+            strict_reconfig_check: config.strict_reconfig_check,
         };
         // The links report a peer they cannot reach to the replica, which starts after them
         // (its Raft thread sends through them from the start).
@@ -136,11 +184,21 @@ impl Node {
             let _ = started.set(Arc::downgrade(replica));
         }
         let replica = replica.with_context(|| format!("open data dir {}", data_dir.display()))?;
+        let client_hosts = listeners
+            .client
+            .iter()
+            .map(ClientListener::local_addr)
+            .collect::<Result<Vec<_>, _>>()?;
         let client_addrs = listeners
             .client
             .iter()
-            .map(TcpListener::local_addr)
+            .filter_map(|l| match l {
+                ClientListener::Tcp(l) => Some(l.local_addr()),
+                ClientListener::Unix(_) => None,
+            })
             .collect::<Result<Vec<_>, _>>()?;
+        let client_unix =
+            |i: usize| matches!(listeners.client.get(i), Some(ClientListener::Unix(_)));
         // The n-th listener serves the n-th URL; listeners beyond the URLs (a caller's own)
         // serve plain HTTP.
         let schemes = |urls: Vec<ListenUrl>| move |i: usize| urls.get(i).is_some_and(|u| u.tls);
@@ -150,10 +208,17 @@ impl Node {
         let metrics_is_tls = schemes(config.metrics_urls()?);
         let client_urls = match &config.advertise_client_urls {
             Some(urls) => split_urls(urls),
-            None => client_addrs
+            None => client_hosts
                 .iter()
                 .enumerate()
-                .map(|(i, a)| format!("{}://{a}", scheme(client_is_tls(i))))
+                .map(|(i, a)| {
+                    let scheme = match (client_unix(i), client_is_tls(i)) {
+                        (true, false) => "unix",
+                        (true, true) => "unixs",
+                        (false, tls) => scheme(tls),
+                    };
+                    format!("{scheme}://{a}")
+                })
                 .collect(),
         };
         let ctx = Arc::new(ServerContext {
@@ -208,7 +273,10 @@ impl Node {
                 "serving client requests on {}://{addr}",
                 scheme(tls.is_some())
             );
-            let incoming = transport::incoming(listener, tls);
+            let incoming = match listener {
+                ClientListener::Tcp(l) => transport::incoming(l, tls),
+                ClientListener::Unix(l) => transport::incoming_unix(l, tls),
+            };
             let served = leasehold_server::serve(ctx.clone(), incoming, stopped(stop_rx.clone()));
             servers.push(tokio::spawn(served));
         }
@@ -226,7 +294,9 @@ impl Node {
                 served,
             );
         }
-        tokio::spawn(leasehold_server::publish_member(
+        // Ready once this member's attributes are in the log, as etcd says it (a leader was
+        // elected and this member is part of its quorum): tools wait for this line.
+        let published = leasehold_server::publish_member(
             replica.clone(),
             leasehold_raft::MemberAttrs {
                 id: identity.member_id,
@@ -234,7 +304,12 @@ impl Node {
                 client_urls: ctx.client_urls.clone(),
             },
             stop_rx.clone(),
-        ));
+        );
+        tokio::spawn(async move {
+            if published.await {
+                tracing::info!("ready to serve client requests");
+            }
+        });
         let compactor = config.auto_compaction()?.map(|mode| {
             tokio::spawn(leasehold_server::drive_auto_compaction(
                 replica.clone(),
@@ -255,7 +330,6 @@ impl Node {
             leasehold_server::ExpiryConfig::default(),
             stop_rx,
         ));
-        tracing::info!("ready to serve client requests");
         let supervised = replica.clone();
         let supervisor = tokio::spawn(async move {
             let failure = tokio::select! {

@@ -1,5 +1,5 @@
-//! The connections a listener hands the servers: plain TCP, or TLS whose handshakes happen off
-//! the accept loop, both as one type ([`Conn`]), so every server is served by one code path
+//! The connections a listener hands the servers: plain TCP or a Unix socket, or TLS over either
+//! whose handshakes happen off the accept loop, all as one type ([`Conn`]), so every server is served by one code path
 //! whatever its URL's scheme. Both set TCP_NODELAY: small request/response pairs (and Raft's answers) must
 //! not wait for Nagle's algorithm and delayed ACKs (40 ms on Linux).
 //!
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -44,24 +44,47 @@ pub(crate) fn incoming(
     }
 }
 
+/// The connections from a Unix socket: TLS with `tls` (`unixs://`), else plain.
+pub(crate) fn incoming_unix(
+    listener: UnixListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Pin<Box<dyn Stream<Item = std::io::Result<Conn>> + Send>> {
+    match tls {
+        Some(config) => Box::pin(self::tls(listener, config).map(|c| c.map(Conn::unix_tls))),
+        None => Box::pin(
+            tokio_stream::wrappers::UnixListenerStream::new(listener).map(|c| c.map(Conn::Unix)),
+        ),
+    }
+}
+
 /// A connection a listener accepted.
 pub(crate) enum Conn {
     Plain(TcpStream),
     /// Boxed: a TLS session's state is far larger than a socket. With the common name of the
     /// client certificate the handshake verified, if any.
     Tls(Box<TlsStream<TcpStream>>, Option<String>),
+    Unix(UnixStream),
+    UnixTls(Box<TlsStream<UnixStream>>, Option<String>),
 }
 
 impl Conn {
     fn tls(stream: TlsStream<TcpStream>) -> Conn {
-        let common_name = stream
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|chain| chain.first())
-            .and_then(|leaf| common_name(leaf.as_ref()));
+        let common_name = client_common_name(stream.get_ref().1);
         Conn::Tls(Box::new(stream), common_name)
     }
+
+    fn unix_tls(stream: TlsStream<UnixStream>) -> Conn {
+        let common_name = client_common_name(stream.get_ref().1);
+        Conn::UnixTls(Box::new(stream), common_name)
+    }
+}
+
+/// The subject common name of the client certificate a TLS session verified, if any.
+fn client_common_name(session: &rustls::ServerConnection) -> Option<String> {
+    session
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|leaf| common_name(leaf.as_ref()))
 }
 
 /// The subject common name of a DER certificate.
@@ -74,19 +97,39 @@ fn common_name(der: &[u8]) -> Option<String> {
 impl Connected for Conn {
     type ConnectInfo = leasehold_server::ConnInfo;
 
-    /// The TCP peer, for TLS connections too, and a client certificate's common name.
+    /// The TCP peer (none over a Unix socket), for TLS connections too, and a client
+    /// certificate's common name.
     fn connect_info(&self) -> leasehold_server::ConnInfo {
-        match self {
-            Conn::Plain(tcp) => leasehold_server::ConnInfo {
-                tcp: tcp.connect_info(),
-                common_name: None,
-            },
-            Conn::Tls(tls, common_name) => leasehold_server::ConnInfo {
-                tcp: tls.get_ref().0.connect_info(),
-                common_name: common_name.clone(),
-            },
-        }
+        let no_tcp = || tonic::transport::server::TcpConnectInfo {
+            local_addr: None,
+            remote_addr: None,
+        };
+        let (tcp, common_name) = match self {
+            Conn::Plain(tcp) => (tcp.connect_info(), None),
+            Conn::Tls(tls, common_name) => (tls.get_ref().0.connect_info(), common_name.clone()),
+            Conn::Unix(_) => (no_tcp(), None),
+            Conn::UnixTls(_, common_name) => (no_tcp(), common_name.clone()),
+        };
+        leasehold_server::ConnInfo { tcp, common_name }
     }
+}
+
+/// `$body` with `$io` bound to the connection's stream, whichever kind it is.
+macro_rules! each_stream {
+    ($conn:expr, $io:ident => $body:expr) => {
+        match $conn {
+            Conn::Plain($io) => $body,
+            Conn::Tls($io, _) => {
+                let $io = $io.as_mut();
+                $body
+            }
+            Conn::Unix($io) => $body,
+            Conn::UnixTls($io, _) => {
+                let $io = $io.as_mut();
+                $body
+            }
+        }
+    };
 }
 
 impl AsyncRead for Conn {
@@ -95,10 +138,7 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_read(cx, buf),
-        }
+        each_stream!(self.get_mut(), io => Pin::new(io).poll_read(cx, buf))
     }
 }
 
@@ -108,10 +148,7 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
-            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_write(cx, buf),
-        }
+        each_stream!(self.get_mut(), io => Pin::new(io).poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -119,31 +156,55 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
-            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
-        }
+        each_stream!(self.get_mut(), io => Pin::new(io).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
-            Conn::Plain(tcp) => tcp.is_write_vectored(),
-            Conn::Tls(tls, _) => tls.is_write_vectored(),
+            Conn::Plain(io) => io.is_write_vectored(),
+            Conn::Tls(io, _) => io.is_write_vectored(),
+            Conn::Unix(io) => io.is_write_vectored(),
+            Conn::UnixTls(io, _) => io.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
-            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_flush(cx),
-        }
+        each_stream!(self.get_mut(), io => Pin::new(io).poll_flush(cx))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
-            Conn::Tls(tls, _) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        each_stream!(self.get_mut(), io => Pin::new(io).poll_shutdown(cx))
+    }
+}
+
+/// A listener whose connections [`tls`] handshakes: TCP or a Unix socket.
+trait Accept: Send + Sync + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// The next connection, and who it is from (for logs).
+    fn accept_one(
+        &self,
+    ) -> impl std::future::Future<Output = std::io::Result<(Self::Stream, String)>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Stream = TcpStream;
+
+    async fn accept_one(&self) -> std::io::Result<(TcpStream, String)> {
+        let (tcp, from) = self.accept().await?;
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!("TCP_NODELAY: {e}");
         }
+        Ok((tcp, from.to_string()))
+    }
+}
+
+impl Accept for UnixListener {
+    type Stream = UnixStream;
+
+    async fn accept_one(&self) -> std::io::Result<(UnixStream, String)> {
+        let (stream, _) = self.accept().await?;
+        Ok((stream, "a unix socket client".to_owned()))
     }
 }
 
@@ -164,10 +225,10 @@ fn plain(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>
 /// TLS connections from `listener`, each handshaken on a task of its own, at most
 /// [`HANDSHAKES_MAX`] at once. The accept loop ends when the stream is dropped (the server
 /// stopped).
-fn tls(
-    listener: TcpListener,
+fn tls<L: Accept>(
+    listener: L,
     config: Arc<rustls::ServerConfig>,
-) -> impl Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
+) -> impl Stream<Item = std::io::Result<TlsStream<L::Stream>>> {
     let acceptor = TlsAcceptor::from(config);
     let (tx, rx) = mpsc::channel(ACCEPTED_QUEUE_LEN);
     let handshakes = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES_MAX));
@@ -176,14 +237,14 @@ fn tls(
             let accepted = tokio::select! {
                 accepted = async {
                     let permit = handshakes.clone().acquire_owned().await;
-                    (permit, listener.accept().await)
+                    (permit, listener.accept_one().await)
                 } => accepted,
                 () = tx.closed() => return,
             };
             let (Ok(permit), accepted) = accepted else {
                 return;
             };
-            let (tcp, from) = match accepted {
+            let (stream, from) = match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!("accept: {e}");
@@ -191,12 +252,10 @@ fn tls(
                     continue;
                 }
             };
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!("TCP_NODELAY: {e}");
-            }
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
-                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+                let handshake =
+                    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
                 drop(permit);
                 match handshake {
                     Ok(Ok(stream)) => {

@@ -87,6 +87,24 @@ impl ServerContext {
     pub fn check_admin(&self, caller: Option<&Caller>) -> Result<(), ApiError> {
         Ok(self.replica.read_auth(|a| a.check_admin(caller))?)
     }
+
+    /// The request's caller, who must be signed in while auth is on: etcd 3.6+'s rule for calls
+    /// any user may make (Status, MemberList, listing alarms, LeaseGrant, LeaseRevoke,
+    /// LeaseTimeToLive, LeaseLeases). No token: `user name is empty`.
+    pub fn signed_in<T>(&self, req: &Request<T>) -> Result<Option<Caller>, ApiError> {
+        let caller = self.caller(req)?;
+        if caller.is_none() && self.replica.auth_enabled() {
+            return Err(ApiError::Auth(AuthError::UserEmpty));
+        }
+        Ok(caller)
+    }
+
+    /// The request's caller, who must administer (see [`ServerContext::check_admin`]).
+    pub fn admin<T>(&self, req: &Request<T>) -> Result<Option<Caller>, ApiError> {
+        let caller = self.caller(req)?;
+        self.check_admin(caller.as_ref())?;
+        Ok(caller)
+    }
 }
 
 pub struct AuthService {
@@ -185,9 +203,9 @@ impl Auth for AuthService {
         &self,
         req: Request<pb::AuthStatusRequest>,
     ) -> Result<Response<pb::AuthStatusResponse>, Status> {
+        // Anyone may ask (etcd 3.6+); a token given must still be valid.
+        self.ctx.caller(&req)?;
         let header = self.header(true).await?;
-        let caller = self.ctx.caller(&req)?;
-        self.ctx.check_admin(caller.as_ref())?;
         let (enabled, auth_revision) = self.ctx.replica.read_auth(|a| (a.enabled, a.revision));
         Ok(Response::new(pb::AuthStatusResponse {
             header,

@@ -34,30 +34,30 @@ fn is_peer_url(url: &str) -> bool {
 /// Publishes this member's name and client URLs through the log, as etcd does when a member
 /// starts, trying again after a failure once Raft's state here moves (or an election timeout
 /// passes), until it is applied or `shutdown` turns true. Skipped when the state already holds
-/// the same.
+/// the same. `true` once the state holds them; `false` when it stopped first.
 pub async fn publish_member(
     replica: Arc<leasehold_raft::Replica>,
     attrs: MemberAttrs,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
+) -> bool {
     let mut raft = replica.subscribe_raft_changes();
     loop {
         if *shutdown.borrow() {
-            return;
+            return false;
         }
         let known = replica.members().into_iter().find(|m| m.id == attrs.id);
         if known.is_some_and(|m| m.published.as_ref() == Some(&attrs)) {
-            return;
+            return true;
         }
         match replica.propose(attrs.clone()).await {
             Ok(()) => {
                 tracing::info!(name = %attrs.name, client_urls = ?attrs.client_urls, "published this member's attributes");
-                return;
+                return true;
             }
             Err(e) => tracing::debug!("publishing this member's attributes: {e}; retrying"),
         }
         tokio::select! {
-            alive = raft.next(replica.election_timeout()) => if !alive { return; },
+            alive = raft.next(replica.election_timeout()) => if !alive { return false; },
             _ = shutdown.changed() => {}
         }
     }
@@ -119,8 +119,8 @@ impl ClusterService {
 
     /// Membership changes need an admin while auth is on.
     fn admin<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        let caller = self.ctx.caller(req)?;
-        Ok(self.ctx.check_admin(caller.as_ref())?)
+        self.ctx.admin(req)?;
+        Ok(())
     }
 
     async fn change(&self, change: MemberChange) -> Result<(), Status> {
@@ -220,8 +220,10 @@ impl Cluster for ClusterService {
 
     async fn member_list(
         &self,
-        _req: Request<pb::MemberListRequest>,
+        req: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
+        // Any signed-in user may list (etcd 3.6+).
+        self.ctx.signed_in(&req)?;
         Ok(Response::new(pb::MemberListResponse {
             header: self.header().await?,
             members: self.members(),

@@ -30,9 +30,6 @@ pub enum ApiError {
     Unimplemented(Unimplemented),
     /// Refused by the auth store.
     Auth(AuthError),
-    /// Refused by the auth store on a maintenance call, which etcd does not map: code Unknown
-    /// with the auth package's own wording (`auth: permission denied`).
-    AuthUnmapped(AuthError),
 }
 
 /// What leasehold answers `Unimplemented`.
@@ -130,19 +127,6 @@ fn auth_status(e: AuthError) -> Status {
     Status::new(code, e.to_string())
 }
 
-/// An auth error as etcd's auth package words it before the gRPC layer maps it.
-fn auth_unmapped(e: AuthError) -> Status {
-    use AuthError::*;
-    let message = match e {
-        PermissionDenied => "auth: permission denied".to_owned(),
-        UserEmpty => "auth: user name is empty".to_owned(),
-        UserNotFound => "auth: user not found".to_owned(),
-        InvalidAuthToken => "auth: invalid auth token".to_owned(),
-        other => other.to_string(),
-    };
-    Status::new(Code::Unknown, message)
-}
-
 impl From<LeaseError> for ApiError {
     fn from(e: LeaseError) -> Self {
         ApiError::Lease(e)
@@ -223,7 +207,6 @@ impl From<ApiError> for Status {
                 }
             },
             ApiError::Auth(e) => auth_status(e),
-            ApiError::AuthUnmapped(e) => auth_unmapped(e),
             ApiError::Replica(r) => match r {
                 ReplicaError::Auth(e) => auth_status(e),
                 ReplicaError::NoLeader | ReplicaError::LeaderUnreachable => {
@@ -282,7 +265,9 @@ impl From<ApiError> for Status {
                         MembershipError::IdExists
                         | MembershipError::PeerUrlExists
                         | MembershipError::NotLearner
-                        | MembershipError::LearnerNotReady => Code::FailedPrecondition,
+                        | MembershipError::LearnerNotReady
+                        | MembershipError::NotEnoughStarted => Code::FailedPrecondition,
+                        MembershipError::Unhealthy => Code::Unavailable,
                     };
                     Status::new(code, m.to_string())
                 }
@@ -412,6 +397,16 @@ mod tests {
                 MembershipError::LearnerNotReady,
                 FailedPrecondition,
                 "etcdserver: can only promote a learner member which is in sync with leader",
+            ),
+            (
+                MembershipError::NotEnoughStarted,
+                FailedPrecondition,
+                "etcdserver: re-configuration failed due to not enough started members",
+            ),
+            (
+                MembershipError::Unhealthy,
+                Unavailable,
+                "etcdserver: unhealthy cluster",
             ),
         ];
         for (e, code, message) in membership {

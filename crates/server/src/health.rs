@@ -9,7 +9,7 @@
 //!   `linearizable_read`, `non_learner`): `ok`, or with `?verbose` one line per check and
 //!   `<path> check passed`; a failed check gives 503, one line per check and `<path> check
 //!   failed`. `?exclude=NAME` skips a check.
-//! - `/version`: `{"etcdserver":"3.5.13","etcdcluster":"3.5.0"}`.
+//! - `/version`: `{"etcdserver":"3.7.3","etcdcluster":"3.7.0"}`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +29,7 @@ use crate::maintenance::ETCD_API_VERSION;
 /// How long a check's read may take before the check fails.
 const CHECK_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// The cluster version `/version` reports (etcd reports major.minor.0).
-const ETCD_CLUSTER_VERSION: &str = "3.5.0";
+const ETCD_CLUSTER_VERSION: &str = "3.7.0";
 
 /// The HTTP routes, to merge with the gRPC services' (whose fallback [`not_found`] replaces).
 pub(crate) fn router(ctx: Arc<ServerContext>) -> Router {

@@ -101,6 +101,8 @@ impl Kv for KvService {
         &self,
         req: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
+        // An admin's (etcd 3.6+).
+        self.ctx.admin(&req)?;
         let req = req.into_inner();
         self.ctx.limits.proposal_size(&req)?;
         // Compaction is applied synchronously with the log entry, so `physical` is always

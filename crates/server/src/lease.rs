@@ -194,6 +194,8 @@ impl Lease for LeaseService {
         &self,
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        // Any signed-in user may grant (etcd 3.6+).
+        self.ctx.signed_in(&req)?;
         let req = req.into_inner();
         self.ctx.limits.proposal_size(&req)?;
         let ttl_secs = validate::lease_ttl(req.ttl, self.ctx.lease_ttl_secs_min)?;
@@ -213,8 +215,9 @@ impl Lease for LeaseService {
         &self,
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        // The caller needs write permission on every key of the lease (checked when applied).
-        let caller = self.ctx.caller(&req)?;
+        // A signed-in caller (etcd 3.6+), who needs write permission on every key of the lease
+        // (checked when applied).
+        let caller = self.ctx.signed_in(&req)?;
         let req = req.into_inner();
         let Some(id) = LeaseId::from_wire(req.id) else {
             return Err(ApiError::from(leasehold_raft::LeaseError::NotFound).into());
@@ -245,6 +248,8 @@ impl Lease for LeaseService {
         &self,
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        // A signed-in caller (etcd 3.6+), who must be able to read every key listed.
+        let caller = self.ctx.signed_in(&req)?;
         let req = req.into_inner();
         // Measured against the leader's lease time, wherever the request arrives.
         let found = match LeaseId::from_wire(req.id) {
@@ -256,6 +261,11 @@ impl Lease for LeaseService {
                 .map_err(ApiError::from)?,
             None => None,
         };
+        if let Some(found) = &found {
+            for key in &found.keys {
+                self.ctx.check_read(caller.as_ref(), key, &[])?;
+            }
+        }
         let revision = current_revision(&self.ctx).await?;
         // An unknown lease is not an error: TTL -1, as etcd answers.
         let (ttl, granted_ttl, keys) = match found {
@@ -277,15 +287,31 @@ impl Lease for LeaseService {
 
     async fn lease_leases(
         &self,
-        _req: Request<pb::LeaseLeasesRequest>,
+        req: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
+        // A signed-in caller (etcd 3.6+); one without the root role must be able to read every
+        // key attached to any lease.
+        let caller = self.ctx.signed_in(&req)?;
+        let admin = self.ctx.check_admin(caller.as_ref()).is_ok();
         // Local, not linearizable, as in etcd.
-        let ids = self
+        let (ids, keys) = self
             .ctx
             .replica
-            .read_leases(false, |t| t.by_deadline())
+            .read_leases(false, |t| {
+                let keys: Vec<Vec<u8>> = if admin {
+                    Vec::new()
+                } else {
+                    t.iter_by_deadline()
+                        .flat_map(|l| l.keys().map(<[u8]>::to_vec).collect::<Vec<_>>())
+                        .collect()
+                };
+                (t.by_deadline(), keys)
+            })
             .await
             .map_err(ApiError::from)?;
+        for key in &keys {
+            self.ctx.check_read(caller.as_ref(), key, &[])?;
+        }
         let revision = current_revision(&self.ctx).await?;
         Ok(Response::new(pb::LeaseLeasesResponse {
             header: self.ctx.header().at(revision),

@@ -191,6 +191,9 @@ where
     if ctx.json_gateway {
         http = http.merge(gateway::router(ctx));
     }
+    if http2_debug() {
+        http = http.layer(axum::middleware::from_fn(log_authority));
+    }
     let routes = tonic::service::Routes::from(http.fallback(health::not_found));
     tonic::transport::Server::builder()
         .accept_http1(true)
@@ -199,6 +202,28 @@ where
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+/// Whether `GODEBUG` asks for Go's verbose HTTP/2 log (`http2debug=2`), which etcd's own tests
+/// read to see the `:authority` each client sent.
+fn http2_debug() -> bool {
+    std::env::var("GODEBUG").is_ok_and(|v| v.split(',').any(|kv| kv.trim() == "http2debug=2"))
+}
+
+/// Logs an HTTP/2 request's `:authority` as Go's server does under `GODEBUG=http2debug=2`.
+async fn log_authority(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if req.version() == http::Version::HTTP_2
+        && let Some(authority) = req.uri().authority()
+    {
+        eprintln!(
+            "http2: decoded hpack field header field \":authority\" = {:?}",
+            authority.as_str()
+        );
+    }
+    next.run(req).await
 }
 
 /// The `KV/Txn` route that decodes nested txns as deep as etcd does (deep_txn.rs); it takes

@@ -127,7 +127,7 @@ impl InProcessCluster {
         for ((name, config), (client, peer)) in configs.into_iter().zip(bound) {
             let endpoint = format!("http://{}", client.local_addr().expect("bound"));
             let listeners = Listeners {
-                client: vec![client],
+                client: vec![client.into()],
                 peer: vec![peer],
                 metrics: Vec::new(),
             };

@@ -479,11 +479,30 @@ async fn members_are_added_promoted_and_removed_with_etcdctl() {
         }
     };
     let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    // etcd's `--strict-reconfig-check` (on by default) refuses a change while the leader has
+    // heard from too few peers for 5 s (`unhealthy cluster`), as after a start or a join: try
+    // again, as an operator would, for a bounded time.
+    let changed = |args: Vec<String>| {
+        let ctl = &ctl;
+        async move {
+            let started = std::time::Instant::now();
+            loop {
+                let (code, out, err) = ctl(args.clone()).await;
+                if !err.contains("etcdserver: unhealthy cluster")
+                    || started.elapsed() > std::time::Duration::from_secs(20)
+                {
+                    return (code, out, err);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+    };
 
     // A voter.
     let ports = common::free_ports::<2>();
     let peer = format!("http://127.0.0.1:{}", ports[1]);
-    let (code, out, err) = ctl(s(&["member", "add", "m4", &format!("--peer-urls={peer}")])).await;
+    let (code, out, err) =
+        changed(s(&["member", "add", "m4", &format!("--peer-urls={peer}")])).await;
     assert_eq!(code, Some(0), "member add: {out}{err}");
     assert!(out.contains("added to cluster"), "{out}");
     assert!(
@@ -509,7 +528,7 @@ async fn members_are_added_promoted_and_removed_with_etcdctl() {
     // A learner, promoted, then removed.
     let ports = common::free_ports::<2>();
     let peer = format!("http://127.0.0.1:{}", ports[1]);
-    let (code, out, err) = ctl(s(&[
+    let (code, out, err) = changed(s(&[
         "member",
         "add",
         "m5",
@@ -541,7 +560,7 @@ async fn members_are_added_promoted_and_removed_with_etcdctl() {
         err.contains("etcdserver: can only promote a learner member"),
         "{err}"
     );
-    let (code, out, err) = ctl(s(&["member", "remove", &id])).await;
+    let (code, out, err) = changed(s(&["member", "remove", &id])).await;
     assert_eq!(code, Some(0), "remove: {out}{err}");
     cluster.members[m5].kill9();
     let (_, list, _) = ctl(s(&["member", "list"])).await;

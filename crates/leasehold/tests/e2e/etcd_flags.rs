@@ -265,3 +265,33 @@ async fn a_config_file_alone_starts_leasehold() {
     }
     stop(server).await;
 }
+
+/// `--version` (or Go's `-version`) prints etcd's version block, whose first line tools parse
+/// (etcd's e2e framework picks flag spellings from it), then leasehold's own version; Debian's
+/// etcd prints the same first-line shape.
+#[test]
+fn version_prints_etcds_first_line_then_leaseholds() {
+    for flag in ["--version", "-version"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg(flag)
+            .output()
+            .expect("run leasehold");
+        assert!(out.status.success(), "{flag}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let first = text.lines().next().unwrap_or_default();
+        let version = first
+            .strip_prefix("etcd Version: ")
+            .unwrap_or_else(|| panic!("{flag}: first line {first:?}"));
+        assert_eq!(version.split('.').count(), 3, "{version}");
+        assert!(
+            text.contains(&format!("leasehold Version: {}", env!("CARGO_PKG_VERSION"))),
+            "{text}"
+        );
+    }
+    let etcd = std::process::Command::new("etcd")
+        .arg("--version")
+        .output()
+        .expect("run Debian's etcd");
+    let etcd = String::from_utf8_lossy(&etcd.stdout);
+    assert!(etcd.starts_with("etcd Version: "), "{etcd}");
+}

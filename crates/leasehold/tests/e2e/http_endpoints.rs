@@ -100,7 +100,7 @@ async fn health_version_and_grpc_health_answer_as_etcd_does() {
     assert_eq!(health, serde_json::json!({"health": "true", "reason": ""}));
     assert_eq!(
         version,
-        serde_json::json!({"etcdserver": "3.5.13", "etcdcluster": "3.5.0"})
+        serde_json::json!({"etcdserver": "3.7.3", "etcdcluster": "3.7.0"})
     );
     // etcd 3.4 has no /livez or /readyz.
     assert_eq!(get(&etcd.endpoint(), "/livez").0, 404);

@@ -128,8 +128,19 @@ async fn python_etcd3_auth_and_maintenance_match_etcd() {
         Etcd::start_with(setup.clone()),
         Leasehold::start_with(setup)
     );
-    let want = run(&etcd, &tls).await;
+    let mut want = run(&etcd, &tls).await;
     let got = run(&leasehold, &tls).await;
     eprintln!("etcd: {want:#}");
+    // etcd 3.4 (Debian's, here) refuses a non-root caller's maintenance call with the auth
+    // package's own words as code Unknown; 3.6+ maps them, and leasehold answers as 3.7 does.
+    let mut mapped = 0;
+    for step in want.as_array_mut().expect("steps") {
+        if step[1] == "StatusCode.UNKNOWN" && step[2] == "auth: permission denied" {
+            step[1] = "StatusCode.PERMISSION_DENIED".into();
+            step[2] = "etcdserver: permission denied".into();
+            mapped += 1;
+        }
+    }
+    assert_eq!(mapped, 2, "defragment and snapshot as alice: {want:#}");
     assert_eq!(got, want);
 }

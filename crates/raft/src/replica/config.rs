@@ -30,6 +30,9 @@ pub struct ReplicaConfig {
     /// dead holder's lease lives at most this much past its deadline after a failover
     /// (docs/lease.md).
     pub lease_cover_margin_ms: u64,
+    /// etcd's `--strict-reconfig-check`: the leader refuses membership changes that would
+    /// leave the cluster without a working quorum (`steps::reconfig`).
+    pub strict_reconfig_check: bool,
 }
 
 /// `--lease-cover-margin`'s default.

@@ -166,6 +166,21 @@ pub enum MembershipError {
     NotLearner,
     #[error("etcdserver: can only promote a learner member which is in sync with leader")]
     LearnerNotReady,
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    NotEnoughStarted,
+    #[error("etcdserver: unhealthy cluster")]
+    Unhealthy,
+}
+
+impl From<crate::steps::reconfig::ReconfigRefusal> for MembershipError {
+    fn from(r: crate::steps::reconfig::ReconfigRefusal) -> MembershipError {
+        match r {
+            crate::steps::reconfig::ReconfigRefusal::NotEnoughStarted => {
+                MembershipError::NotEnoughStarted
+            }
+            crate::steps::reconfig::ReconfigRefusal::Unhealthy => MembershipError::Unhealthy,
+        }
+    }
 }
 
 /// Why [`crate::Replica::start`] failed.

@@ -5,6 +5,7 @@ use super::Replica;
 use super::error::{MembershipError, ReplicaError};
 use super::forward::leader_elsewhere;
 use crate::command::MemberAttrs;
+use crate::steps::reconfig;
 
 /// A membership change: etcd's MemberAdd, MemberRemove, MemberPromote and MemberUpdate.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -59,7 +60,14 @@ impl Replica {
     /// the new configuration is committed.
     pub async fn change_members(&self, change: MemberChange) -> Result<(), ReplicaError> {
         match leader_elsewhere(&self.status, self.member_id) {
-            Some((leader, addr)) => self.forwarder.change_members(leader, addr, change).await,
+            Some((leader, addr)) => {
+                self.forwarder.change_members(leader, addr, change).await?;
+                // Answer with the change applied here too, as etcd's member that took the
+                // request does: its member list already shows it. Best effort: a member that
+                // removed itself has no leader to ask.
+                let _ = self.ensure_linearizable().await;
+                Ok(())
+            }
             None => self.leader_change_members(change).await,
         }
     }
@@ -71,16 +79,30 @@ impl Replica {
         let find = |id: u64| members.iter().find(|m| m.id == id);
         let mut learner_now = false;
         match &change {
-            MemberChange::Add { id, peer_url, .. } => {
+            MemberChange::Add {
+                id,
+                peer_url,
+                learner,
+            } => {
                 if find(*id).is_some() {
                     return Err(MembershipError::IdExists.into());
                 }
                 if members.iter().any(|m| m.peer_url == *peer_url) {
                     return Err(MembershipError::PeerUrlExists.into());
                 }
+                if self.strict_reconfig_check {
+                    let voters = self.reconfig_voters(&members).await?;
+                    reconfig::may_add(&voters, self.member_id, *learner)
+                        .map_err(MembershipError::from)?;
+                }
             }
             MemberChange::Remove { id } => {
                 learner_now = find(*id).ok_or(MembershipError::NotFound)?.learner;
+                if self.strict_reconfig_check && !learner_now {
+                    let voters = self.reconfig_voters(&members).await?;
+                    reconfig::may_remove(&voters, self.member_id, *id)
+                        .map_err(MembershipError::from)?;
+                }
             }
             MemberChange::Promote { id } => {
                 if !find(*id).ok_or(MembershipError::NotFound)?.learner {
@@ -105,5 +127,36 @@ impl Replica {
             }
         }
         self.engine.change_members(&change, learner_now).await
+    }
+
+    /// The voters as `--strict-reconfig-check` sees them from here: started or not, and for
+    /// how long this member has heard from each.
+    async fn reconfig_voters(
+        &self,
+        members: &[MemberInfo],
+    ) -> Result<Vec<reconfig::Voter>, ReplicaError> {
+        let voters: Vec<&MemberInfo> = members.iter().filter(|m| !m.learner).collect();
+        let heard = self
+            .engine
+            .heard_for_ticks(voters.iter().map(|m| m.id).collect())
+            .await?;
+        let tick = std::time::Duration::from_millis(self.heartbeat_interval_ms);
+        Ok(voters
+            .iter()
+            .map(|m| {
+                let heard_for = heard
+                    .iter()
+                    .find(|(id, _)| *id == m.id)
+                    .and_then(|(_, ticks)| *ticks)
+                    .map(|t| tick * u32::try_from(t).unwrap_or(u32::MAX));
+                reconfig::Voter {
+                    id: m.id,
+                    // etcd counts a member named in `--initial-cluster` as started; here one
+                    // that published itself, or that this member hears from, is.
+                    started: m.published.is_some() || m.id == self.member_id || heard_for.is_some(),
+                    heard_for,
+                }
+            })
+            .collect())
     }
 }

@@ -120,18 +120,26 @@ pub struct Replica {
     stopping: tokio::sync::watch::Sender<bool>,
     /// `--quota-backend-bytes` (see [`ReplicaConfig::quota_bytes`]).
     quota_bytes: Option<u64>,
-    /// The file size as the quota check last read it (see [`Replica::db_size_for_quota`]).
+    /// The file size as the quota check last read it.
     quota_size: QuotaSize,
+    /// The bytes in use as the quota check last read them, once the file reached the quota.
+    quota_in_use: QuotaSize,
+    /// `--strict-reconfig-check` (see [`ReplicaConfig::strict_reconfig_check`]).
+    strict_reconfig_check: bool,
+    /// One Raft tick (`--heartbeat-interval`).
+    heartbeat_interval_ms: u64,
 }
 
-/// The file size, read at most every [`QuotaSize::FRESH_FOR`], so that a put does not cost a
-/// `stat`: the quota is a bound on the file, and etcd's check is approximate too.
+/// A size the quota check reads (the file's, or the bytes in use), kept for a while so that a
+/// put does not pay for reading it: the quota is a bound on the file, and etcd's check is
+/// approximate too. A size slow to read is kept longer (ten times what reading it took).
 #[derive(Debug)]
 struct QuotaSize {
     since: std::time::Instant,
     /// When `bytes` was read, in ms since `since`; `u64::MAX` before the first read.
     read_at_ms: std::sync::atomic::AtomicU64,
     bytes: std::sync::atomic::AtomicU64,
+    fresh_for_ms: std::sync::atomic::AtomicU64,
 }
 
 impl QuotaSize {
@@ -142,7 +150,12 @@ impl QuotaSize {
             since: std::time::Instant::now(),
             read_at_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
             bytes: std::sync::atomic::AtomicU64::new(0),
+            fresh_for_ms: std::sync::atomic::AtomicU64::new(Self::FRESH_FOR.as_millis() as u64),
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
     }
 
     /// The file shrank (a defragment): the next check reads it again.
@@ -151,16 +164,32 @@ impl QuotaSize {
             .store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn get(&self, read: impl FnOnce() -> u64) -> u64 {
+    /// The size last read, unless it is stale.
+    fn cached(&self) -> Option<u64> {
         use std::sync::atomic::Ordering::Relaxed;
-        let now = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
-        let fresh = u64::try_from(Self::FRESH_FOR.as_millis()).unwrap_or(u64::MAX);
         let at = self.read_at_ms.load(Relaxed);
-        if at == u64::MAX || now.saturating_sub(at) >= fresh {
-            self.bytes.store(read(), Relaxed);
-            self.read_at_ms.store(now, Relaxed);
-        }
-        self.bytes.load(Relaxed)
+        let fresh =
+            at != u64::MAX && self.now_ms().saturating_sub(at) < self.fresh_for_ms.load(Relaxed);
+        fresh.then(|| self.bytes.load(Relaxed))
+    }
+
+    /// Keeps `bytes`, read just now in `took`.
+    fn record(&self, bytes: u64, took: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let keep = Self::FRESH_FOR.max(took * 10);
+        self.fresh_for_ms
+            .store(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX), Relaxed);
+        self.bytes.store(bytes, Relaxed);
+        self.read_at_ms.store(self.now_ms(), Relaxed);
+    }
+
+    fn get(&self, read: impl FnOnce() -> u64) -> u64 {
+        self.cached().unwrap_or_else(|| {
+            let started = std::time::Instant::now();
+            let bytes = read();
+            self.record(bytes, started.elapsed());
+            bytes
+        })
     }
 }
 
@@ -299,6 +328,9 @@ impl Replica {
             stopping: tokio::sync::watch::Sender::new(false),
             quota_bytes: cfg.quota_bytes,
             quota_size: QuotaSize::new(),
+            quota_in_use: QuotaSize::new(),
+            strict_reconfig_check: cfg.strict_reconfig_check,
+            heartbeat_interval_ms: cfg.heartbeat_interval_ms,
         });
         replica.warn_if_not_a_member();
         tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
@@ -701,6 +733,22 @@ impl Replica {
         if size.saturating_add(cost) < quota {
             return Ok(());
         }
+        // The file reached the quota. It counts the pages that hold data, as etcd's file size
+        // does: redb's file starts at about a MiB and grows ahead of its data (an empty one
+        // holds 24 KiB, as etcd's empty file is 20 KiB), and pages a compaction freed are
+        // written again before the file grows.
+        let in_use = match self.quota_in_use.cached() {
+            Some(bytes) => bytes,
+            None => {
+                let started = std::time::Instant::now();
+                let bytes = self.db_size_in_use_bytes().await;
+                self.quota_in_use.record(bytes, started.elapsed());
+                bytes
+            }
+        };
+        if in_use.saturating_add(cost) < quota {
+            return Ok(());
+        }
         tracing::warn!(
             quota_bytes = quota,
             db_size_bytes = self.db_size_bytes(),
@@ -965,6 +1013,7 @@ impl Replica {
             .map_err(|_| ReplicaError::Stopped)?
             .map_err(|e| ReplicaError::Defragment(e.to_string()));
         self.quota_size.forget();
+        self.quota_in_use.forget();
         done
     }
 

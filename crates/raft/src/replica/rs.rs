@@ -393,6 +393,26 @@ impl RsEngine {
         }
     }
 
+    /// For how many ticks each of `peers` has been heard from without a gap (`None`: not
+    /// within the last election timeout); see `Core::heard_for_ticks`.
+    pub(super) async fn heard_for_ticks(
+        &self,
+        peers: Vec<u64>,
+    ) -> Result<Vec<(u64, Option<u64>)>, ReplicaError> {
+        let (answer, answered) = oneshot::channel();
+        let asked = self.inputs.send(Input::With(Box::new(move |core| {
+            let heard = peers
+                .into_iter()
+                .map(|p| (p, core.heard_for_ticks(p)))
+                .collect();
+            let _ = answer.send(heard);
+        })));
+        if asked.is_err() {
+            return Err(ReplicaError::Stopped);
+        }
+        answered.await.map_err(|_| ReplicaError::Stopped)
+    }
+
     pub(super) fn transfer_leader(&self, to: u64) {
         let _ = self.inputs.send(Input::TransferLeader(to));
     }

@@ -9,6 +9,7 @@
 //! - [`LeaderRenewals`]: a leader's renewals, from memory within a lease's cover;
 //! - [`answered_before_apply`]: when a follower answers a write the leader committed for it;
 //! - [`learner_in_sync`]: whether a learner may be promoted;
+//! - [`reconfig`]: etcd's `--strict-reconfig-check` on membership changes;
 //! - [`AppendTimes`]: when entries reached this member, which dates the lease time they carry.
 
 use std::time::Instant;
@@ -21,6 +22,7 @@ use crate::replica::ReplicaError;
 mod append_times;
 mod expiry;
 mod promotion;
+pub mod reconfig;
 mod renewals;
 
 pub use append_times::AppendTimes;
