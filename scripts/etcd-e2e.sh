@@ -86,10 +86,15 @@ etcdctl=$(etcdctl37_bin)
 etcd37=""
 case " $targets " in *" etcd37 "*) etcd37=$(etcd37_bin) ;; esac
 etcdutl=$(go_tool etcd-tests go.etcd.io/etcd/etcdutl/v3 etcdutl)
-module_dir=$(tests_module_dir)
 
 out_root="$root/target/etcd-e2e"
 mkdir -p "$out_root"
+# A writable copy of the module's files: some tests write into their working directory, and the
+# module cache is read-only.
+module_dir="$out_root/module"
+rm -rf "$module_dir"
+cp -r "$(tests_module_dir)" "$module_dir"
+chmod -R u+w "$module_dir"
 bin_dir() {
   local target=$1 dir="$out_root/$1/bin"
   mkdir -p "$dir"
@@ -150,7 +155,7 @@ for suite in $suites; do
 
   # The table: one row per test, one column per target.
   echo
-  echo "tests/$suite (etcd tests module $(basename "$module_dir"))"
+  echo "tests/$suite (etcd tests module $(basename "$(tests_module_dir)"))"
   printf '%-58s' test
   for target in $targets; do printf ' %-9s' "$target"; done
   echo
