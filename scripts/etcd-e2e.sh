@@ -13,10 +13,11 @@
 # run on leasehold; the table says why.
 #
 #   scripts/etcd-e2e.sh [--suite common|e2e|all] [--targets "leasehold etcd37"] [--run REGEX]
-#                       [--retries N]
+#                       [--retries N] [--report]
 #
 # --retries N runs a failed test again, up to N times (etcd's suites time some steps to the
-# second); the table marks a test that passed only on a retry "pass*".
+# second); the table marks a test that passed only on a retry "pass*". --report runs nothing and
+# prints the table from the targets' last results.
 # LEASEHOLD_BIN picks the leasehold binary (default target/debug/leasehold, built if missing).
 # Logs and results go to target/etcd-e2e/TARGET/SUITE/. Exit status 1 when a test not excluded
 # fails on leasehold.
@@ -28,6 +29,7 @@ suites="common"
 targets="leasehold etcd37"
 run_re='.*'
 retries=0
+report_only=false
 per_test_timeout=${ETCD_E2E_TEST_TIMEOUT:-600}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -35,7 +37,8 @@ while [ $# -gt 0 ]; do
     --targets) targets=$2; shift 2 ;;
     --run) run_re=$2; shift 2 ;;
     --retries) retries=$2; shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    --report) report_only=true; shift ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "etcd-e2e.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -45,8 +48,8 @@ source scripts/lib/go-tools.sh
 find_go
 
 leasehold_bin=${LEASEHOLD_BIN:-$root/target/debug/leasehold}
-case " $targets " in
-  *" leasehold "*)
+case "$report_only: $targets " in
+  false:*" leasehold "*)
     if [ -z "${LEASEHOLD_BIN:-}" ]; then cargo build -q -p leasehold --bin leasehold; fi
     [ -x "$leasehold_bin" ] || { echo "etcd-e2e.sh: no leasehold binary at $leasehold_bin" >&2; exit 2; } ;;
 esac
@@ -92,9 +95,13 @@ mkdir -p "$out_root"
 # A writable copy of the module's files: some tests write into their working directory, and the
 # module cache is read-only.
 module_dir="$out_root/module"
-rm -rf "$module_dir"
-cp -r "$(tests_module_dir)" "$module_dir"
-chmod -R u+w "$module_dir"
+if $report_only; then
+  module_dir=$(tests_module_dir)
+else
+  rm -rf "$module_dir"
+  cp -r "$(tests_module_dir)" "$module_dir"
+  chmod -R u+w "$module_dir"
+fi
 bin_dir() {
   local target=$1 dir="$out_root/$1/bin"
   mkdir -p "$dir"
@@ -114,6 +121,7 @@ for suite in $suites; do
   mapfile -t tests < <(cd "$module_dir/$suite" && "$test_bin" -test.list "$run_re" | grep '^Test')
   echo "== tests/$suite: ${#tests[@]} top-level tests; targets: $targets" >&2
   for target in $targets; do
+    $report_only && break
     dir=$(bin_dir "$target")
     logs="$out_root/$target/$suite"
     rm -rf "$logs" && mkdir -p "$logs"
@@ -163,7 +171,8 @@ for suite in $suites; do
   for t in "${tests[@]}"; do
     printf '%-58s' "$t"
     for target in $targets; do
-      v=$(awk -F'\t' -v t="$t" '$1 == t { print $2 " " $3 "s" }' "$out_root/$target/$suite/results.tsv")
+      v=$(awk -F'\t' -v t="$t" '$1 == t { print $2 " " $3 "s" }' "$out_root/$target/$suite/results.tsv" 2>/dev/null)
+      [ -n "$v" ] || v="-"
       printf ' %-9s' "${v%% *}"
       k=${v%% *}
       [ "$k" = 'pass*' ] && k=pass
