@@ -18,7 +18,8 @@
 # --retries N runs a failed test again, up to N times (etcd's suites time some steps to the
 # second); the table marks a test that passed only on a retry "pass*". --report runs nothing and
 # prints the table from the targets' last results.
-# LEASEHOLD_BIN picks the leasehold binary (default target/debug/leasehold, built if missing).
+# LEASEHOLD_BIN picks the leasehold binary (default target/debug/leasehold, built if missing);
+# LEASEHOLD_E2E_TEST_TIMEOUT bounds each top-level test (seconds, default 600).
 # Logs and results go to target/etcd-e2e/TARGET/SUITE/. Exit status 1 when a test not excluded
 # fails on leasehold.
 set -euo pipefail
@@ -30,7 +31,7 @@ targets="leasehold etcd37"
 run_re='.*'
 retries=0
 report_only=false
-per_test_timeout=${ETCD_E2E_TEST_TIMEOUT:-600}
+per_test_timeout=${LEASEHOLD_E2E_TEST_TIMEOUT:-600}
 while [ $# -gt 0 ]; do
   case $1 in
     --suite) suites=$2; shift 2 ;;
