@@ -49,6 +49,14 @@ fn next_chunk_limit(limit: i64, last_bytes: usize, target_bytes: usize) -> i64 {
 }
 
 impl KvService {
+    /// One serializable read of `r` from this member's applied state.
+    async fn read_range(
+        ctx: &ServerContext,
+        r: &leasehold_mvcc::RangeRequest,
+    ) -> Result<leasehold_mvcc::RangeResponse, ApiError> {
+        Ok(ctx.replica.read(false, |store| store.range(r)).await??)
+    }
+
     /// Sends `req`'s range as RangeStream chunks on `tx`, each read at the revision the first
     /// read pinned (a serializable read: the caller made the linearizable wait, if asked), so the
     /// state is held for one chunk at a time. Ends at the last chunk or at the first error, sent
@@ -68,18 +76,7 @@ impl KvService {
         let mut sent: i64 = 0;
         loop {
             r.limit = if count_only { 0 } else { limit };
-            let read = ctx
-                .replica
-                .read(false, |store| {
-                    let resp = store.range(&r)?;
-                    // The keys after a chunk that is not the last, counted at once if the
-                    // range ends with it.
-                    Ok::<_, leasehold_mvcc::Error>(resp)
-                })
-                .await
-                .map_err(ApiError::from)
-                .and_then(|r| r.map_err(ApiError::from));
-            let resp = match read {
+            let resp = match Self::read_range(&ctx, &r).await {
                 Ok(resp) => resp,
                 Err(e) => {
                     let _ = tx.send(Err(e.into())).await;
@@ -129,14 +126,10 @@ impl KvService {
                     rest.key = next_key.clone();
                     rest.count_only = true;
                     rest.limit = 0;
-                    match ctx.replica.read(false, |store| store.range(&rest)).await {
-                        Ok(Ok(left)) => out.count += left.count,
-                        Ok(Err(e)) => {
-                            let _ = tx.send(Err(ApiError::from(e).into())).await;
-                            return;
-                        }
+                    match Self::read_range(&ctx, &rest).await {
+                        Ok(left) => out.count += left.count,
                         Err(e) => {
-                            let _ = tx.send(Err(ApiError::from(e).into())).await;
+                            let _ = tx.send(Err(e.into())).await;
                             return;
                         }
                     }

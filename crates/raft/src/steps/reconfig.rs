@@ -71,7 +71,7 @@ pub fn may_remove(voters: &[Voter], me: u64, id: u64) -> Result<(), ReconfigRefu
     if id != me && removed.heard_for.is_none() {
         return Ok(());
     }
-    if connected(voters, me).saturating_sub(1) < quorum(voters.len() - 1).max(1) {
+    if connected(voters, me).saturating_sub(1) < quorum(voters.len() - 1) {
         return Err(ReconfigRefusal::Unhealthy);
     }
     Ok(())
