@@ -35,7 +35,7 @@ declare -A target_pids
 cleanup() { stop_servers "${pids[@]}"; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-# start <etcd|etcd37|leasehold>: three members; sets <target>_clients to their client URLs.
+# start <etcd|etcd37|leasehold|leasehold_before>: three members; sets <target>_clients to their client URLs.
 start() {
   local target=$1 cluster="" clients=() peers=()
   for i in 1 2 3; do clients+=("$(free_port)"); peers+=("$(free_port)"); done
@@ -89,6 +89,9 @@ workloads=(
   "all|lease-keepalive --leases 40000 --streams 3 --conns 3 --ttl-secs 6 --paced --duration 10"
   "followers|lease-keepalive --leases 6000 --streams 2 --conns 2 --duration 8"
   "all|expiry-storm --clients 64 --conns 8 --total 10000 --ttl-secs 3"
+  # One writer's puts on the leader while a client reads 300,000 1 KiB objects whole from it,
+  # back to back: how long a big read holds the leader's writes (and its Raft thread) back.
+  "leader|put-during-list --objects 300000 --readers 1 --conns 2 --duration 10"
 )
 if [ -n "${WORKLOADS:-}" ]; then
   filtered=()

@@ -72,6 +72,9 @@ workloads=(
   "list-paged --objects 10000 --page 500 --clients 1 --conns 1 --total 20"
   "list-paged --objects 10000 --page 500 --clients 8 --conns 8 --total 80"
   "watch-latency --watchers 100 --prefix --key /registry/pods/ --conns 8 --total 200 --interval-ms 10"
+  # One writer's puts while a client reads 100,000 1 KiB objects whole, back to back (an
+  # unpaged LIST): how long a big read holds writes back.
+  "put-during-list --objects 100000 --readers 1 --conns 2 --duration 10"
 )
 # Only some workloads, e.g. WORKLOADS="lease-|expiry" scripts/bench-compare.sh 1
 if [ -n "${WORKLOADS:-}" ]; then

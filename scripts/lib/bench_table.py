@@ -3,14 +3,15 @@
     python3 scripts/lib/bench_table.py RESULTS.jsonl TITLE
 
 Each line of RESULTS is {"round", "target", "args", "result"}, result being one
-`leasehold bench -w json` line. Targets: etcd (3.4), etcd37 and leasehold; a ratio
+`leasehold bench -w json` line. Targets: etcd (3.4), etcd37, leasehold_before and leasehold; a ratio
 leasehold/X is printed for every other target present.
 """
 import json
 import statistics
 import sys
 
-NAMES = {"etcd": "etcd 3.4", "etcd37": "etcd 3.7", "leasehold": "leasehold"}
+NAMES = {"etcd": "etcd 3.4", "etcd37": "etcd 3.7", "leasehold_before": "leasehold before",
+         "leasehold": "leasehold"}
 
 
 def main(path, title):
@@ -53,6 +54,22 @@ def main(path, title):
                   f"| {x.get('last_delete_after_latest_deadline_ms') or nan:.0f} "
                   f"| {x.get('first_delete_after_earliest_deadline_ms') or nan:.0f} "
                   f"| {x.get('deletes_per_s', 0):.0f} | {x['early_deletes']} | {x['all_deleted']} |")
+
+    stalls = [r for r in rows if r["result"]["workload"] == "put-during-list"]
+    if stalls:
+        print("\n| put-during-list (medians over rounds) | puts in the run | put p99 ms "
+              "| put p99.9 ms | slowest put ms (worst round) | full reads | full read p50 ms |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for t in present:
+            mine = [r["result"] for r in stalls if r["target"] == t]
+            if not mine:
+                continue
+
+            def m(key):
+                return statistics.median(x[key] for x in mine)
+            print(f"| {NAMES[t]} | {m('requests'):.0f} | {m('p99_ms'):.1f} | {m('p999_ms'):.1f} "
+                  f"| {max(x['max_ms'] for x in mine):.0f} | {m('full_reads'):.0f} "
+                  f"| {m('full_read_p50_ms'):.0f} |")
 
 
 if __name__ == "__main__":

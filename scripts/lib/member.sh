@@ -15,7 +15,9 @@ start_member() {
 
 # run_server TARGET LOG FLAG...: starts one server in the background with FLAGS, its output
 # appended to LOG; sets $pid. TARGET: etcd (Debian's 3.4), etcd37 (built from the Go module
-# proxy: the caller sources go-tools.sh) or leasehold ($bin, with $LEASEHOLD_ARGS added).
+# proxy: the caller sources go-tools.sh), leasehold ($bin, with $LEASEHOLD_ARGS added) or
+# leasehold_before (another leasehold binary, $LEASEHOLD_BEFORE_BIN: a change measured against the
+# build before it in the same run).
 run_server() {
   local target=$1 log=$2
   shift 2
@@ -24,6 +26,8 @@ run_server() {
     etcd37) "$(etcd37_bin)" "$@" >>"$log" 2>&1 & ;;
     # shellcheck disable=SC2086 # LEASEHOLD_ARGS is a list of flags
     leasehold) LEASEHOLD_LOG=warn "$bin" "$@" ${LEASEHOLD_ARGS:-} >>"$log" 2>&1 & ;;
+    # shellcheck disable=SC2086
+    leasehold_before) LEASEHOLD_LOG=warn "${LEASEHOLD_BEFORE_BIN:?set LEASEHOLD_BEFORE_BIN}" "$@" ${LEASEHOLD_ARGS:-} >>"$log" 2>&1 & ;;
     *) echo "unknown target $target" >&2; exit 2 ;;
   esac
   pid=$!

@@ -4,7 +4,7 @@
 //!
 //! Each workload is one type implementing [`Workload`]: the closed-loop request workloads in
 //! `closed_loop` (one client type each, driven the same way), and the workloads with their own
-//! shape (`keepalive --leases`, `list-paged`, `watch-latency`, `expiry-lag`, `expiry-storm`, `lease-memory`) in their own
+//! shape (`keepalive --leases`, `list-paged`, `put-during-list`, `watch-latency`, `expiry-lag`, `expiry-storm`, `lease-memory`) in their own
 //! modules. Every run is bounded: `--total` requests, and at most `--timeout-secs` of wall time.
 
 use std::future::Future;
@@ -31,6 +31,7 @@ mod expiry_storm;
 mod keepalive;
 mod lease_memory;
 mod list_paged;
+mod put_during_list;
 mod watch_latency;
 
 use closed_loop::{LeaseGrant, LeaseKeepalive, LeaseTimetolive, Put, PutWithLease, Range, TxnPut};
@@ -38,6 +39,7 @@ use expiry_lag::ExpiryLag;
 use expiry_storm::ExpiryStorm;
 use lease_memory::LeaseMemory;
 use list_paged::ListPaged;
+use put_during_list::PutDuringList;
 use watch_latency::WatchLatency;
 
 /// A request that takes longer than this counts as an error (and the run goes on).
@@ -82,6 +84,7 @@ enum WorkloadArgs {
     Put(Put),
     Range(Range),
     ListPaged(ListPaged),
+    PutDuringList(PutDuringList),
     TxnPut(TxnPut),
     LeaseTimetolive(LeaseTimetolive),
     LeaseGrant(LeaseGrant),
@@ -265,6 +268,7 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         WorkloadArgs::Put(w) => w.run(&run).await,
         WorkloadArgs::Range(w) => w.run(&run).await,
         WorkloadArgs::ListPaged(w) => w.run(&run).await,
+        WorkloadArgs::PutDuringList(w) => w.run(&run).await,
         WorkloadArgs::TxnPut(w) => w.run(&run).await,
         WorkloadArgs::LeaseTimetolive(w) => w.run(&run).await,
         WorkloadArgs::LeaseGrant(w) => w.run(&run).await,

@@ -6,6 +6,7 @@
 //! ```text
 //!   request ──► Store::{put, delete_range, txn, compact} ──► (response, Vec<Change>) ──► storage
 //!   request ──► Store::range ──► response
+//!   request ──► Store::range_scan, then range_step a bounded part at a time ──► response
 //! ```
 
 mod error;
@@ -16,7 +17,7 @@ mod types;
 pub use error::Error;
 pub use hash::KvHash;
 pub use leasehold_types::{Key, prefix_range_end};
-pub use store::{Store, Written, key_in_range};
+pub use store::{EventsScan, RangeScan, ScanBudget, Store, Written, key_in_range};
 pub use types::{
     Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,
     EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,

@@ -744,3 +744,256 @@ fn prefix_range_end_follows_clientv3() {
     assert_eq!(prefix_range_end(b"\xff\xff"), vec![0]);
     assert_eq!(prefix_range_end(b""), vec![0]);
 }
+
+// --- A range read in steps, with writes between the steps, answers as one read at its start. ---
+
+#[derive(Clone, Debug)]
+enum Between {
+    Nothing,
+    Put(u8, u8),
+    Delete(u8, u8),
+    Compact,
+}
+
+fn between() -> impl Strategy<Value = Between> {
+    prop_oneof![
+        3 => Just(Between::Nothing),
+        4 => (0u8..8, any::<u8>()).prop_map(|(k, v)| Between::Put(k, v)),
+        2 => (0u8..8, 0u8..9).prop_map(|(k, e)| Between::Delete(k, e)),
+        1 => Just(Between::Compact),
+    ]
+}
+
+fn range_request() -> impl Strategy<Value = RangeRequest> {
+    let sort = prop_oneof![
+        Just(SortOrder::None),
+        Just(SortOrder::Ascend),
+        Just(SortOrder::Descend)
+    ];
+    let target = prop_oneof![
+        Just(SortTarget::Key),
+        Just(SortTarget::Version),
+        Just(SortTarget::Create),
+        Just(SortTarget::Mod),
+        Just(SortTarget::Value)
+    ];
+    (
+        (0u8..8, 0u8..10, 0i64..5, 0i64..4),
+        (sort, target, any::<bool>(), any::<bool>()),
+        (0i64..6, 0i64..6, 0i64..6, 0i64..6),
+    )
+        .prop_map(
+            |((k, e, limit, rev), (sort_order, sort_target, keys_only, count_only), f)| {
+                RangeRequest {
+                    key: key(k),
+                    // 9 is etcd's "every key from `key` on".
+                    range_end: match e {
+                        9 => vec![0],
+                        e if e > k => key(e),
+                        _ => Vec::new(),
+                    },
+                    limit,
+                    revision: rev,
+                    sort_order,
+                    sort_target,
+                    keys_only,
+                    count_only: count_only && keys_only,
+                    min_mod_revision: f.0 * 3,
+                    max_mod_revision: f.1 * 5,
+                    min_create_revision: f.2 * 3,
+                    max_create_revision: f.3 * 5,
+                    ..Default::default()
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    #[test]
+    fn a_scan_in_steps_answers_as_one_read_at_its_start(
+        history in proptest::collection::vec((0u8..8, any::<u8>(), any::<bool>()), 0..30),
+        req in range_request(),
+        keys in 1usize..4,
+        bytes in 0usize..8,
+        writes in proptest::collection::vec(between(), 0..12),
+    ) {
+        let mut s = Store::new();
+        for (k, v, delete) in history {
+            if delete {
+                s.delete_range(&DeleteRangeRequest { key: key(k), ..Default::default() });
+            } else {
+                s.put(&PutRequest { key: key(k), value: vec![v; usize::from(v % 4)], ..Default::default() }, &no_leases).unwrap();
+            }
+        }
+        let at_start = s.clone();
+        let whole = at_start.range(&req);
+        let mut scan = match s.range_scan(req.clone()) {
+            Ok(scan) => scan,
+            Err(e) => {
+                prop_assert_eq!(whole.unwrap_err(), e);
+                return Ok(());
+            }
+        };
+        let budget = ScanBudget { keys, bytes };
+        let mut writes = writes.into_iter();
+        let mut compacted_past = false;
+        loop {
+            match s.range_step(&mut scan, budget) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => {
+                    prop_assert_eq!(e, Error::Compacted);
+                    prop_assert!(compacted_past, "compacted with nothing compacted past the scan");
+                    return Ok(());
+                }
+            }
+            match writes.next().unwrap_or(Between::Nothing) {
+                Between::Nothing => {}
+                Between::Put(k, v) => {
+                    s.put(&PutRequest { key: key(k), value: vec![v], ..Default::default() }, &no_leases).unwrap();
+                }
+                Between::Delete(k, e) => {
+                    let range_end = if e > k { key(e) } else { Vec::new() };
+                    s.delete_range(&DeleteRangeRequest { key: key(k), range_end, prev_kv: false });
+                }
+                Between::Compact => {
+                    let to = s.current_revision();
+                    if s.compact(to).is_ok() && to > scan.revision() {
+                        compacted_past = true;
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(scan.finish(), whole.unwrap());
+    }
+}
+
+#[test]
+fn a_scan_takes_a_step_per_budget_and_always_makes_progress() {
+    let mut s = Store::new();
+    for k in 0..8 {
+        put(&mut s, &format!("k{k}"), "0123456789");
+    }
+    let every = RangeRequest {
+        key: b"k".to_vec(),
+        range_end: b"l".to_vec(),
+        ..Default::default()
+    };
+    let steps = |budget: ScanBudget| {
+        let mut scan = s.range_scan(every.clone()).unwrap();
+        let mut n = 1;
+        while !s.range_step(&mut scan, budget).unwrap() {
+            n += 1;
+        }
+        (n, scan.finish().kvs.len())
+    };
+    // Three keys a step: 3 + 3 + 2.
+    assert_eq!(
+        steps(ScanBudget {
+            keys: 3,
+            bytes: usize::MAX
+        }),
+        (3, 8)
+    );
+    // 12 bytes (a key and its value) fill the budget at the first key: one key a step.
+    assert_eq!(
+        steps(ScanBudget {
+            keys: usize::MAX,
+            bytes: 12
+        }),
+        (8, 8)
+    );
+    // A budget of nothing still looks at one key a step.
+    assert_eq!(steps(ScanBudget { keys: 0, bytes: 0 }), (8, 8));
+    assert_eq!(steps(ScanBudget::UNBOUNDED), (1, 8));
+}
+
+#[test]
+fn a_scan_compacted_past_its_revision_stops_rather_than_answer_a_mix() {
+    let mut s = Store::new();
+    for k in 0..4 {
+        put(&mut s, &format!("k{k}"), "old");
+    }
+    let every = RangeRequest {
+        key: b"k".to_vec(),
+        range_end: b"l".to_vec(),
+        ..Default::default()
+    };
+    let one_key = ScanBudget {
+        keys: 1,
+        bytes: usize::MAX,
+    };
+    let mut scan = s.range_scan(every.clone()).unwrap();
+    assert!(!s.range_step(&mut scan, one_key).unwrap());
+    // A write the scan must not see, then a compaction that removes the version it must see.
+    put(&mut s, "k3", "new");
+    assert!(
+        !s.range_step(&mut scan, one_key).unwrap(),
+        "a write alone is fine"
+    );
+    s.compact(s.current_revision()).unwrap();
+    assert_eq!(s.range_step(&mut scan, one_key), Err(Error::Compacted));
+
+    // Compacted up to the scan's own revision: everything it reads is still there.
+    put(&mut s, "z", "outside the range");
+    let mut scan = s.range_scan(every).unwrap();
+    assert!(!s.range_step(&mut scan, one_key).unwrap());
+    s.compact(scan.revision()).unwrap();
+    put(&mut s, "k3", "newer");
+    while !s.range_step(&mut scan, one_key).unwrap() {}
+    let values: Vec<Vec<u8>> = scan.finish().kvs.into_iter().map(|kv| kv.value).collect();
+    assert_eq!(values, [b"old", b"old", b"old", b"new"].map(|v| v.to_vec()));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    #[test]
+    fn watch_history_in_steps_is_the_history_read_at_its_start(
+        history in proptest::collection::vec((0u8..8, any::<u8>(), 0u8..3), 1..30),
+        from in 0i64..40,
+        revisions_max in 1usize..40,
+        keys in 1usize..4,
+        bytes in 0usize..8,
+        writes in proptest::collection::vec(between(), 0..12),
+    ) {
+        let mut s = Store::new();
+        for (k, v, kind) in history {
+            match kind {
+                0 => { s.delete_range(&DeleteRangeRequest { key: key(k), range_end: key(k + 2), prev_kv: false }); }
+                _ => { s.put(&PutRequest { key: key(k), value: vec![v; usize::from(v % 4)], ..Default::default() }, &no_leases).unwrap(); }
+            }
+        }
+        let to = s.current_revision();
+        let from = from.min(to).max(1);
+        let whole = s.events(from, to, revisions_max);
+        let mut scan = s.events_scan(from, to, revisions_max);
+        let budget = ScanBudget { keys, bytes };
+        let mut writes = writes.into_iter();
+        loop {
+            match s.events_step(&mut scan, budget) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => {
+                    prop_assert_eq!(e, Error::Compacted);
+                    prop_assert!(s.compact_revision() >= from, "compacted with nothing compacted past the scan");
+                    return Ok(());
+                }
+            }
+            match writes.next().unwrap_or(Between::Nothing) {
+                Between::Nothing => {}
+                Between::Put(k, v) => {
+                    s.put(&PutRequest { key: key(k), value: vec![v], ..Default::default() }, &no_leases).unwrap();
+                }
+                Between::Delete(k, e) => {
+                    let range_end = if e > k { key(e) } else { Vec::new() };
+                    s.delete_range(&DeleteRangeRequest { key: key(k), range_end, prev_kv: false });
+                }
+                Between::Compact => {
+                    let _ = s.compact(s.current_revision());
+                }
+            }
+        }
+        prop_assert_eq!(scan.finish(), whole);
+    }
+}

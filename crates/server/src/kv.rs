@@ -54,7 +54,7 @@ impl KvService {
         ctx: &ServerContext,
         r: &leasehold_mvcc::RangeRequest,
     ) -> Result<leasehold_mvcc::RangeResponse, ApiError> {
-        Ok(ctx.replica.read(false, |store| store.range(r)).await??)
+        Ok(ctx.replica.range(false, r.clone()).await??)
     }
 
     /// Sends `req`'s range as RangeStream chunks on `tx`, each read at the revision the first
@@ -208,7 +208,7 @@ impl Kv for KvService {
         let resp = self
             .ctx
             .replica
-            .read(linearizable, |store| store.range(&req))
+            .range(linearizable, req)
             .await
             .map_err(ApiError::from)?
             .map_err(ApiError::from)?;

@@ -352,24 +352,32 @@ impl WatchStream {
         let read = self
             .ctx
             .replica
-            .read(false, |s| {
-                let current = s.current_revision();
-                let compacted = s.compact_revision();
-                let from = from.max(compacted);
-                let events = if from <= current {
-                    s.events(from, current, REVISIONS_PER_PASS_MAX)
-                } else {
-                    Vec::new()
-                };
-                (current, compacted, events)
-            })
+            .read(false, |s| (s.current_revision(), s.compact_revision()))
             .await;
-        let (current, compacted, events) = match read {
+        let (current, compacted) = match read {
             Ok(read) => read,
             Err(e) => {
                 let _ = self.tx.send(Err(ApiError::from(e).into())).await;
                 return Err(Closed);
             }
+        };
+        let from = from.max(compacted);
+        // Read a part at a time, so that a long history (or one revision that deleted many keys)
+        // does not hold writes back.
+        let events = if from <= current {
+            match self
+                .ctx
+                .replica
+                .events(from, current, REVISIONS_PER_PASS_MAX)
+                .await
+            {
+                Ok(events) => events,
+                // Compacted while it read: the next pass starts from the new compaction point
+                // (and cancels the watchers it left behind).
+                Err(_) => return Ok(true),
+            }
+        } else {
+            Vec::new()
         };
         self.pumped_through = current;
         // The pass covers every revision up to `upto` (all of them unless the batch was cut).

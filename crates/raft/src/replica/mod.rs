@@ -20,6 +20,7 @@ mod membership;
 mod read_index;
 mod renew;
 mod rs;
+mod scans;
 mod transfer;
 
 pub use rs::{NoTransport, RaftTransport};

@@ -10,17 +10,21 @@
 //! - within a generation (the versions between creation and deletion) `version` counts up from 1
 //!   and `create_revision` is the main revision of the generation's first put.
 
+mod scan;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
 use leasehold_types::Key;
+
+pub use scan::{EventsScan, RangeScan, ScanBudget};
 
 use crate::error::Error;
 use crate::hash::{HashedVersion, KvHash, hash_versions};
 use crate::types::{
     Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,
     EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,
-    RequestOp, ResponseOp, Revision, SortOrder, SortTarget, TxnRequest, TxnResponse,
+    RequestOp, ResponseOp, Revision, SortTarget, TxnRequest, TxnResponse,
 };
 
 /// One entry of a key's history: a value, or a tombstone (`value == None`). The key is not
@@ -336,53 +340,45 @@ impl Store {
 
     /// The changes made at revisions `from..=to`, in revision order, as watch events, stopping
     /// after `revisions_max` distinct revisions. Only revisions at or above the compaction point
-    /// are held; the caller checks that first.
+    /// are held; the caller checks that first. One [`EventsScan`] in a single step.
     pub fn events(&self, from: i64, to: i64, revisions_max: usize) -> Vec<Event> {
-        let start = self.by_revision.partition_point(|(rev, _)| rev.main < from);
-        let mut out = Vec::new();
-        let mut revisions = 0;
-        let mut last_main = None;
-        for (rev, key) in self.by_revision.range(start..) {
-            if rev.main > to {
-                break;
+        let mut scan = self.events_scan(from, to, revisions_max);
+        self.events_step(&mut scan, ScanBudget::UNBOUNDED)
+            .expect("the caller checked the compaction point");
+        scan.finish()
+    }
+
+    /// The event of the version at `rev` of `key` (whose history holds it), with the version
+    /// before it as `prev_kv` when that one is live.
+    fn event_at(&self, rev: Revision, key: &Key) -> Event {
+        let history = self.keys[key].as_slice();
+        let at = history
+            .binary_search_by_key(&rev, |v| v.rev)
+            .expect("the revision index names a stored version");
+        let prev_kv = at
+            .checked_sub(1)
+            .map(|i| &history[i])
+            .filter(|v| v.is_live())
+            .map(|version| Found { key, version }.to_kv(true));
+        let version = &history[at];
+        if version.is_live() {
+            Event {
+                kind: EventKind::Put,
+                kv: Found { key, version }.to_kv(true),
+                prev_kv,
             }
-            if last_main != Some(rev.main) {
-                if revisions == revisions_max {
-                    break;
-                }
-                revisions += 1;
-                last_main = Some(rev.main);
+        } else {
+            // A delete carries only the key and the revision, as in etcd.
+            Event {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    key: key.to_vec(),
+                    mod_revision: rev.main,
+                    ..KeyValue::default()
+                },
+                prev_kv,
             }
-            let history = self.keys[key].as_slice();
-            let at = history
-                .binary_search_by_key(rev, |v| v.rev)
-                .expect("the revision index names a stored version");
-            let prev_kv = at
-                .checked_sub(1)
-                .map(|i| &history[i])
-                .filter(|v| v.is_live())
-                .map(|version| Found { key, version }.to_kv(true));
-            let version = &history[at];
-            out.push(if version.is_live() {
-                Event {
-                    kind: EventKind::Put,
-                    kv: Found { key, version }.to_kv(true),
-                    prev_kv,
-                }
-            } else {
-                // A delete carries only the key and the revision, as in etcd.
-                Event {
-                    kind: EventKind::Delete,
-                    kv: KeyValue {
-                        key: key.to_vec(),
-                        mod_revision: rev.main,
-                        ..KeyValue::default()
-                    },
-                    prev_kv,
-                }
-            });
         }
-        out
     }
 
     /// Every live key that names a lease, with that lease: what rebuilds the key-to-lease
@@ -415,82 +411,19 @@ impl Store {
         self.keys.get_key_value(key).map(|(k, _)| k.clone())
     }
 
-    /// A read at `req.revision` (or the current one).
+    /// A read at `req.revision` (or the current one): one [`RangeScan`] in a single step.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, Error> {
-        check_read_revision(req.revision, self.current_revision, self.compact_revision)?;
-        Ok(self.range_at(req, self.current_revision))
+        let mut scan = self.range_scan(req.clone())?;
+        self.range_step(&mut scan, ScanBudget::UNBOUNDED)?;
+        Ok(scan.finish())
     }
 
     /// Reads with `view` as the newest visible revision; the revision bounds are already checked.
     fn range_at(&self, req: &RangeRequest, view: i64) -> RangeResponse {
-        let rev = if req.revision <= 0 {
-            view
-        } else {
-            req.revision
-        };
-        let visible = self.visible_in(&req.key, &req.range_end, rev);
-        let count = visible.len() as i64;
-        let mut resp = RangeResponse {
-            revision: view,
-            kvs: Vec::new(),
-            more: false,
-            count,
-        };
-        if req.count_only {
-            return resp;
-        }
-        let filtered = req.min_mod_revision != 0
-            || req.max_mod_revision != 0
-            || req.min_create_revision != 0
-            || req.max_create_revision != 0;
-        let mut order = req.sort_order;
-        if req.sort_target != SortTarget::Key && order == SortOrder::None {
-            // Results come in key order; any other target is sorted ascending by default.
-            order = SortOrder::Ascend;
-        } else if req.sort_target == SortTarget::Key && order == SortOrder::Ascend {
-            order = SortOrder::None;
-        }
-        let take = if req.limit > 0 && !filtered && order == SortOrder::None {
-            // One past the limit is enough to know whether there is more.
-            usize::try_from(req.limit)
-                .unwrap_or(usize::MAX)
-                .saturating_add(1)
-        } else {
-            usize::MAX
-        };
-        let mut kvs: Vec<Found<'_>> = visible
-            .into_iter()
-            .filter(|f| {
-                let (m, c) = (f.version.rev.main, f.version.create_revision);
-                (req.max_mod_revision == 0 || m <= req.max_mod_revision)
-                    && (req.min_mod_revision == 0 || m >= req.min_mod_revision)
-                    && (req.min_create_revision == 0 || c >= req.min_create_revision)
-                    && (req.max_create_revision == 0 || c <= req.max_create_revision)
-            })
-            .take(take)
-            .collect();
-        if order != SortOrder::None {
-            // Stable, so equal targets keep key order in both directions, as etcd's sort does
-            // on small inputs.
-            let target = req.sort_target;
-            kvs.sort_by(|a, b| {
-                let ord = compare_by(target, a, b);
-                if order == SortOrder::Descend {
-                    ord.reverse()
-                } else {
-                    ord
-                }
-            });
-        }
-        if let Ok(limit) = usize::try_from(req.limit)
-            && limit > 0
-            && kvs.len() > limit
-        {
-            kvs.truncate(limit);
-            resp.more = true;
-        }
-        resp.kvs = kvs.into_iter().map(|f| f.to_kv(!req.keys_only)).collect();
-        resp
+        let mut scan = self.scan_at(req.clone(), view);
+        self.range_step(&mut scan, ScanBudget::UNBOUNDED)
+            .expect("the revision read at is checked and held");
+        scan.finish()
     }
 
     /// The live versions of the keys in `[key, range_end)` (etcd's range rules) as of `rev`.

@@ -1,0 +1,328 @@
+//! Range reads in steps. A [`RangeScan`] reads one range at one revision, a bounded number of
+//! keys per [`Store::range_step`], so that whoever guards the store can let it go between steps
+//! and writes can go on meanwhile. A write between two steps adds versions above the scan's
+//! revision, which the scan does not see; only a compaction past that revision can remove what
+//! it reads, and the next step then answers [`Error::Compacted`] rather than a mixed result. (A
+//! store replaced by an installed snapshot is the same history from a later point on: it holds
+//! the scan's revision whole unless it was compacted past it, which the same check sees.)
+//!
+//! A whole [`Store::range`] is one scan taken in a single step, so there is one read path.
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+
+use super::{Found, Store, check_read_revision, compare_by, key_bounds, visible_at};
+use crate::error::Error;
+use crate::types::{Event, KeyValue, RangeRequest, RangeResponse, Revision, SortOrder, SortTarget};
+
+/// How much one step may do: look at `keys` keys (visible at the scan's revision or not), or copy
+/// about `bytes` bytes of keys and values, whichever comes first. A step always looks at one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanBudget {
+    pub keys: usize,
+    pub bytes: usize,
+}
+
+impl ScanBudget {
+    /// The whole range in one step.
+    pub const UNBOUNDED: ScanBudget = ScanBudget {
+        keys: usize::MAX,
+        bytes: usize::MAX,
+    };
+}
+
+/// A range read under way: the request, the revision it reads at, where it stopped, and what it
+/// has picked so far (in key order, or partly sorted when the request sorts with a limit).
+#[derive(Clone, Debug)]
+pub struct RangeScan {
+    req: RangeRequest,
+    /// The revision read at.
+    at: i64,
+    /// The store's revision when the scan began: what the response's header carries.
+    header: i64,
+    /// Where the next step starts; `None` once every key of the range has been looked at.
+    resume: Option<Bound<Vec<u8>>>,
+    /// The request's order, with etcd's defaults applied (`None`: key order, nothing to sort).
+    order: SortOrder,
+    /// How many results are enough to answer: the limit and one more (to know `more`), or all.
+    keep: usize,
+    /// Keys visible at `at` (before the revision filters and the limit), as etcd counts.
+    count: i64,
+    picked: Vec<KeyValue>,
+}
+
+impl RangeScan {
+    /// Whether every key of the range has been looked at.
+    pub fn is_done(&self) -> bool {
+        self.resume.is_none()
+    }
+
+    /// The revision the scan reads at.
+    pub fn revision(&self) -> i64 {
+        self.at
+    }
+
+    /// Whether the request's revision filters let `version` through.
+    fn wanted(&self, mod_revision: i64, create_revision: i64) -> bool {
+        let r = &self.req;
+        (r.max_mod_revision == 0 || mod_revision <= r.max_mod_revision)
+            && (r.min_mod_revision == 0 || mod_revision >= r.min_mod_revision)
+            && (r.min_create_revision == 0 || create_revision >= r.min_create_revision)
+            && (r.max_create_revision == 0 || create_revision <= r.max_create_revision)
+    }
+
+    /// The sort's comparison, in the request's direction. Stable sorts with it keep equal
+    /// targets in key order both ways, as etcd's sort does on small inputs.
+    fn ordering(&self, a: Ordering) -> Ordering {
+        if self.order == SortOrder::Descend {
+            a.reverse()
+        } else {
+            a
+        }
+    }
+
+    /// Adds one step's finds (in key order, all after what was picked before).
+    fn pick(&mut self, mut found: Vec<Found<'_>>) {
+        let sorting = self.order != SortOrder::None;
+        let target = self.req.sort_target;
+        if sorting && found.len() > self.keep {
+            // Only the best `keep` of this step can be among the best of all: sort the finds in
+            // place and copy those alone.
+            found.sort_by(|a, b| self.ordering(compare_by(target, a, b)));
+            found.truncate(self.keep);
+        }
+        // A sort by value needs the values even when only keys are returned.
+        let with_value = !self.req.keys_only || (sorting && target == SortTarget::Value);
+        self.picked
+            .extend(found.into_iter().map(|f| f.to_kv(with_value)));
+        if sorting && self.picked.len() > self.keep.saturating_mul(2) {
+            self.sort_picked();
+            self.picked.truncate(self.keep);
+        }
+    }
+
+    fn sort_picked(&mut self) {
+        let target = self.req.sort_target;
+        let mut picked = std::mem::take(&mut self.picked);
+        picked.sort_by(|a, b| self.ordering(compare_kvs(target, a, b)));
+        self.picked = picked;
+    }
+
+    /// The response, once the scan is done (what was picked, sorted and cut to the limit).
+    pub fn finish(mut self) -> RangeResponse {
+        debug_assert!(self.is_done(), "a scan finished before its last step");
+        if self.order != SortOrder::None {
+            self.sort_picked();
+        }
+        let mut more = false;
+        if let Ok(limit) = usize::try_from(self.req.limit)
+            && limit > 0
+            && self.picked.len() > limit
+        {
+            self.picked.truncate(limit);
+            more = true;
+        }
+        if self.req.keys_only {
+            for kv in &mut self.picked {
+                kv.value = Vec::new();
+            }
+        }
+        RangeResponse {
+            revision: self.header,
+            kvs: self.picked,
+            more,
+            count: self.count,
+        }
+    }
+}
+
+impl Store {
+    /// Starts a read of `req` at `req.revision` (or the current one), checking the revision
+    /// now; [`Store::range_step`] then reads it.
+    pub fn range_scan(&self, req: RangeRequest) -> Result<RangeScan, Error> {
+        check_read_revision(req.revision, self.current_revision, self.compact_revision)?;
+        Ok(self.scan_at(req, self.current_revision))
+    }
+
+    /// A scan with `view` as the newest visible revision; the revision bounds are already
+    /// checked.
+    pub(super) fn scan_at(&self, req: RangeRequest, view: i64) -> RangeScan {
+        let at = if req.revision <= 0 {
+            view
+        } else {
+            req.revision
+        };
+        let mut order = req.sort_order;
+        if req.sort_target != SortTarget::Key && order == SortOrder::None {
+            // Results come in key order; any other target is sorted ascending by default.
+            order = SortOrder::Ascend;
+        } else if req.sort_target == SortTarget::Key && order == SortOrder::Ascend {
+            order = SortOrder::None;
+        }
+        let keep = match usize::try_from(req.limit) {
+            // One past the limit is enough to know whether there is more.
+            Ok(limit) if limit > 0 => limit.saturating_add(1),
+            _ => usize::MAX,
+        };
+        let resume = key_bounds(&req.key, &req.range_end).map(|(start, _)| match start {
+            Bound::Included(k) => Bound::Included(k.to_vec()),
+            Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        });
+        RangeScan {
+            req,
+            at,
+            header: view,
+            resume,
+            order,
+            keep,
+            count: 0,
+            picked: Vec::new(),
+        }
+    }
+
+    /// Reads the next part of `scan`, within `budget`; whether the scan is now done.
+    /// [`Error::Compacted`] when the store no longer holds the scan's revision whole (it was
+    /// compacted past it since the scan began): the scan cannot go on.
+    pub fn range_step(&self, scan: &mut RangeScan, budget: ScanBudget) -> Result<bool, Error> {
+        let Some(resume) = scan.resume.take() else {
+            return Ok(true);
+        };
+        if self.compact_revision > scan.at {
+            return Err(Error::Compacted);
+        }
+        let Some((_, end)) = key_bounds(&scan.req.key, &scan.req.range_end) else {
+            return Ok(true);
+        };
+        let start = match &resume {
+            Bound::Included(k) => Bound::Included(k.as_slice()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let (mut looked, mut bytes) = (0usize, 0usize);
+        let mut last: Option<&[u8]> = None;
+        let mut found = Vec::new();
+        let mut stopped_early = false;
+        let enough_unsorted = scan.order == SortOrder::None;
+        for (key, history) in self.keys.range::<[u8], _>((start, end)) {
+            if looked > 0 && (looked >= budget.keys || bytes >= budget.bytes) {
+                stopped_early = true;
+                break;
+            }
+            looked += 1;
+            last = Some(key);
+            let Some(version) = visible_at(history.as_slice(), scan.at) else {
+                continue;
+            };
+            scan.count += 1;
+            if scan.req.count_only
+                || !scan.wanted(version.rev.main, version.create_revision)
+                || (enough_unsorted && scan.picked.len() + found.len() >= scan.keep)
+            {
+                continue;
+            }
+            bytes =
+                bytes.saturating_add(key.len() + version.value.as_deref().map_or(0, <[u8]>::len));
+            found.push(Found { key, version });
+        }
+        scan.pick(found);
+        if stopped_early {
+            scan.resume = last.map(|k| Bound::Excluded(k.to_vec()));
+        }
+        Ok(scan.is_done())
+    }
+}
+
+fn compare_kvs(target: SortTarget, a: &KeyValue, b: &KeyValue) -> Ordering {
+    match target {
+        SortTarget::Key => a.key.cmp(&b.key),
+        SortTarget::Version => a.version.cmp(&b.version),
+        SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+        SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+        SortTarget::Value => a.value.cmp(&b.value),
+    }
+}
+
+/// Watch history read in steps, as [`RangeScan`] reads a range: the events of revisions
+/// `from..=to`, in revision order, up to `revisions_max` distinct revisions.
+#[derive(Clone, Debug)]
+pub struct EventsScan {
+    /// The next change to read; `None` once done.
+    next: Option<Revision>,
+    to: i64,
+    revisions_max: usize,
+    /// The store's compaction point when the scan began.
+    compacted: i64,
+    /// Distinct revisions read so far, and the last one.
+    revisions: usize,
+    last_main: Option<i64>,
+    events: Vec<Event>,
+}
+
+impl EventsScan {
+    pub fn is_done(&self) -> bool {
+        self.next.is_none()
+    }
+
+    /// The events read, once the scan is done.
+    pub fn finish(self) -> Vec<Event> {
+        debug_assert!(self.is_done(), "a scan finished before its last step");
+        self.events
+    }
+}
+
+impl Store {
+    /// Starts a read of the watch history of revisions `from..=to` (at most `revisions_max`
+    /// distinct ones); the caller has checked that `from` is not below the compaction point.
+    pub fn events_scan(&self, from: i64, to: i64, revisions_max: usize) -> EventsScan {
+        EventsScan {
+            next: Some(Revision { main: from, sub: 0 }),
+            to,
+            revisions_max,
+            compacted: self.compact_revision,
+            revisions: 0,
+            last_main: None,
+            events: Vec::new(),
+        }
+    }
+
+    /// Reads the next part of `scan`, within `budget` (changes looked at, bytes of keys and
+    /// values copied); whether the scan is now done. [`Error::Compacted`] when the history it
+    /// has yet to read was compacted since it began.
+    pub fn events_step(&self, scan: &mut EventsScan, budget: ScanBudget) -> Result<bool, Error> {
+        let Some(next) = scan.next.take() else {
+            return Ok(true);
+        };
+        // A compaction removes the changes below its revision, and the deletes at it.
+        if self.compact_revision != scan.compacted && self.compact_revision >= next.main {
+            return Err(Error::Compacted);
+        }
+        let start = self.by_revision.partition_point(|(rev, _)| *rev < next);
+        let (mut looked, mut bytes) = (0usize, 0usize);
+        for (rev, key) in self.by_revision.range(start..) {
+            if looked > 0 && (looked >= budget.keys || bytes >= budget.bytes) {
+                scan.next = Some(*rev);
+                break;
+            }
+            if rev.main > scan.to {
+                break;
+            }
+            if scan.last_main != Some(rev.main) {
+                if scan.revisions == scan.revisions_max {
+                    break;
+                }
+                scan.revisions += 1;
+                scan.last_main = Some(rev.main);
+            }
+            looked += 1;
+            let event = self.event_at(*rev, key);
+            bytes = bytes.saturating_add(
+                event.kv.key.len()
+                    + event.kv.value.len()
+                    + event.prev_kv.as_ref().map_or(0, |p| p.value.len()),
+            );
+            scan.events.push(event);
+        }
+        Ok(scan.is_done())
+    }
+}
