@@ -119,6 +119,9 @@ pub struct Handled {
     pub appended: Option<(u64, u64)>,
 }
 
+/// Ticks between tries to make the log's spare segment again while it has none.
+const SPARE_RETRY_TICKS: u64 = 10;
+
 /// Raft's progress as the host reports it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CoreStatus {
@@ -274,6 +277,10 @@ impl<F: Fs> Core<F> {
     /// One logical tick (a heartbeat interval of real time, counted by the host's clock).
     pub fn tick(&mut self) {
         self.ticks += 1;
+        if self.ticks.is_multiple_of(SPARE_RETRY_TICKS) && !self.wal.has_spare() {
+            // The disk may have room again (the spare is a whole segment: not tried each tick).
+            self.wal.make_spare();
+        }
         self.node.tick();
         self.resume_snapshot_waits();
         self.release_held_reads();
@@ -420,6 +427,12 @@ impl<F: Fs> Core<F> {
     /// The host applied everything up to `index`.
     pub fn applied_to(&mut self, index: u64) {
         self.node.advance_apply_to(index);
+    }
+
+    /// Whether the log has room set aside for what this member writes without clients
+    /// ([`leasehold_wal::Wal::has_room`]): without it, the host takes no writes that add data.
+    pub fn log_has_room(&self) -> bool {
+        self.wal.has_room()
     }
 
     /// Whether [`Core::handle_ready`] has work.

@@ -81,6 +81,9 @@ pub trait Machine: Host {
     /// A round wrote the log and took `took`, its `fdatasync` included (for the member's disk
     /// metrics); `appended` names the entries it appended (first and last index), now durable.
     fn log_written(&mut self, _took: Duration, _appended: Option<(u64, u64)>) {}
+    /// Whether the log has room set aside ([`Core::log_has_room`]): told once at the start and
+    /// then on every change. Without it the member must take no writes that add data.
+    fn log_room(&mut self, _has_room: bool) {}
 }
 
 /// The handle on a running thread; dropping it stops the thread and waits for it.
@@ -149,6 +152,8 @@ fn run<F: Fs>(
     tick: Duration,
 ) {
     let mut next_tick = Instant::now() + tick;
+    let mut room = core.log_has_room();
+    machine.log_room(room);
     loop {
         let wait = next_tick.saturating_duration_since(Instant::now());
         let mut taken = 0;
@@ -196,6 +201,10 @@ fn run<F: Fs>(
                 machine.failed(e);
                 return;
             }
+        }
+        if core.log_has_room() != room {
+            room = !room;
+            machine.log_room(room);
         }
     }
 }

@@ -53,6 +53,11 @@ impl Leasehold {
         Server::launch_with(Kind::Leasehold, "leasehold", None, setup).await
     }
 
+    /// [`Leasehold::start_with`] on an existing data dir (which the caller keeps alive).
+    pub async fn start_in_with(data_dir: &Path, setup: Setup) -> Server {
+        Server::launch_with(Kind::Leasehold, "leasehold", Some(data_dir), setup).await
+    }
+
     fn kind() -> Kind {
         if against_etcd() {
             Kind::Etcd

@@ -23,6 +23,10 @@ pub trait Fs: Send + Sync + 'static {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Makes the creations, renames and removals in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Bytes free for new data on the file system that holds `dir`, if known.
+    fn available(&self, _dir: &Path) -> Option<u64> {
+        None
+    }
 }
 
 /// One open file.
@@ -44,6 +48,11 @@ pub struct StdFs;
 pub struct StdFile(std::fs::File);
 
 impl Fs for StdFs {
+    fn available(&self, dir: &Path) -> Option<u64> {
+        let stat = rustix::fs::statvfs(dir).ok()?;
+        Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+    }
+
     type File = StdFile;
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
@@ -282,6 +291,13 @@ fn tear(durable: &[u8], now: &[u8], rng: &mut u64) -> Vec<u8> {
 }
 
 impl Fs for MemFs {
+    fn available(&self, _dir: &Path) -> Option<u64> {
+        let inner = self.inner.lock().expect("memfs lock poisoned");
+        inner
+            .capacity
+            .map(|capacity| capacity.saturating_sub(inner.used_bytes()))
+    }
+
     type File = MemFile;
 
     fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {

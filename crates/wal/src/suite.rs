@@ -309,8 +309,20 @@ fn open_mem(fs: &MemFs, dir: &Path) -> Result<(Wal<MemFs>, crate::Recovered), Wa
     Wal::open_on(fs.clone(), dir, SMALL)
 }
 
+/// The segment files in `dir` (not the spare the log makes ahead).
+fn segment_names(fs: &impl Fs, dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs
+        .list(dir)
+        .expect("list")
+        .into_iter()
+        .filter(|n| n.ends_with(".wal"))
+        .collect();
+    names.sort();
+    names
+}
+
 fn only_segment(fs: &MemFs, dir: &Path) -> PathBuf {
-    let names = fs.list(dir).expect("list");
+    let names = segment_names(fs, dir);
     assert_eq!(names.len(), 1, "{names:?}");
     dir.join(&names[0])
 }
@@ -520,28 +532,72 @@ fn a_full_disk_refuses_the_append_that_needs_a_new_segment_and_the_log_goes_on_o
 {
     let (fs, dir) = mem_log();
     let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    assert!(wal.has_spare(), "the next segment is made with the log");
     wal.append(&batch(1, 1, 1)).expect("append");
-    // The disk is full: the preallocated segment still takes appends, a new one cannot be made.
+    // The disk is full: the segment in use still takes appends, and so does the spare, which
+    // needs no new space; the spare after it cannot be made.
     fs.set_capacity(Some(fs.used_bytes()));
     let mut i = 2;
+    let mut room_lost_at = None;
     let refused = loop {
         match wal.append(&batch(i, i, 1)) {
             Ok(()) => i += 1,
             Err(e) => break e,
         }
-        assert!(i < 1000, "the segment never filled");
+        if !wal.has_room() && room_lost_at.is_none() {
+            room_lost_at = Some(i);
+        }
+        assert!(i < 10_000, "the segments never filled");
     };
     assert!(refused.is_disk_full(), "{refused}");
-    assert_eq!(wal.segment_count(), 1, "no half-made segment stays");
-    assert!(fs.list(&dir).expect("list").len() == 1);
-    // Space comes back: the same log takes the same append, without a reopen.
+    assert_eq!(
+        wal.segment_count(),
+        2,
+        "the spare became the second segment"
+    );
+    assert!(!wal.has_spare());
+    let lost = room_lost_at.expect("the log said it had no room before it refused an append");
+    assert!(
+        i - lost >= 10,
+        "room was lost only {} appends before the log was full",
+        i - lost
+    );
+    assert_eq!(
+        fs.list(&dir).expect("list").len(),
+        2,
+        "no half-made segment or spare stays"
+    );
+    // Space comes back: the same log takes the same append, without a reopen, and has its
+    // spare again.
     fs.set_capacity(None);
     wal.append(&batch(i, i, 1))
         .expect("append once space is back");
-    assert_eq!(wal.segment_count(), 2);
+    assert_eq!(wal.segment_count(), 3);
+    assert!(wal.has_spare() && wal.has_room());
     drop(wal);
-    let (_, recovered) = open_mem(&fs, &dir).expect("reopen");
+    let (wal, recovered) = open_mem(&fs, &dir).expect("reopen");
     assert_eq!(recovered.entries.len() as u64, i);
+    assert!(wal.has_spare());
+}
+
+#[test]
+fn a_spare_that_could_not_be_made_is_made_when_asked_again() {
+    let (fs, dir) = mem_log();
+    fs.create_dir_all(&dir).expect("mkdir");
+    // Room for the first segment, not for the spare.
+    fs.set_capacity(Some(SMALL.segment_bytes + SMALL.segment_bytes / 2));
+    let (mut wal, _) = open_mem(&fs, &dir).expect("create");
+    assert!(!wal.has_spare());
+    assert!(wal.has_room(), "a fresh segment is room enough");
+    assert_eq!(
+        fs.list(&dir).expect("list").len(),
+        1,
+        "no half-made spare stays"
+    );
+    assert!(!wal.make_spare());
+    fs.set_capacity(None);
+    assert!(wal.make_spare());
+    assert!(wal.has_spare());
 }
 
 #[test]
@@ -574,7 +630,7 @@ fn a_torn_tail_on_the_real_file_system_is_cleared() {
         one
     };
     drop(wal);
-    let names = StdFs.list(&dir).expect("list");
+    let names = segment_names(&StdFs, &dir);
     let path = dir.join(&names[0]);
     let bytes = std::fs::read(&path).expect("read");
     let at = bytes

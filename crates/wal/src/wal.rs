@@ -24,6 +24,11 @@ pub const WAL_FORMAT: u32 = 2;
 /// etcd's segment size.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 const ZEROS_CHUNK_BYTES: usize = 1024 * 1024;
+/// The next segment, made ahead of need (zero-filled and synced, with no header and no segment
+/// name yet), so that starting it takes no new space; etcd's WAL keeps one ready the same way.
+/// A `.wal.tmp` name: a log opened after a crash removes it and makes it again. It is made only
+/// when the disk has room for it and a quarter segment more.
+const SPARE_NAME: &str = "next.wal.tmp";
 
 #[derive(Clone, Copy, Debug)]
 pub struct WalOptions {
@@ -82,6 +87,8 @@ pub struct Wal<F: Fs = StdFs> {
     /// `fdatasync` may have dropped the dirty pages), so no later append may be acknowledged.
     /// Reopening replays what is really there.
     poisoned: bool,
+    /// The next segment, made ahead ([`SPARE_NAME`]); `None` when there was no room for it.
+    spare: Option<F::File>,
 }
 
 impl<F: Fs> std::fmt::Debug for Wal<F> {
@@ -295,9 +302,11 @@ impl<F: Fs> Wal<F> {
             hard_state: recovered.hard_state,
             scratch: Vec::new(),
             poisoned: false,
+            spare: None,
         };
         let mut wal = wal;
         wal.note_terms(&recovered.entries);
+        wal.make_spare();
         Ok((wal, recovered))
     }
 
@@ -328,7 +337,10 @@ impl<F: Fs> Wal<F> {
             hard_state: HardState::default(),
             scratch: Vec::new(),
             poisoned: false,
+            spare: None,
         };
+        let mut wal = wal;
+        wal.make_spare();
         let recovered = Recovered {
             compacted: Compacted::default(),
             hard_state: HardState::default(),
@@ -354,6 +366,50 @@ impl<F: Fs> Wal<F> {
     /// How many segment files the log has.
     pub fn segment_count(&self) -> usize {
         self.segments.len()
+    }
+
+    /// Whether the next segment is made ahead, so that starting it needs no new space.
+    pub fn has_spare(&self) -> bool {
+        self.spare.is_some()
+    }
+
+    /// Whether the log has room set aside for what a member must write even when it takes no
+    /// client writes (elections, lease expiries, membership, its own shutdown): a spare segment,
+    /// or a quarter of a segment left in the one in use. Without it, the host should take no
+    /// writes that add data, so that the log never has to grow on a full disk.
+    pub fn has_room(&self) -> bool {
+        self.spare.is_some()
+            || self.active_bytes.saturating_sub(self.offset) >= self.segment_bytes / 4
+    }
+
+    /// Makes the spare segment if there is none (see [`SPARE_NAME`]); whether there is one now.
+    /// On a full disk it fails, leaving no file behind: try again later (it writes a whole
+    /// segment, so not on every append).
+    pub fn make_spare(&mut self) -> bool {
+        if self.spare.is_some() {
+            return true;
+        }
+        // Not tried without room for it and a quarter segment more: filling the disk for a moment
+        // would fail whatever else writes there then (the state machine's checkpoint).
+        let needed = self.segment_bytes + self.segment_bytes / 4;
+        if self
+            .fs
+            .available(&self.dir)
+            .is_some_and(|free| free < needed)
+        {
+            return false;
+        }
+        let path = self.dir.join(SPARE_NAME);
+        match zero_filled(&self.fs, &path, self.segment_bytes) {
+            Ok(file) => {
+                self.spare = Some(file);
+                true
+            }
+            Err(_) => {
+                let _ = self.fs.remove(&path);
+                false
+            }
+        }
     }
 
     /// Writes `batch` as one frame and syncs it: when this returns `Ok`, the batch survives a
@@ -514,7 +570,15 @@ impl<F: Fs> Wal<F> {
         };
         let header_bytes = encoded_header_len(&header);
         let size = self.segment_bytes.max(header_bytes + framed);
-        let (active, path, offset) = new_segment(&self.fs, &self.dir, &header, size)?;
+        let spare = if size == self.segment_bytes {
+            self.spare.take()
+        } else {
+            None
+        };
+        let (active, path, offset) = match spare {
+            Some(spare) => name_spare(&self.fs, &self.dir, spare, &header)?,
+            None => new_segment(&self.fs, &self.dir, &header, size)?,
+        };
         self.active = active;
         self.offset = offset;
         self.active_bytes = size;
@@ -523,7 +587,34 @@ impl<F: Fs> Wal<F> {
             path,
             max_index: 0,
         });
+        // The next one, ahead of need; no room for it is not an error now (`has_room` says so).
+        self.make_spare();
         Ok(())
+    }
+}
+
+/// Turns the spare segment into the segment `header` starts: its header written and synced in
+/// the space it already has, then its name given (and made durable). On failure the spare is
+/// gone and the log is as it was.
+fn name_spare<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    mut spare: F::File,
+    header: &SegmentHeader,
+) -> Result<(F::File, PathBuf, u64), WalError> {
+    let tmp = dir.join(SPARE_NAME);
+    let path = dir.join(segment_name(header.seq, header.first_index));
+    let header_bytes = write_header(&mut spare, header);
+    let named = header_bytes.and_then(|n| fs.rename(&tmp, &path).map(|()| n));
+    match named {
+        Ok(n) => {
+            fs.sync_dir(dir).map_err(WalError::io(dir))?;
+            Ok((spare, path, n))
+        }
+        Err(e) => {
+            let _ = fs.remove(&tmp);
+            Err(WalError::io(&tmp)(e))
+        }
     }
 }
 
@@ -565,7 +656,14 @@ fn fill_segment<F: Fs>(
     header: &SegmentHeader,
     size: u64,
 ) -> std::io::Result<(F::File, u64)> {
-    let mut file = fs.create(tmp)?;
+    let mut file = zero_filled(fs, tmp, size)?;
+    let header_bytes = write_header(&mut file, header)?;
+    Ok((file, header_bytes))
+}
+
+/// A new file of `size` zero bytes, synced.
+fn zero_filled<F: Fs>(fs: &F, path: &Path, size: u64) -> std::io::Result<F::File> {
+    let mut file = fs.create(path)?;
     let zeros = vec![0u8; ZEROS_CHUNK_BYTES];
     let mut at = 0;
     while at < size {
@@ -573,6 +671,12 @@ fn fill_segment<F: Fs>(
         file.write_at(at, &zeros[..n as usize])?;
         at += n;
     }
+    file.sync_data()?;
+    Ok(file)
+}
+
+/// Writes `header`'s frame at the start of `file` and syncs it; its length.
+fn write_header<W: WalFile>(file: &mut W, header: &SegmentHeader) -> std::io::Result<u64> {
     let mut bytes = Vec::new();
     let payload = Frame {
         kind: Some(FrameKind::Header(header.clone())),
@@ -581,7 +685,7 @@ fn fill_segment<F: Fs>(
     frame::encode(&payload, &mut bytes);
     file.write_at(0, &bytes)?;
     file.sync_data()?;
-    Ok((file, bytes.len() as u64))
+    Ok(bytes.len() as u64)
 }
 
 /// Replays one segment into `replay` (starting it from the first segment's header). Returns

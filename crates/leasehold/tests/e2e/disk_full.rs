@@ -221,6 +221,123 @@ async fn a_full_disk_refuses_writes_serves_reads_and_recovers_without_restart() 
     );
 }
 
+/// The write-ahead log's side of a full disk: a member whose log cannot make its next segment
+/// behaves as one whose redb file is full. The tmpfs holds the log's segment and its spare (made
+/// ahead, 64 MiB each) and a little more; one key is put again and again with a big value and
+/// compacted behind, so the redb file stays small and the log, never compacted here
+/// (`--snapshot-count`), is what fills the disk. The spare becomes the next segment; the one
+/// after it cannot be made, and once a quarter of a segment is left the member refuses writes
+/// with NOSPACE rather than exit when the log cannot grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_cannot_grow_refuses_writes_serves_reads_and_recovers_without_restart() {
+    const VALUE: usize = 256 * 1024;
+    const COMPACT_EVERY: usize = 16;
+    let value = |n: usize| {
+        let mut v = format!("log-{n}-").into_bytes();
+        v.resize(VALUE, b'w');
+        v
+    };
+    let tmpfs = Tmpfs::mount("size=150m");
+    let data_dir: PathBuf = tmpfs.path().join("data");
+    let setup = common::Setup {
+        args: vec!["--snapshot-count".into(), "1000000".into()],
+        ..common::Setup::default()
+    };
+    let mut server = Leasehold::start_in_with(&data_dir, setup).await;
+    let mut client = server.client().await;
+
+    let mut acknowledged = None;
+    let started = Instant::now();
+    let mut failed = None;
+    for n in 0..PUTS_MAX {
+        if started.elapsed() > FILL_TIME_MAX {
+            break;
+        }
+        match client.put("w", value(n), None).await {
+            Ok(put) => {
+                acknowledged = Some(n);
+                if n % COMPACT_EVERY == COMPACT_EVERY - 1 {
+                    let revision = put.header().expect("header").revision();
+                    if let Err(e) = client.compact(revision, None).await {
+                        failed = Some(format!("compact: {e}"));
+                        break;
+                    }
+                }
+            }
+            Err(e) => {
+                failed = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let Some(last) = acknowledged else {
+        server.fail(&format!("the first put failed: {failed:?}"));
+    };
+    let failed = failed.unwrap_or_else(|| {
+        server.fail(&format!("{last} puts of {VALUE} bytes fit a 150 MiB tmpfs"))
+    });
+    eprintln!("{} puts acknowledged, then: {failed}", last + 1);
+    assert!(
+        failed.contains(NOSPACE),
+        "writes are refused with NOSPACE: {failed}"
+    );
+    if let Some(status) = server.wait_exit(STAYS_UP_FOR).await {
+        server.fail(&format!("exited when its log could not grow: {status}"));
+    }
+    let log = server.log_tail();
+    assert!(
+        log.contains("the raft log has no room"),
+        "the log, not the redb file, is what filled the disk, and the member says so:\n{log}"
+    );
+    let (code, health) = common::curl("GET", &server.endpoint(), "/health", None);
+    assert!(
+        code == 503 && health.contains("NOSPACE"),
+        "/health says NOSPACE: {code} {health}"
+    );
+    let served = |got: etcd_client::GetResponse| {
+        got.kvs().first().map(|kv| kv.value().to_vec()) == Some(value(last))
+    };
+    assert!(
+        served(client.get("w", None).await.expect("get")),
+        "the last acknowledged value is served"
+    );
+    if let Err(e) = refused_at_once(&mut client).await {
+        server.fail(&e);
+    }
+
+    // Killed and started again on the still-full disk: it serves, and still refuses.
+    server.kill9();
+    server.restart().await;
+    let mut client = server.client().await;
+    assert!(
+        served(client.get("w", None).await.expect("get after a restart")),
+        "the last acknowledged value is served after a kill -9 and a restart"
+    );
+    if let Err(e) = refused_at_once(&mut client).await {
+        server.fail(&format!("after a restart on the full disk: {e}"));
+    }
+
+    // Room again: the log makes its spare, and writes are taken without a restart.
+    tmpfs.remount("size=400m");
+    let took = taken_again(&mut client)
+        .await
+        .unwrap_or_else(|e| server.fail(&e));
+    eprintln!("writes taken again {took:?} after the disk had room");
+    server.kill9();
+    server.restart().await;
+    let mut client = server.client().await;
+    assert!(
+        served(client.get("w", None).await.expect("get")),
+        "the last acknowledged value survives"
+    );
+    let after = client.get("after", None).await.expect("get after");
+    assert_eq!(
+        after.kvs().len(),
+        1,
+        "the write taken after the remount was lost"
+    );
+}
+
 /// Fills the file system under `dir` with a file of its own, in 1 MiB writes until one fails;
 /// returns the file, whose removal gives the room back.
 fn fill_up(dir: &Path) -> PathBuf {

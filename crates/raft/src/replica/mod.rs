@@ -693,9 +693,13 @@ impl Replica {
     }
 
     /// Whether this member's disk ran out of space under its last checkpoint (see
-    /// `storage::Db::out_of_space`).
+    /// `storage::Db::out_of_space`), or has no room for the Raft log's next segment (see
+    /// `Core::log_has_room`).
     pub fn disk_full(&self) -> bool {
-        self.db.upgrade().is_some_and(|db| db.out_of_space())
+        self.shared
+            .log_without_room
+            .load(std::sync::atomic::Ordering::SeqCst)
+            || self.db.upgrade().is_some_and(|db| db.out_of_space())
     }
 
     /// The part of [`Replica::admit`] that is this member's disk, and so also a leader's to

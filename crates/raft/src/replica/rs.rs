@@ -728,6 +728,21 @@ impl Machine for RsMachine {
         self.stop(Fatal::Core(error.to_string()));
     }
 
+    fn log_room(&mut self, has_room: bool) {
+        let was_without = self
+            .shared
+            .log_without_room
+            .swap(!has_room, std::sync::atomic::Ordering::SeqCst);
+        if !has_room && !was_without {
+            tracing::error!(
+                "the disk is full: the raft log has no room for its next segment; writes that \
+                 add data get NOSPACE and reads go on until there is room"
+            );
+        } else if has_room && was_without {
+            tracing::warn!("the raft log has room again: writes are taken again");
+        }
+    }
+
     fn log_written(&mut self, took: Duration, appended: Option<(u64, u64)>) {
         self.telemetry.log_commit.observe(took);
         if let Some((first, last)) = appended {

@@ -33,6 +33,10 @@ pub(crate) struct SharedState {
     /// Which alarm types are raised for some member ([`RAISED_NO_SPACE`], [`RAISED_CORRUPT`]),
     /// readable without the state lock, so that admitting a write takes no lock.
     pub(crate) alarms_raised: std::sync::atomic::AtomicU8,
+    /// The Raft log has no room set aside for its next segment on this member's disk
+    /// (`Core::log_has_room`), told by the Raft thread: like a full redb file, it makes this
+    /// member refuse writes that add data.
+    pub(crate) log_without_room: AtomicBool,
 }
 
 pub(crate) const RAISED_NO_SPACE: u8 = 1;
@@ -74,6 +78,7 @@ impl SharedState {
             revision,
             lease_time_applied: std::sync::Mutex::new(super::LeaseTimeSeen::default()),
             key_deletes: KeyDeletes::default(),
+            log_without_room: AtomicBool::new(false),
         }
     }
 
