@@ -30,6 +30,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .generate_default_stubs(true)
+        // tonic-prost's codec, with an encoder that reserves each message's length first.
+        .codec_path("crate::codec::SizedCodec")
         .compile_fds(fds)?;
     // etcd's gateway marshals with the proto field names (`cluster_id`, `TTL`, `dbSize`),
     // omits zero values, prints enums by name and ignores fields it does not know.

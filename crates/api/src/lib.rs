@@ -8,7 +8,7 @@
 //! mapping of etcd's packages (serde `Serialize`/`Deserialize` from pbjson-build: proto field
 //! names, int64 as strings, bytes as base64, zero values omitted, as etcd's gateway prints them).
 //! It contains no logic and must never depend on any other leasehold crate. Besides the generated code it holds one table of protocol facts,
-//! grpc-go's names of the status codes.
+//! grpc-go's names of the status codes, and the codec the generated stubs use (`codec`).
 
 #[allow(
     clippy::all,
@@ -49,6 +49,8 @@ mod generated {
 }
 
 pub use generated::*;
+
+pub mod codec;
 
 /// grpc-go's names of the status codes, as etcd's clients print them and grpc-go's Prometheus
 /// labels carry them (`Canceled`, not tonic's `Cancelled`). A protocol fact, kept here so the

@@ -426,6 +426,18 @@ impl Db {
                 error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
             });
         }
+        // Nothing staged (an idle member, ten times a second): no transaction to begin. What is
+        // staged after this look is the next checkpoint's.
+        if !self.out_of_space()
+            && self
+                .staged_sm
+                .lock()
+                .expect("staged lock poisoned")
+                .meta
+                .is_none()
+        {
+            return Ok(None);
+        }
         // Taken once the write transaction has begun: transactions run one at a time, so what
         // is staged later lands in a later one, never under an older checkpoint.
         let mut txn = self.begin_write().map_err(StorageError::write(what))?;
