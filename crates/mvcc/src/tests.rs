@@ -967,7 +967,7 @@ proptest! {
         let to = s.current_revision();
         let from = from.min(to).max(1);
         let whole = s.events(from, to, revisions_max);
-        let mut scan = s.events_scan(from, to, revisions_max);
+        let mut scan = s.events_scan(from, to, revisions_max, s.compact_revision());
         let budget = ScanBudget { keys, bytes };
         let mut writes = writes.into_iter();
         loop {
@@ -996,4 +996,26 @@ proptest! {
         }
         prop_assert_eq!(scan.finish(), whole);
     }
+}
+
+#[test]
+fn a_history_read_sees_a_compaction_since_its_caller_looked() {
+    let mut s = Store::new();
+    for v in 0..6 {
+        put(&mut s, "k", &v.to_string());
+    }
+    // The caller looks (compaction point -1, nothing compacted), picks `from` = 3; a compaction
+    // to 4 lands before the read begins: the read must say so, not start from 4 silently.
+    let seen = s.compact_revision();
+    s.compact(4).unwrap();
+    let mut scan = s.events_scan(3, s.current_revision(), usize::MAX, seen);
+    assert_eq!(
+        s.events_step(&mut scan, ScanBudget::UNBOUNDED),
+        Err(Error::Compacted)
+    );
+    assert!(!scan.is_done(), "an error never makes a scan look done");
+    // Looked at after the compaction, from its revision on: read whole.
+    let mut scan = s.events_scan(4, s.current_revision(), usize::MAX, s.compact_revision());
+    assert!(s.events_step(&mut scan, ScanBudget::UNBOUNDED).unwrap());
+    assert_eq!(scan.finish(), s.events(4, s.current_revision(), usize::MAX));
 }

@@ -426,18 +426,6 @@ impl Db {
                 error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
             });
         }
-        // Nothing staged (an idle member, ten times a second): no transaction to begin. What is
-        // staged after this look is the next checkpoint's.
-        if !self.out_of_space()
-            && self
-                .staged_sm
-                .lock()
-                .expect("staged lock poisoned")
-                .meta
-                .is_none()
-        {
-            return Ok(None);
-        }
         // Taken once the write transaction has begun: transactions run one at a time, so what
         // is staged later lands in a later one, never under an older checkpoint.
         let mut txn = self.begin_write().map_err(StorageError::write(what))?;
@@ -558,6 +546,20 @@ impl Db {
     /// compacted up to it. A disk out of space is not an error here: the stage waits for the
     /// next checkpoint ([`Db::out_of_space`]). Blocking.
     pub(crate) fn checkpoint(&self) -> Result<Option<LogPosition>, StorageError> {
+        // Nothing staged (an idle member, ten times a second): no transaction to begin. What is
+        // staged after this look is the next checkpoint's. (Only here: a flush before a
+        // snapshot or a defragment must begin its transaction, which waits for a checkpoint
+        // still committing what it took.)
+        if !self.out_of_space()
+            && self
+                .staged_sm
+                .lock()
+                .expect("staged lock poisoned")
+                .meta
+                .is_none()
+        {
+            return Ok(None);
+        }
         match self.write_staged("the state machine's checkpoint") {
             Err(e) if e.is_out_of_space() => Ok(None),
             other => other,

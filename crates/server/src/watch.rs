@@ -368,7 +368,7 @@ impl WatchStream {
             match self
                 .ctx
                 .replica
-                .events(from, current, REVISIONS_PER_PASS_MAX)
+                .events(from, current, REVISIONS_PER_PASS_MAX, compacted)
                 .await
             {
                 Ok(events) => events,

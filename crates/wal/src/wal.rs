@@ -595,7 +595,8 @@ impl<F: Fs> Wal<F> {
 
 /// Turns the spare segment into the segment `header` starts: its header written and synced in
 /// the space it already has, then its name given (and made durable). On failure the spare is
-/// gone and the log is as it was.
+/// gone and the log is as it was (a named segment left by a failed directory sync holds no frame
+/// and is renamed over by the next try, as with `new_segment`).
 fn name_spare<F: Fs>(
     fs: &F,
     dir: &Path,

@@ -342,7 +342,7 @@ impl Store {
     /// after `revisions_max` distinct revisions. Only revisions at or above the compaction point
     /// are held; the caller checks that first. One [`EventsScan`] in a single step.
     pub fn events(&self, from: i64, to: i64, revisions_max: usize) -> Vec<Event> {
-        let mut scan = self.events_scan(from, to, revisions_max);
+        let mut scan = self.events_scan(from, to, revisions_max, self.compact_revision);
         self.events_step(&mut scan, ScanBudget::UNBOUNDED)
             .expect("the caller checked the compaction point");
         scan.finish()

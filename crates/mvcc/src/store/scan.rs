@@ -185,12 +185,16 @@ impl Store {
     /// [`Error::Compacted`] when the store no longer holds the scan's revision whole (it was
     /// compacted past it since the scan began): the scan cannot go on.
     pub fn range_step(&self, scan: &mut RangeScan, budget: ScanBudget) -> Result<bool, Error> {
-        let Some(resume) = scan.resume.take() else {
+        if scan.resume.is_none() {
             return Ok(true);
-        };
+        }
+        // (The scan is left as it was: an error never makes it look done.)
         if self.compact_revision > scan.at {
             return Err(Error::Compacted);
         }
+        let Some(resume) = scan.resume.take() else {
+            return Ok(true);
+        };
         let Some((_, end)) = key_bounds(&scan.req.key, &scan.req.range_end) else {
             return Ok(true);
         };
@@ -273,13 +277,20 @@ impl EventsScan {
 
 impl Store {
     /// Starts a read of the watch history of revisions `from..=to` (at most `revisions_max`
-    /// distinct ones); the caller has checked that `from` is not below the compaction point.
-    pub fn events_scan(&self, from: i64, to: i64, revisions_max: usize) -> EventsScan {
+    /// distinct ones). `compacted` is the compaction point the caller saw when it chose `from`
+    /// (not below it): a compaction since then that reaches `from` is seen by the first step.
+    pub fn events_scan(
+        &self,
+        from: i64,
+        to: i64,
+        revisions_max: usize,
+        compacted: i64,
+    ) -> EventsScan {
         EventsScan {
             next: Some(Revision { main: from, sub: 0 }),
             to,
             revisions_max,
-            compacted: self.compact_revision,
+            compacted,
             revisions: 0,
             last_main: None,
             events: Vec::new(),
@@ -290,27 +301,32 @@ impl Store {
     /// values copied); whether the scan is now done. [`Error::Compacted`] when the history it
     /// has yet to read was compacted since it began.
     pub fn events_step(&self, scan: &mut EventsScan, budget: ScanBudget) -> Result<bool, Error> {
-        let Some(next) = scan.next.take() else {
+        let Some(next) = scan.next else {
             return Ok(true);
         };
-        // A compaction removes the changes below its revision, and the deletes at it.
+        // A compaction removes the changes below its revision, and the deletes at it. (The
+        // scan is left as it was: an error never makes it look done.)
         if self.compact_revision != scan.compacted && self.compact_revision >= next.main {
             return Err(Error::Compacted);
         }
+        scan.next = None;
         let start = self.by_revision.partition_point(|(rev, _)| *rev < next);
         let (mut looked, mut bytes) = (0usize, 0usize);
         for (rev, key) in self.by_revision.range(start..) {
+            // The scan's own ends first, so that a part that ends at the budget and at the end
+            // of the scan leaves nothing for another step.
+            if rev.main > scan.to {
+                break;
+            }
+            let new_revision = scan.last_main != Some(rev.main);
+            if new_revision && scan.revisions == scan.revisions_max {
+                break;
+            }
             if looked > 0 && (looked >= budget.keys || bytes >= budget.bytes) {
                 scan.next = Some(*rev);
                 break;
             }
-            if rev.main > scan.to {
-                break;
-            }
-            if scan.last_main != Some(rev.main) {
-                if scan.revisions == scan.revisions_max {
-                    break;
-                }
+            if new_revision {
                 scan.revisions += 1;
                 scan.last_main = Some(rev.main);
             }

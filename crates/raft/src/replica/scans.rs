@@ -40,17 +40,16 @@ impl Replica {
         }
         let mut restarts = 0;
         'scan: loop {
-            let budget = if restarts < RESTARTS_MAX {
-                RANGE_PART
-            } else {
-                ScanBudget::UNBOUNDED
-            };
+            if restarts == RESTARTS_MAX {
+                // The whole read under one hold of the lock: nothing can compact it meanwhile.
+                return Ok(state_machine::read(&self.shared, |s| s.range(&req)));
+            }
             let mut scan = match state_machine::read(&self.shared, |s| s.range_scan(req.clone())) {
                 Ok(scan) => scan,
                 Err(e) => return Ok(Err(e)),
             };
             loop {
-                match state_machine::read(&self.shared, |s| s.range_step(&mut scan, budget)) {
+                match state_machine::read(&self.shared, |s| s.range_step(&mut scan, RANGE_PART)) {
                     Ok(true) => return Ok(Ok(scan.finish())),
                     // Other tasks (and their reads) run between parts.
                     Ok(false) => tokio::task::yield_now().await,
@@ -68,16 +67,19 @@ impl Replica {
     }
 
     /// The watch history of revisions `from..=to` (at most `revisions_max` distinct ones), read
-    /// a part at a time. `Compacted` when the history was compacted past what is left to read
-    /// since the read began (the caller looks at the compaction point again).
+    /// a part at a time. `compacted` is the compaction point the caller saw when it chose
+    /// `from`. `Compacted` when the history was compacted past what is left to read since then
+    /// (the caller looks at the compaction point again).
     pub async fn events(
         &self,
         from: i64,
         to: i64,
         revisions_max: usize,
+        compacted: i64,
     ) -> Result<Vec<Event>, leasehold_mvcc::Error> {
-        let mut scan =
-            state_machine::read(&self.shared, |s| s.events_scan(from, to, revisions_max));
+        let mut scan = state_machine::read(&self.shared, |s| {
+            s.events_scan(from, to, revisions_max, compacted)
+        });
         while !state_machine::read(&self.shared, |s| s.events_step(&mut scan, RANGE_PART))? {
             tokio::task::yield_now().await;
         }
