@@ -485,7 +485,21 @@ impl NodeConfig {
     /// The TLS configuration of the `https://` client and metrics listeners; `None` when there
     /// are none.
     pub(crate) fn client_tls(&self) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
-        let urls = [self.client_urls()?, self.metrics_urls()?].concat();
+        let (clients, metrics) = (self.client_urls()?, self.metrics_urls()?);
+        let side = self.tls.client.side();
+        if metrics.iter().any(|u| u.tls)
+            && !clients.iter().any(|u| u.tls)
+            && side.cert_file.is_none()
+            && side.key_file.is_none()
+            && !side.auto_tls
+        {
+            // etcd's refusal, word for word (its end-to-end suite waits for it).
+            bail!(
+                "client TLS key/cert (--cert-file, --key-file) must be provided for metrics \
+                 secure url"
+            );
+        }
+        let urls = [clients, metrics].concat();
         server_tls(&self.tls, self.tls.client.side(), &urls)
     }
 
@@ -741,6 +755,21 @@ mod tests {
         P::try_parse_from(std::iter::once("leasehold").chain(args.iter().copied()))
             .unwrap()
             .a
+    }
+
+    #[test]
+    fn an_https_metrics_url_without_client_certificates_gets_etcds_refusal() {
+        let refused = parse(&["--listen-metrics-urls=https://127.0.0.1:0"])
+            .client_tls()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            refused,
+            "client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url"
+        );
+        // With auto TLS there is a certificate to serve it with.
+        let auto = parse(&["--listen-metrics-urls=https://127.0.0.1:0", "--auto-tls"]);
+        assert!(auto.client_tls().unwrap().is_some());
     }
 
     #[test]
