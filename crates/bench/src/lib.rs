@@ -351,6 +351,37 @@ async fn open_watch(
     Ok((tx, stream))
 }
 
+/// Puts per txn while filling a prefix (within etcd's default `--max-txn-ops` of 128).
+const FILL_BATCH: u64 = 100;
+
+/// Writes objects `0..objects` (`key(i)`, each with `value`) in txns of [`FILL_BATCH`] puts:
+/// what the LIST workloads read.
+async fn fill_objects(
+    kv: &mut KvClient<Channel>,
+    objects: u64,
+    value: &[u8],
+    key: impl Fn(u64) -> Vec<u8>,
+) -> anyhow::Result<()> {
+    use leasehold_api::etcdserverpb::{RequestOp, TxnRequest, request_op};
+    for first in (0..objects).step_by(FILL_BATCH as usize) {
+        let success = (first..(first + FILL_BATCH).min(objects))
+            .map(|i| RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: key(i),
+                    value: value.to_vec(),
+                    ..Default::default()
+                })),
+            })
+            .collect();
+        kv.txn(TxnRequest {
+            success,
+            ..Default::default()
+        })
+        .await?;
+    }
+    Ok(())
+}
+
 /// Grants a lease of `ttl_secs` and puts `key` attached to it; returns the lease id.
 async fn grant_with_key(
     lease: &mut LeaseClient<Channel>,

@@ -5,16 +5,11 @@
 //! false. One request is one whole list.
 
 use clap::Args;
-use leasehold_api::etcdserverpb::{
-    PutRequest, RangeRequest, RequestOp, TxnRequest, kv_client::KvClient, request_op,
-};
+use leasehold_api::etcdserverpb::{RangeRequest, kv_client::KvClient};
 use tonic::transport::Channel;
 
 use crate::closed_loop::{self, Requests};
 use crate::{Report, Run, Workload};
-
-/// Puts per txn while filling the prefix (within etcd's default `--max-txn-ops` of 128).
-const FILL_BATCH: u64 = 100;
 
 #[derive(Args, Debug, Clone)]
 pub struct ListPaged {
@@ -84,23 +79,10 @@ impl Workload for ListPaged {
 
     async fn run(&self, run: &Run) -> anyhow::Result<Report> {
         let mut kv = KvClient::new(run.channels[0].clone());
-        let value = vec![b'x'; self.val_size];
-        for first in (0..self.objects).step_by(FILL_BATCH as usize) {
-            let success = (first..(first + FILL_BATCH).min(self.objects))
-                .map(|i| RequestOp {
-                    request: Some(request_op::Request::RequestPut(PutRequest {
-                        key: self.key(i),
-                        value: value.clone(),
-                        ..Default::default()
-                    })),
-                })
-                .collect();
-            kv.txn(TxnRequest {
-                success,
-                ..Default::default()
-            })
-            .await?;
-        }
+        crate::fill_objects(&mut kv, self.objects, &vec![b'x'; self.val_size], |i| {
+            self.key(i)
+        })
+        .await?;
         closed_loop::run(Self::NAME, self, run).await
     }
 }

@@ -11,14 +11,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
-use leasehold_api::etcdserverpb::{
-    PutRequest, RangeRequest, RequestOp, TxnRequest, kv_client::KvClient, request_op,
-};
+use leasehold_api::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
 
 use crate::{OP_TIMEOUT, Report, Run, Workload};
-
-/// Puts per txn while filling the prefix (within etcd's default `--max-txn-ops` of 128).
-const FILL_BATCH: u64 = 100;
 
 /// A full read of 100,000 KiB objects is ~100 MB: above every client's default receive limit.
 const READ_BYTES_MAX: usize = 2 * 1024 * 1024 * 1024 - 1;
@@ -43,30 +38,6 @@ impl PutDuringList {
     fn key(&self, i: u64) -> Vec<u8> {
         format!("{}object-{i:08}", self.prefix).into_bytes()
     }
-
-    async fn fill(&self, kv: &mut KvClient<tonic::transport::Channel>) -> anyhow::Result<()> {
-        let value = vec![b'v'; self.val_size];
-        let mut i = 0;
-        while i < self.objects {
-            let upto = (i + FILL_BATCH).min(self.objects);
-            let success = (i..upto)
-                .map(|n| RequestOp {
-                    request: Some(request_op::Request::RequestPut(PutRequest {
-                        key: self.key(n),
-                        value: value.clone(),
-                        ..Default::default()
-                    })),
-                })
-                .collect();
-            kv.txn(TxnRequest {
-                success,
-                ..Default::default()
-            })
-            .await?;
-            i = upto;
-        }
-        Ok(())
-    }
 }
 
 impl Workload for PutDuringList {
@@ -75,7 +46,10 @@ impl Workload for PutDuringList {
     async fn run(&self, run: &Run) -> anyhow::Result<Report> {
         let channel = |n: usize| run.channels[n % run.channels.len()].clone();
         let mut writer = KvClient::new(channel(0));
-        self.fill(&mut writer).await?;
+        crate::fill_objects(&mut writer, self.objects, &vec![b'v'; self.val_size], |i| {
+            self.key(i)
+        })
+        .await?;
         let bound = run
             .duration
             .unwrap_or(Duration::from_secs(10))

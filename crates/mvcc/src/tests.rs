@@ -764,6 +764,34 @@ fn between() -> impl Strategy<Value = Between> {
     ]
 }
 
+/// Applies one write between two steps of a scan; the revision compacted to, if it compacted.
+fn apply_between(s: &mut Store, write: Between) -> Option<i64> {
+    match write {
+        Between::Nothing => {}
+        Between::Put(k, v) => {
+            let put = PutRequest {
+                key: key(k),
+                value: vec![v],
+                ..Default::default()
+            };
+            s.put(&put, &no_leases).unwrap();
+        }
+        Between::Delete(k, e) => {
+            let range_end = if e > k { key(e) } else { Vec::new() };
+            s.delete_range(&DeleteRangeRequest {
+                key: key(k),
+                range_end,
+                prev_kv: false,
+            });
+        }
+        Between::Compact => {
+            let to = s.current_revision();
+            return s.compact(to).is_ok().then_some(to);
+        }
+    }
+    None
+}
+
 fn range_request() -> impl Strategy<Value = RangeRequest> {
     let sort = prop_oneof![
         Just(SortOrder::None),
@@ -848,21 +876,9 @@ proptest! {
                     return Ok(());
                 }
             }
-            match writes.next().unwrap_or(Between::Nothing) {
-                Between::Nothing => {}
-                Between::Put(k, v) => {
-                    s.put(&PutRequest { key: key(k), value: vec![v], ..Default::default() }, &no_leases).unwrap();
-                }
-                Between::Delete(k, e) => {
-                    let range_end = if e > k { key(e) } else { Vec::new() };
-                    s.delete_range(&DeleteRangeRequest { key: key(k), range_end, prev_kv: false });
-                }
-                Between::Compact => {
-                    let to = s.current_revision();
-                    if s.compact(to).is_ok() && to > scan.revision() {
-                        compacted_past = true;
-                    }
-                }
+            let write = writes.next().unwrap_or(Between::Nothing);
+            if apply_between(&mut s, write).is_some_and(|to| to > scan.revision()) {
+                compacted_past = true;
             }
         }
         prop_assert_eq!(scan.finish(), whole.unwrap());
@@ -980,19 +996,7 @@ proptest! {
                     return Ok(());
                 }
             }
-            match writes.next().unwrap_or(Between::Nothing) {
-                Between::Nothing => {}
-                Between::Put(k, v) => {
-                    s.put(&PutRequest { key: key(k), value: vec![v], ..Default::default() }, &no_leases).unwrap();
-                }
-                Between::Delete(k, e) => {
-                    let range_end = if e > k { key(e) } else { Vec::new() };
-                    s.delete_range(&DeleteRangeRequest { key: key(k), range_end, prev_kv: false });
-                }
-                Between::Compact => {
-                    let _ = s.compact(s.current_revision());
-                }
-            }
+            apply_between(&mut s, writes.next().unwrap_or(Between::Nothing));
         }
         prop_assert_eq!(scan.finish(), whole);
     }
