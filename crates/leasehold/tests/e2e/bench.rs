@@ -89,6 +89,17 @@ const WORKLOADS: &[&[&str]] = &[
         "--page",
         "37",
     ],
+    // One writer for a second while a client reads 300 keys whole, back to back; a read short
+    // of a key counts as failed.
+    &[
+        "put-during-list",
+        "--duration",
+        "1",
+        "--objects",
+        "300",
+        "--conns",
+        "2",
+    ],
 ];
 
 fn bench(server: &Server, args: &[&str]) -> Value {
@@ -149,7 +160,13 @@ async fn run_all(target: &str, server: &Server) {
     for args in WORKLOADS {
         let r = bench(server, args);
         check_report(target, args, &r);
-        if args[0] == "watch-latency" {
+        if args[0] == "put-during-list" {
+            assert!(
+                r["full_reads"].as_f64() > Some(0.0)
+                    && r["full_reads_failed"].as_f64() == Some(0.0),
+                "{target}: the whole reads ran and each returned every object: {r}"
+            );
+        } else if args[0] == "watch-latency" {
             assert_eq!(
                 r["requests"].as_f64(),
                 r["events_expected"].as_f64(),
