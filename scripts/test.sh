@@ -15,7 +15,9 @@
 # proxy too; scripts/lib/go-tools.sh), built
 # once into ~/.cache/leasehold-tools: etcd 3.7 for go/clientv3, Go's etcd client run against
 # leasehold and etcd 3.7 side by side, and kube-apiserver and kubectl for scripts/k8s-check.sh,
-# which runs a real kube-apiserver on leasehold (1 and 3 members) and on etcd 3.7; and etcd's own
+# which runs a real kube-apiserver on leasehold (1 and 3 members) and on etcd 3.7;
+# kube-controller-manager, kube-scheduler and kwok (sigs.k8s.io/kwok) for scripts/k8s-scale.sh,
+# a whole control plane with fake nodes and pods on each store; and etcd's own
 # end-to-end suite (tests/common, go.etcd.io/etcd/tests/v3) with leasehold as its `etcd`.
 # The leasehold binary itself builds with cargo alone.
 set -euo pipefail
@@ -73,6 +75,11 @@ leasehold_bin="$PWD/target/debug/leasehold"
 etcd37=$(etcd37_bin)
 (cd go/clientv3 && LEASEHOLD_BIN="$leasehold_bin" ETCD37_BIN="$etcd37" go test -count=1 ./...)
 LEASEHOLD_BIN="$leasehold_bin" ./scripts/k8s-check.sh
+# A whole control plane (kube-controller-manager, kube-scheduler and kwok's fake nodes) on each
+# store, small: every phase must finish and the final state must be right on both. The large runs
+# are benchmarks, by hand (docs/kubernetes.md).
+LEASEHOLD_BIN="$leasehold_bin" ./scripts/k8s-scale.sh --nodes 50 --pods 500 --targets "leasehold:1 etcd:1" \
+  --compaction-interval 10 --check
 
 # etcd's own end-to-end suite, tests/common of go.etcd.io/etcd/tests/v3 at the release
 # go/tools/etcd-tests pins, with the leasehold binary as `etcd` beside etcdctl 3.7 (built from the

@@ -1,5 +1,6 @@
 # Sourced by scripts that need programs built from the Go module proxy: etcd 3.7 and etcdctl
-# (go/tools/etcd), kube-apiserver and kubectl (go/tools/kubernetes).
+# (go/tools/etcd), kube-apiserver, kubectl, kube-controller-manager and kube-scheduler
+# (go/tools/kubernetes), and kwok, which fakes nodes and their pods (go/tools/kwok).
 #
 # Each directory under go/tools is a wrapper module: its go.mod requires the published module and
 # pins every module that the published go.mod replaces with a local path (which is why
@@ -76,3 +77,6 @@ etcd37_bin() { go_tool etcd go.etcd.io/etcd/server/v3 etcd; }
 etcdctl37_bin() { go_tool etcd go.etcd.io/etcd/etcdctl/v3 etcdctl; }
 kube_apiserver_bin() { go_tool kubernetes k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver; }
 kubectl_bin() { go_tool kubernetes k8s.io/kubernetes/cmd/kubectl kubectl; }
+kube_controller_manager_bin() { go_tool kubernetes k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager; }
+kube_scheduler_bin() { go_tool kubernetes k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler; }
+kwok_bin() { go_tool kwok sigs.k8s.io/kwok/cmd/kwok kwok; }
