@@ -961,6 +961,9 @@ def main():
         if kind not in ("leasehold", "etcd") or n not in ("1", "3"):
             ap.error(f"unknown target {t}: leasehold:1 leasehold:3 etcd:1 etcd:3")
 
+    # A SIGTERM (a timeout, a CI cancel) unwinds like an exception, so every target's `finally`
+    # kills what it started: the programs run in sessions of their own and would outlive us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = tempfile.mkdtemp(prefix="leasehold-k8s-scale.")
     subprocess.run(["openssl", "genrsa", "-out", f"{work}/sa.key", "2048"], check=True, capture_output=True)
     subprocess.run(["openssl", "rsa", "-in", f"{work}/sa.key", "-pubout", "-out", f"{work}/sa.pub"],
