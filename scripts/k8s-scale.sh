@@ -51,12 +51,22 @@ if [ -z "$lh_bin" ]; then
 fi
 [ -n "$lh_bin" ] || { echo "build first: cargo build --release -p leasehold (or set LEASEHOLD_BIN)" >&2; exit 2; }
 
-# kwok's default stages come from the module kwok was built from, as kwokctl embeds them.
+find_go
+# Each in a variable of its own: a failed build then stops the script (set -e), where inside
+# exec's arguments it would pass an empty path on.
+etcd=$(etcd37_bin)
+etcdctl=$(etcdctl37_bin)
+apiserver=$(kube_apiserver_bin)
+controller_manager=$(kube_controller_manager_bin)
+scheduler=$(kube_scheduler_bin)
 kwok=$(kwok_bin)
-kwok_src=$(cd go/tools/kwok && go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+# kwok's default stages come from the module kwok was built from, as kwokctl embeds them
+# (`go mod download` fetches it when the module cache lacks it).
+kwok_src=$(cd go/tools/kwok && go mod download -json sigs.k8s.io/kwok | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+stages="$kwok_src/kustomize/stage"
+[ -f "$stages/pod/fast/pod-ready.yaml" ] || { echo "k8s-scale: kwok's stages not found under $stages" >&2; exit 2; }
 
 exec python3 scripts/lib/k8s_scale.py \
-  --leasehold "$lh_bin" --etcd "$(etcd37_bin)" --etcdctl "$(etcdctl37_bin)" \
-  --apiserver "$(kube_apiserver_bin)" --controller-manager "$(kube_controller_manager_bin)" \
-  --scheduler "$(kube_scheduler_bin)" \
-  --kwok "$kwok" --kwok-stages "$kwok_src/kustomize/stage" "$@"
+  --leasehold "$lh_bin" --etcd "$etcd" --etcdctl "$etcdctl" --apiserver "$apiserver" \
+  --controller-manager "$controller_manager" --scheduler "$scheduler" \
+  --kwok "$kwok" --kwok-stages "$stages" "$@"

@@ -78,8 +78,9 @@ LEASEHOLD_BIN="$leasehold_bin" ./scripts/k8s-check.sh
 # A whole control plane (kube-controller-manager, kube-scheduler and kwok's fake nodes) on each
 # store, small: every phase must finish and the final state must be right on both. The large runs
 # are benchmarks, by hand (docs/kubernetes.md).
-LEASEHOLD_BIN="$leasehold_bin" ./scripts/k8s-scale.sh --nodes 50 --pods 500 --targets "leasehold:1 etcd:1" \
-  --compaction-interval 10 --check
+# (Bounded: a hang is a failure, and the driver kills what it started on the SIGTERM.)
+LEASEHOLD_BIN="$leasehold_bin" timeout 1800 ./scripts/k8s-scale.sh --nodes 50 --pods 500 \
+  --targets "leasehold:1 etcd:1" --compaction-interval 10 --check
 
 # etcd's own end-to-end suite, tests/common of go.etcd.io/etcd/tests/v3 at the release
 # go/tools/etcd-tests pins, with the leasehold binary as `etcd` beside etcdctl 3.7 (built from the

@@ -5,6 +5,7 @@ killed on the way out), so a failure anywhere leaves nothing running."""
 
 import argparse
 import collections
+import ctypes
 import http.client
 import json
 import math
@@ -24,6 +25,13 @@ REPLICAS = 50  # pods per Deployment
 NODE_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
 MUTATING = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 TICK = os.sysconf("SC_CLK_TCK")
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent():
+    """In the child before exec: SIGKILL when this driver dies, however it dies (PR_SET_PDEATHSIG),
+    so no program outlives a driver killed -9."""
+    _libc.prctl(1, signal.SIGKILL)
 
 
 def log(msg):
@@ -34,15 +42,23 @@ class Failed(Exception):
     """A phase that could not finish: the target's run stops there and says why."""
 
 
+_ports_given = set()
+
+
 def free_port():
     """A loopback port below the ephemeral range (no outbound connection can take it) that binds
-    now."""
+    now, and that this run has not handed out before (a port given out may not be bound yet)."""
     low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    if low <= 12000:
+        low = 32768
     while True:
         p = random.randrange(10000, low)
+        if p in _ports_given:
+            continue
         s = socket.socket()
         try:
             s.bind(("127.0.0.1", p))
+            _ports_given.add(p)
             return p
         except OSError:
             pass
@@ -82,18 +98,25 @@ class Proc:
     def start(self):
         with self.lock:
             self.stopping = False
-            out = open(self.logpath, "ab")
-            env = dict(os.environ, **(self.env or {}))
-            self.p = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-            out.close()
-            self.cpu_now = 0.0
+            self._spawn_locked()
+
+    def _spawn_locked(self):
+        out = open(self.logpath, "ab")
+        env = dict(os.environ, **(self.env or {}))
+        self.p = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        out.close()
+        self.cpu_now = 0.0
 
     def alive(self):
         return self.p is not None and self.p.poll() is None
 
     def sample(self):
         """Reads the running incarnation's CPU time and peak RSS from /proc."""
+        with self.lock:
+            self._sample_locked()
+
+    def _sample_locked(self):
         p = self.p
         if p is None or p.poll() is not None:
             return
@@ -115,7 +138,7 @@ class Proc:
             self.stopping = True
             if not self.alive():
                 return
-            self.sample()
+            self._sample_locked()
             try:
                 os.killpg(self.p.pid, sig)
             except ProcessLookupError:
@@ -135,13 +158,15 @@ class Proc:
         while True:
             time.sleep(1)
             with self.lock:
+                # Checked and started under one hold: a kill() in between would otherwise be
+                # followed by a start nobody stops.
                 if self.stopping or self.p.poll() is None:
                     continue
                 self.cpu_done += self.cpu_now
-                self.cpu_now = 0.0
                 self.restarts += 1
-            log(f"{self.name} exited ({self.p.returncode}): started again")
-            self.start()
+                code = self.p.returncode
+                self._spawn_locked()
+            log(f"{self.name} exited ({code}): started again")
 
 
 class Sampler(threading.Thread):
@@ -216,7 +241,12 @@ class Api:
         items, cont = [], ""
         while True:
             sep = "&" if "?" in path else "?"
-            body = self.get(f"{path}{sep}limit=500" + (f"&continue={cont}" if cont else ""))
+            status, body = self.call("GET", f"{path}{sep}limit=500" + (f"&continue={cont}" if cont else ""))
+            if status == 410 and cont:  # the page's revision was compacted: from the start
+                items, cont = [], ""
+                continue
+            if status != 200:
+                raise Failed(f"GET {path}: HTTP {status}: {str(body)[:200]}")
             items += body.get("items", [])
             cont = body["metadata"].get("continue")
             if not cont:
@@ -299,8 +329,10 @@ class PodWatch(threading.Thread):
             return
         if pod.get("spec", {}).get("nodeName") and rec["bound"] is None:
             rec["bound"] = now
+            rec["listed"] = rec["listed"] or listed  # seen late: not timed
         if pod.get("status", {}).get("phase") == "Running" and rec["running"] is None:
             rec["running"] = now
+            rec["listed"] = rec["listed"] or listed
 
     def _relist(self):
         items, rv = self.api.list_all("/api/v1/pods")
@@ -424,22 +456,31 @@ class Metrics:
     def __init__(self):
         self.done = collections.Counter()  # (name, frozen labels) of incarnations that ended
         self.current = collections.Counter()
+        self.started = None  # process_start_time_seconds of the incarnation in `current`
+        self.lock = threading.Lock()
 
     def scraped(self, text):
-        if text:
-            c = collections.Counter()
-            for name, labels, v in parse_metrics(text):
-                c[(name, tuple(sorted(labels.items())))] += v
-            self.current = c
-
-    def incarnation_ended(self):
-        self.done.update(self.current)
-        self.current = collections.Counter()
+        """One scrape. A process start time other than the last scrape's is a new incarnation:
+        the last one's final scrape is kept and the new one counts from zero."""
+        if not text:
+            return
+        c, started = collections.Counter(), None
+        for name, labels, v in parse_metrics(text):
+            c[(name, tuple(sorted(labels.items())))] += v
+            if name == "process_start_time_seconds":
+                started = v
+        with self.lock:
+            if self.started is not None and started is not None and started < self.started:
+                return  # a late scrape of an incarnation already counted
+            if started != self.started:
+                self.done.update(self.current)
+            self.current, self.started = c, started
 
     def total(self):
-        t = collections.Counter(self.done)
-        t.update(self.current)
-        return t
+        with self.lock:
+            t = collections.Counter(self.done)
+            t.update(self.current)
+            return t
 
 
 def by_label(total, name, label, where=lambda labels: True):
@@ -504,14 +545,18 @@ class Target:
         wait_for("the store", 30, lambda: self.etcdctl("get", "ready-probe", check=False) is not None, 0.1)
 
     def etcdctl(self, *argv, check=True, endpoints=None):
+        return self.etcdctl_run(*argv, check=check, endpoints=endpoints)[0]
+
+    def etcdctl_run(self, *argv, check=True, endpoints=None):
+        """(stdout or None on failure, stderr)."""
         eps = endpoints or [e for e, m in zip(self.endpoints, self.members) if m.alive()]
         r = subprocess.run([self.args.etcdctl, "--endpoints", ",".join(eps), "--dial-timeout", "2s",
                             "--command-timeout", "10s", *argv], capture_output=True, text=True)
         if r.returncode != 0:
             if check:
                 raise Failed(f"etcdctl {' '.join(argv)}: {r.stderr.strip()[:300]}")
-            return None
-        return r.stdout
+            return None, r.stderr
+        return r.stdout, r.stderr
 
     def leader_index(self):
         for i, (e, m) in enumerate(zip(self.endpoints, self.members)):
@@ -559,29 +604,32 @@ current-context: scale
         # neither component needs the apiserver's client-CA configmap to start.
         common = [f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
                   "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
-        self.kcm = Proc("kube-controller-manager", [
-            a.controller_manager, *common, f"--secure-port={self.kcm_port}", f"--cert-dir={d}/kcm-certs",
-            "--kube-api-qps=100", "--kube-api-burst=200", f"--root-ca-file={d}/certs/apiserver.crt",
-            "--controllers=*", "--leader-elect=true"], f"{d}/kube-controller-manager.log", restart=True)
+        # Every file first, then each program, each in self.procs as soon as it runs.
         with open(f"{d}/scheduler.yaml", "w") as f:
             f.write(f"""apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
 """)
-        self.scheduler = Proc("kube-scheduler", [
-            a.scheduler, f"--config={d}/scheduler.yaml", *common[1:], f"--secure-port={self.sched_port}",
-            f"--cert-dir={d}/sched-certs"], f"{d}/kube-scheduler.log", restart=True)
         stages = f"{d}/kwok-stages.yaml"
         with open(stages, "w") as f:
             for part in ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
                          "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml"):
                 f.write(open(os.path.join(a.kwok_stages, part)).read().rstrip() + "\n---\n")
+        self.kcm = Proc("kube-controller-manager", [
+            a.controller_manager, *common, f"--secure-port={self.kcm_port}", f"--cert-dir={d}/kcm-certs",
+            "--kube-api-qps=100", "--kube-api-burst=200", f"--root-ca-file={d}/certs/apiserver.crt",
+            "--controllers=*", "--leader-elect=true"], f"{d}/kube-controller-manager.log", restart=True)
+        self.procs.append(self.kcm)
+        self.scheduler = Proc("kube-scheduler", [
+            a.scheduler, f"--config={d}/scheduler.yaml", *common[1:], f"--secure-port={self.sched_port}",
+            f"--cert-dir={d}/sched-certs"], f"{d}/kube-scheduler.log", restart=True)
+        self.procs.append(self.scheduler)
         self.kwok = Proc("kwok", [
             a.kwok, f"--kubeconfig={kubeconfig}", f"--config={stages}",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-lease-duration-seconds=40", "--cidr=10.0.0.1/12", "--node-ip=10.255.255.1"],
             f"{d}/kwok.log", restart=True)
-        self.procs += [self.kcm, self.scheduler, self.kwok]
+        self.procs.append(self.kwok)
 
     def scrape(self):
         """The last /metrics of the apiserver, the controller manager and the scheduler."""
@@ -593,15 +641,8 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
                 r = c.getresponse()
                 body = r.read().decode(errors="replace")
                 c.close()
-                m = self.controller_metrics[name]
                 if r.status == 200:
-                    # A restarted component starts its counters from zero: a scrape smaller than
-                    # the last means a new incarnation.
-                    before = sum(v for (n, _), v in m.current.items() if n == "rest_client_requests_total")
-                    after = sum(v for n, _, v in parse_metrics(body) if n == "rest_client_requests_total")
-                    if after < before:
-                        m.incarnation_ended()
-                    m.scraped(body)
+                    self.controller_metrics[name].scraped(body)
             except (OSError, http.client.HTTPException):
                 pass
 
@@ -683,8 +724,9 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
         # pods a second in all (its replica set makes its pods at once). Pod startup is then the
         # control plane's and the store's answer to a steady load, not the depth of a queue.
         made, rate = 0, self.args.pod_rate
+        paced_from = self.pods_t0 = time.monotonic()
         for key in self.deployments:
-            lag = t0 + made / rate - time.monotonic()
+            lag = paced_from + made / rate - time.monotonic()
             if lag > 0:
                 time.sleep(lag)
             self.create_deployments([key])
@@ -718,13 +760,14 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
 
     def restart_apiserver(self):
         self.scrape()
-        self.apiserver_metrics.incarnation_ended()
         # Killed, not stopped: a SIGTERM'd apiserver waits 60 s for its watches to drain, and
         # what is tested here is the relist of every watch cache, not the drain.
         log(f"{self.name}: restarting kube-apiserver (-9)")
         self.apiserver.kill()
+        down = time.monotonic()
         self.apiserver.start()
-        wait_for("kube-apiserver ready again", 120, self.api.ready)
+        wait_for("kube-apiserver ready again", 120, self.api.ready, 0.1)
+        self.fig["kube-apiserver ready again after its kill"] = f"{time.monotonic() - down:.1f} s"
 
     def scale_up(self, t0, timeout):
         self.restart_apiserver()
@@ -734,7 +777,7 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
     def namespace(self, t0, timeout):
         ns = "scale-0"
         status, body = self.api.call("DELETE", f"/api/v1/namespaces/{ns}")
-        if status not in (200, 202):
+        if status not in (200, 202, 409):  # 409: a retried DELETE after the first had landed
             raise Failed(f"DELETE namespace {ns}: HTTP {status}")
         ours = [k for k in self.deployments if k[0] == ns]
         for k in ours:
@@ -797,10 +840,12 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
     def delete(self, t0, timeout):
         for i in range(NAMESPACES):
             self.api.call("DELETE", f"/api/v1/namespaces/scale-{i}")
-        self.api.call("DELETE", "/api/v1/nodes?labelSelector=type%3Dkwok")
         for k in self.deployments:
             self.deployments[k] = 0
+        # The nodes go last: kwok finishes the deletion of a pod only while its node exists (else
+        # the pod waits for the pod garbage collector's orphan sweep).
         wait_for("every pod gone", timeout, lambda: not [r for r in self.watch.live() if r["name"].startswith("scale-")], 1)
+        self.api.call("DELETE", "/api/v1/nodes?labelSelector=type%3Dkwok")
         wait_for("every namespace gone", timeout - (time.monotonic() - t0), lambda: all(
             self.api.call("GET", f"/api/v1/namespaces/scale-{i}")[0] == 404 for i in range(NAMESPACES)), 1)
         wait_for("every node gone", 60, lambda: self.ready_nodes()[1] == 0, 1)
@@ -812,7 +857,8 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
         # kube-apiserver compacts to the revision it saw one interval before: two intervals on,
         # the revision of the deletes is compacted away.
         wait_for("an apiserver compaction past the deletes", 3 * self.args.compaction_interval + 30,
-                 lambda: self.etcdctl("get", "compact_rev_key", f"--rev={rev}", check=False) is None, 2)
+                 lambda: "required revision has been compacted" in
+                 self.etcdctl_run("get", "compact_rev_key", f"--rev={rev}", check=False)[1], 2)
         self.fig["compacted past the deletes"] = "yes"
 
     # -- the figures -------------------------------------------------------------------------
@@ -832,6 +878,7 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
             if burst:
                 f["pods/s Running, phase 4 (all at once, apiserver restart included)"] = (
                     f"{len(burst) / (max(r['running'] for r in burst) - self.later_t0):.0f}")
+        f["this script's pod watch: LISTs (1 + one per broken watch)"] = f"{self.watch.relists}"
         f["pods timed / first met in a re-LIST"] = (
             f"{len(created) + len(later)} / {sum(1 for r in recs if r['listed'])}")
         if created and hasattr(self, "pods_t0"):
@@ -901,7 +948,6 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
             self.watch.synced.wait(60)
             big = max(120, a.pods / 10, a.nodes / 5)
             self.phase("1 nodes", self.nodes, big)
-            self.pods_t0 = time.monotonic()
             self.phase("2 pods", self.pods, 3 * big + a.pods / a.pod_rate)
             with self.watch.lock:
                 self.phase_pods = [dict(r) for r in self.watch.pods.values()
@@ -914,27 +960,35 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
             self.phase("6 check", self.check, big)
             self.scrape()
             self.phase("7 delete + compaction", self.delete, 3 * big)
-        except Failed as e:
-            self.problems.append(str(e))
-            log(f"{self.name}: FAILED: {e}")
+        except Exception as e:  # noqa: BLE001 - any failure ends this target, not the run
+            self.problems.append(str(e) if isinstance(e, Failed) else repr(e))
+            log(f"{self.name}: FAILED: {e!r}")
         finally:
             stop_scraper.set()
             try:
-                if self.apiserver.alive():
+                if hasattr(self, "apiserver") and self.apiserver.alive():
                     self.scrape()
             except Exception:  # noqa: BLE001 - the figures are best effort once a phase failed
                 pass
-            for p in self.procs:
-                p.sample()
+            if hasattr(self, "watch"):
+                self.watch.stop.set()
+            # Everything stopped before the figures, and with signals held off, so that neither a
+            # slow figure nor a second SIGTERM leaves a program running.
+            old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
+            try:
+                for p in reversed(self.procs):
+                    try:
+                        p.kill()
+                    except Exception as e:  # noqa: BLE001
+                        log(f"{self.name}: stopping {p.name}: {e!r}")
+            finally:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+            sampler.stop.set()
             try:
                 self.figures()
             except Exception as e:  # noqa: BLE001
                 self.problems.append(f"figures: {e!r}")
-            if hasattr(self, "watch"):
-                self.watch.stop.set()
-            for p in reversed(self.procs):
-                p.kill()
-            sampler.stop.set()
         return self
 
 
