@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,8 +51,34 @@ func TestWritesWaitForTheNextLeader(t *testing.T) {
 
 // The leader dies while a client keeps a lease alive over KeepAlive: the client's stream moves
 // to a surviving member and the lease, with its key, outlives the deadline it had at the kill.
+// That is leasehold's promise (docs/lease.md), and it is required of leasehold only: etcd 3.7
+// gives a lease no fresh TTL at a new leader and does not give the election back, so when the
+// election and the client's reconnect outlast what is left of the TTL it revokes the lease
+// (issue 43 measured it losing such leases). On etcd 3.7 the outcome is logged, not asserted.
 func TestKeepAliveSurvivesLeaderKill(t *testing.T) {
-	differential(t, 3, func(t *testing.T, c *cluster, tr *transcript) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			var tr transcript
+			keepAliveThroughLeaderKill(t, startCluster(t, tg, 3), &tr)
+			if tg.name != "leasehold" {
+				t.Logf("%s (not asserted):\n  %s", tg.name, strings.Join(tr.lines, "\n  "))
+				return
+			}
+			want := []string{
+				"keepalive channel open after the kill: true",
+				"renewals after the kill: true",
+				"key after twice the TTL: ok count 1",
+				"lease alive: ok true",
+			}
+			if strings.Join(tr.lines, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("leasehold kept the lease through the kill only partly:\n  %s", strings.Join(tr.lines, "\n  "))
+			}
+		})
+	}
+}
+
+func keepAliveThroughLeaderKill(t *testing.T, c *cluster, tr *transcript) {
+	{
 		cli := c.client(t)
 		const ttlSeconds = 4
 		grant, err := cli.Grant(ctxT(t), ttlSeconds)
@@ -71,14 +98,16 @@ func TestKeepAliveSurvivesLeaderKill(t *testing.T) {
 		c.leader(t).kill()
 		killed := time.Now()
 		// Past twice the TTL from the kill, counting renewals that arrived after it.
-		after := 0
+		after, closed := 0, false
 		limit := time.After(2 * ttlSeconds * time.Second)
 	wait:
 		for {
 			select {
 			case ka, ok := <-ch:
 				if !ok {
-					t.Fatalf("the keepalive channel closed %s after the kill", time.Since(killed))
+					t.Logf("the keepalive channel closed %s after the kill", time.Since(killed))
+					closed = true
+					break wait
 				}
 				if ka.TTL > 0 {
 					after++
@@ -87,12 +116,17 @@ func TestKeepAliveSurvivesLeaderKill(t *testing.T) {
 				break wait
 			}
 		}
+		if closed {
+			// Once the channel closes, wait out the rest of twice the TTL as an open one would.
+			<-limit
+		}
+		tr.add("keepalive channel open after the kill: %t", !closed)
 		tr.add("renewals after the kill: %t", after > 0)
 		get, err := cli.Get(ctxT(t), "ka/k")
 		tr.add("key after twice the TTL: %s count %d", errName(err), get.Count)
 		ttl, err := cli.TimeToLive(ctxT(t), grant.ID)
 		tr.add("lease alive: %s %t", errName(err), ttl.TTL > 0)
-	})
+	}
 }
 
 // failoverRun is what keepLeasesThroughKills saw.
