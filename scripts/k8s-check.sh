@@ -38,6 +38,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 source scripts/lib/ports.sh
 source scripts/lib/go-tools.sh
+source scripts/lib/require.sh
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(leasehold:1 leasehold:3 etcd:1 etcd:3)
@@ -45,13 +46,7 @@ targets=("$@")
 for need in openssl curl python3; do
   command -v "$need" >/dev/null 2>&1 || { echo "k8s-check: $need not found" >&2; exit 2; }
 done
-lh_bin=${LEASEHOLD_BIN:-}
-if [ -z "$lh_bin" ]; then
-  for candidate in target/release/leasehold target/debug/leasehold; do
-    if [ -x "$candidate" ]; then lh_bin=$root/$candidate; break; fi
-  done
-fi
-[ -n "$lh_bin" ] || { echo "build first: cargo build --release -p leasehold (or set LEASEHOLD_BIN)" >&2; exit 2; }
+find_leasehold
 etcd_bin=$(etcd37_bin)
 etcdctl=$(etcdctl37_bin)
 apiserver=$(kube_apiserver_bin)

@@ -39,17 +39,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/go-tools.sh
+source scripts/lib/require.sh
 
-for need in openssl curl python3; do
+for need in openssl python3; do
   command -v "$need" >/dev/null 2>&1 || { echo "k8s-scale: $need not found" >&2; exit 2; }
 done
-lh_bin=${LEASEHOLD_BIN:-}
-if [ -z "$lh_bin" ]; then
-  for candidate in target/release/leasehold target/debug/leasehold; do
-    if [ -x "$candidate" ]; then lh_bin=$(pwd)/$candidate; break; fi
-  done
-fi
-[ -n "$lh_bin" ] || { echo "build first: cargo build --release -p leasehold (or set LEASEHOLD_BIN)" >&2; exit 2; }
+find_leasehold
 
 find_go
 # Each in a variable of its own: a failed build then stops the script (set -e), where inside
