@@ -78,6 +78,28 @@ fn delete_then_recreate_starts_a_new_generation() {
 }
 
 #[test]
+fn live_keys_count_keys_whose_newest_version_is_a_value_through_compaction_and_restore() {
+    let mut s = Store::new();
+    put(&mut s, "a", "1");
+    put(&mut s, "a", "2");
+    put(&mut s, "b", "1");
+    assert_eq!(s.live_keys(), 2);
+    s.delete_range(&DeleteRangeRequest {
+        key: "a".into(),
+        range_end: "c".into(),
+        ..Default::default()
+    });
+    assert_eq!(s.live_keys(), 0);
+    put(&mut s, "b", "2");
+    assert_eq!(s.live_keys(), 1);
+    s.compact(s.current_revision()).expect("compact");
+    assert_eq!(s.live_keys(), 1);
+    let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
+    assert_eq!(restored.live_keys(), 1);
+    s.validate();
+}
+
+#[test]
 fn deleting_nothing_keeps_the_revision() {
     let mut s = Store::new();
     put(&mut s, "a", "1");
@@ -259,16 +281,24 @@ fn compaction_removes_hidden_versions_and_dead_tombstones() {
     }); // 5
     put(&mut s, "a", "3"); // 6
     let (_, removed) = s.compact(5).unwrap();
-    // a@2 is hidden by a@3; b@4 and its tombstone @5 are gone; a@3 stays (visible at 5).
-    assert_eq!(removed.len(), 3);
-    assert_eq!(s.key_history_len(), 1);
+    // a@2 is hidden by a@3 and b@4 by its tombstone: both go. a@3 stays (visible at 5), and so
+    // does b's tombstone @5, at the compaction revision itself (etcd#18089): a watch from 5
+    // sees the delete.
+    assert_eq!(removed.len(), 2);
+    assert_eq!(s.key_history_len(), 2);
     assert_eq!(get_at(&s, "a", "", 5), vec![("a".into(), "2".into())]);
     assert_eq!(get_at(&s, "a", "", 6), vec![("a".into(), "3".into())]);
+    let replayed = s.events(5, 6, usize::MAX);
     assert_eq!(
-        s.events(6, 6, usize::MAX).len(),
-        1,
-        "history above the compaction point is still replayed"
+        replayed.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        vec![EventKind::Delete, EventKind::Put],
+        "the delete at the compaction point and the history above it are replayed"
     );
+    s.validate();
+    // A compaction past the tombstone takes it.
+    let (_, removed) = s.compact(6).unwrap();
+    assert_eq!(removed.len(), 2, "b@5 and a@3, hidden by a@6");
+    assert_eq!(s.key_history_len(), 1);
     s.validate();
 }
 
@@ -715,12 +745,12 @@ proptest! {
             prop_assert_eq!(s.current_revision() as usize, model.len() - 1);
             s.validate();
         }
-        // Watch history from the compaction point is every change the model made above it, in
-        // order, and the puts made at it (a delete there is compacted away, as in etcd).
+        // Watch history from the compaction point is every change the model made at it or
+        // above it, in order (a delete at it included: etcd 3.6+ keeps that tombstone).
         let from = compacted.max(1);
         let want: Vec<(EventKind, Vec<u8>, Vec<u8>, i64)> = changes
             .into_iter()
-            .filter(|c| c.3 > from || (c.3 == from && c.0 == EventKind::Put))
+            .filter(|c| c.3 >= from)
             .collect();
         let summary = |store: &Store| -> Vec<(EventKind, Vec<u8>, Vec<u8>, i64)> {
             store

@@ -177,6 +177,9 @@ pub struct Store {
     current_revision: i64,
     /// `-1` until the first compaction, as in etcd.
     compact_revision: i64,
+    /// Keys whose newest version is a value (etcd's `etcd_debugging_mvcc_keys_total`). Only
+    /// [`Store::push_version`] changes which version is newest; a compaction keeps a live key's.
+    live_keys: usize,
     /// The hashes this store's latest compactions took of what they removed, as `HashKV` at
     /// each compaction revision answers them (newest last, at most [`COMPACTION_HASHES_KEPT`]).
     /// Like etcd's, they live in memory only: after a restart `HashKV` at the compaction
@@ -204,6 +207,7 @@ impl Store {
             by_revision: VecDeque::new(),
             current_revision: 1,
             compact_revision: -1,
+            live_keys: 0,
             compaction_hashes: VecDeque::new(),
         }
     }
@@ -219,6 +223,17 @@ impl Store {
     /// Number of keys that have a history (live or deleted but not yet compacted).
     pub fn key_history_len(&self) -> usize {
         self.keys.len()
+    }
+
+    /// The hashes this store's latest compactions took (newest last), as `HashKV` at each
+    /// compaction revision answers them.
+    pub fn compaction_hashes(&self) -> Vec<KvHash> {
+        self.compaction_hashes.iter().copied().collect()
+    }
+
+    /// Number of keys whose newest version is a value.
+    pub fn live_keys(&self) -> usize {
+        self.live_keys
     }
 
     /// Rebuilds a store from persisted records. They need not be sorted (sorting is skipped when
@@ -286,11 +301,13 @@ impl Store {
             .filter(|(rev, _)| rev.main >= compact_revision)
             .map(|(rev, key)| (rev, key.expect("every position has its key")))
             .collect();
+        let live_keys = entries.iter().filter(|(_, h)| h.latest().is_live()).count();
         let store = Store {
             keys: entries.into_iter().collect(),
             by_revision,
             current_revision,
             compact_revision,
+            live_keys,
             compaction_hashes: VecDeque::new(),
         };
         store.debug_validate();
@@ -305,9 +322,19 @@ impl Store {
             Some((shared, _)) => shared.clone(),
             None => Key::from(key),
         };
+        let live_after = version.is_live();
         match self.keys.get_mut(key) {
-            Some(history) => history.push(version),
+            Some(history) => {
+                let live_before = history.latest().is_live();
+                history.push(version);
+                match (live_before, live_after) {
+                    (false, true) => self.live_keys += 1,
+                    (true, false) => self.live_keys -= 1,
+                    _ => {}
+                }
+            }
             None => {
+                self.live_keys += usize::from(live_after);
                 self.keys
                     .insert(shared.clone(), Box::new(History::One(version)));
             }
@@ -575,8 +602,12 @@ impl Store {
                 return true;
             }
             // Keep the newest version at or below `revision` if it is a value: reads at
-            // `revision` still see it. A tombstone there hides nothing and goes too.
-            let keep_from = if versions[at_or_below - 1].is_live() {
+            // `revision` still see it. A tombstone below `revision` hides nothing and goes too;
+            // one at `revision` itself stays, as etcd 3.6+ keeps it (etcd#18089), so that a
+            // watch from the compaction revision sees the delete. The next compaction past it
+            // takes it.
+            let newest = &versions[at_or_below - 1];
+            let keep_from = if newest.is_live() || newest.rev.main == revision {
                 at_or_below - 1
             } else {
                 at_or_below
@@ -584,8 +615,8 @@ impl Store {
             history.drop_oldest(keep_from, |rev| changes.push(Change::Remove { rev }))
         });
         // Nothing reads history below the compaction point: its index goes. A watch may start
-        // at the compaction point itself, so what is kept there stays indexed (a tombstone there
-        // went with its history, as in etcd).
+        // at the compaction point itself, so what is kept there stays indexed (a tombstone
+        // there included).
         let below = self
             .by_revision
             .partition_point(|(rev, _)| rev.main < revision);
@@ -690,6 +721,11 @@ impl Store {
     /// Checks every invariant; panics with the broken one. Linear in the store's size.
     pub fn validate(&self) {
         assert!(self.current_revision >= 1, "revision starts at 1");
+        assert_eq!(
+            self.live_keys,
+            self.keys.values().filter(|h| h.latest().is_live()).count(),
+            "live key count"
+        );
         assert!(
             self.compact_revision <= self.current_revision,
             "compact revision {} above current {}",
@@ -732,8 +768,8 @@ impl Store {
             }
             let history = history.as_slice();
             assert!(
-                history[0].is_live(),
-                "history of {key:?} starts with a tombstone"
+                history[0].is_live() || history[0].rev.main == self.compact_revision,
+                "history of {key:?} starts with a tombstone below the compaction revision"
             );
             let mut generation_start: Option<i64> = None;
             let mut expected_version = 1;
@@ -753,7 +789,12 @@ impl Store {
                     }
                     expected_version = v.version + 1;
                 } else {
-                    assert!(i > 0 && history[i - 1].is_live(), "{key:?} double delete");
+                    // A compaction at a tombstone's revision keeps the tombstone alone.
+                    let kept_alone = i == 0 && v.rev.main == self.compact_revision;
+                    assert!(
+                        kept_alone || (i > 0 && history[i - 1].is_live()),
+                        "{key:?} double delete"
+                    );
                     assert_eq!(v.lease, None, "{key:?}: a tombstone names no lease");
                     generation_start = None;
                     expected_version = 1;
