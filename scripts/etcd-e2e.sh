@@ -13,7 +13,9 @@
 # run on leasehold; the table says why.
 #
 #   scripts/etcd-e2e.sh [--suite common|e2e|all] [--targets "leasehold etcd37"] [--run REGEX]
-#                       [--retries N] [--report]
+#                       [--list FILE] [--retries N] [--report]
+#
+# --list FILE runs only the top-level tests FILE names, one a line (`#` starts a comment).
 #
 # --retries N runs a failed test again, up to N times (etcd's suites time some steps to the
 # second); the table marks a test that passed only on a retry "pass*". --report runs nothing and
@@ -37,9 +39,14 @@ while [ $# -gt 0 ]; do
     --suite) suites=$2; shift 2 ;;
     --targets) targets=$2; shift 2 ;;
     --run) run_re=$2; shift 2 ;;
+    --list)
+      names=$(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$2" | grep -v '^$' | paste -sd'|')
+      [ -n "$names" ] || { echo "etcd-e2e.sh: $2 names no test" >&2; exit 2; }
+      run_re="^($names)\$"
+      shift 2 ;;
     --retries) retries=$2; shift 2 ;;
     --report) report_only=true; shift ;;
-    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "etcd-e2e.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -453,14 +453,22 @@ impl<F: Fs> Core<F> {
         }
     }
 
-    /// On a leader, the last log index `id` is known to hold (Raft's match index for it; the
-    /// leader's own for its own id). `None` off the leader or for a non-member.
     /// For how many ticks messages from `peer` have come without a gap of an election timeout,
     /// if the last one came within one (etcd's "connected since", which its reconfiguration
     /// checks ask of the member that takes the change).
     pub fn heard_for_ticks(&self, peer: u64) -> Option<u64> {
         let heard = self.heard.get(&peer)?;
         (self.ticks - heard.last <= self.election_tick).then(|| self.ticks - heard.since)
+    }
+
+    /// How many ticks ago the last message from `peer` came; `None` if none ever did.
+    pub fn heard_ago_ticks(&self, peer: u64) -> Option<u64> {
+        self.heard.get(&peer).map(|h| self.ticks - h.last)
+    }
+
+    /// The transport heard from `peer` (a keepalive on its link, not a Raft message).
+    pub fn note_heard(&mut self, peer: u64) {
+        self.heard_from(peer);
     }
 
     fn heard_from(&mut self, peer: u64) {
@@ -483,6 +491,8 @@ impl<F: Fs> Core<F> {
             });
     }
 
+    /// On a leader, the last log index `id` is known to hold (Raft's match index for it; the
+    /// leader's own for its own id). `None` off the leader or for a non-member.
     pub fn matched(&self, id: u64) -> Option<u64> {
         let raft = &self.node.raft;
         if raft.state != StateRole::Leader {

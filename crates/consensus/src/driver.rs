@@ -40,6 +40,9 @@ pub enum Input<F: Fs> {
     TransferLeader(u64),
     Campaign,
     Unreachable(u64),
+    /// The transport heard from this peer without a Raft message (its link's keepalive): it is
+    /// connected, for the reconfiguration checks (see [`Core::heard_for_ticks`]).
+    Heard(u64),
     /// The machine made this snapshot durable (see [`Core::compact`]).
     Compact(Snapshot),
     /// Runs on the thread with the core (a status read, say).
@@ -232,6 +235,7 @@ fn take<F: Fs>(core: &mut Core<F>, reads: &mut ReadBatcher, input: Input<F>) {
             }
         }
         Input::Unreachable(id) => core.report_unreachable(id),
+        Input::Heard(id) => core.note_heard(id),
         Input::Compact(snapshot) => {
             if let Err(e) = core.compact(snapshot) {
                 tracing::warn!("compacting the raft log: {e}");

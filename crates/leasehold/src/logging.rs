@@ -1,13 +1,16 @@
 //! The process's log: what is logged (`LEASEHOLD_LOG`, a `tracing` filter, when set; else
-//! `--log-level`) and where it goes (`--log-outputs`: stderr, stdout, files appended to; every
-//! line to each).
+//! `--log-level`), how it is written (`--log-format`: etcd's JSON lines, `zap_json.rs`, or lines
+//! for people) and where it goes (`--log-outputs`: stderr, stdout, files appended to; every line
+//! to each).
+
+mod zap_json;
 
 use std::fs::File;
 use std::io::{IsTerminal as _, Write};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
-use leasehold_node::{LogLevel, LogTarget};
+use leasehold_node::{LogFormat, LogLevel, LogTarget};
 use tracing_subscriber::fmt::MakeWriter;
 
 /// The environment variable whose `tracing` filter wins over `--log-level`.
@@ -15,16 +18,21 @@ pub const FILTER_VAR: &str = "LEASEHOLD_LOG";
 
 /// Sets up the process's logging. `level` is `--log-level` (`None` for the commands without
 /// server flags: `bench`, `cluster`).
-pub fn init(level: Option<LogLevel>, targets: &[LogTarget]) -> anyhow::Result<()> {
+pub fn init(
+    level: Option<LogLevel>,
+    format: LogFormat,
+    targets: &[LogTarget],
+) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_env(FILTER_VAR)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter(level)));
     let outputs = Outputs::open(targets)?;
-    let ansi = outputs.all_terminals();
-    tracing_subscriber::fmt()
-        .with_writer(outputs)
-        .with_ansi(ansi)
-        .with_env_filter(filter)
-        .init();
+    let builder = tracing_subscriber::fmt()
+        .with_writer(outputs.clone())
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.event_format(zap_json::ZapJson).init(),
+        LogFormat::Console => builder.with_ansi(outputs.all_terminals()).init(),
+    }
     Ok(())
 }
 

@@ -123,7 +123,11 @@ fn main() -> anyhow::Result<()> {
                 }
             };
             let targets = resolved.config.log_targets()?;
-            logging::init(Some(resolved.config.log_level), &targets)?;
+            logging::init(
+                Some(resolved.config.log_level),
+                resolved.config.log_format,
+                &targets,
+            )?;
             for notice in &resolved.notices {
                 match notice.level {
                     NoticeLevel::Info => tracing::info!("{}", notice.message),
@@ -133,7 +137,13 @@ fn main() -> anyhow::Result<()> {
             Some(resolved.config)
         }
         Some(_) => {
-            logging::init(None, &[leasehold_node::LogTarget::Stderr])?;
+            // The commands without server flags (`bench`, `cluster`, the client commands)
+            // write for people.
+            logging::init(
+                None,
+                leasehold_node::LogFormat::Console,
+                &[leasehold_node::LogTarget::Stderr],
+            )?;
             None
         }
     };
@@ -302,7 +312,7 @@ mod tests {
         let cli = Cli::try_parse_from(["leasehold"]).unwrap();
         assert!(cli.command.is_none());
         assert_eq!(cli.serve.listen_client_urls, "http://127.0.0.1:2379");
-        assert_eq!(cli.serve.data_dir.to_str(), Some("./leasehold.data"));
+        assert_eq!(cli.serve.data_dir().to_str(), Some("default.etcd"));
     }
 
     #[test]
@@ -341,7 +351,7 @@ mod tests {
         let cli = Cli::try_parse_from(&serve).unwrap();
         assert!(cli.command.is_none());
         assert_eq!(cli.serve.name, "b");
-        assert_eq!(cli.serve.data_dir.to_str(), Some("/d"));
+        assert_eq!(cli.serve.data_dir().to_str(), Some("/d"));
         // Subcommands keep their own flags as they are.
         let get = argv(&["get", "k", "-w", "json"]);
         assert_eq!(go_style_serve_flags(get.clone()), get);

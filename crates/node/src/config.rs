@@ -27,9 +27,10 @@ pub struct NodeConfig {
     /// Human-readable name for this member.
     #[arg(long, default_value = "default")]
     pub name: String,
-    /// Path to the data directory.
-    #[arg(long, default_value = "./leasehold.data")]
-    pub data_dir: PathBuf,
+    /// Path to the data directory (default `<name>.etcd`, as etcd's and as `snapshot restore`
+    /// writes it). Read it through [`NodeConfig::data_dir`].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
     /// Comma-separated URLs to listen on for client traffic.
     #[arg(long, default_value = "http://127.0.0.1:2379")]
     pub listen_client_urls: String,
@@ -39,6 +40,11 @@ pub struct NodeConfig {
     /// Comma-separated URLs to listen on for peer traffic (Raft and forwarding between members).
     #[arg(long, default_value = "http://127.0.0.1:2380")]
     pub listen_peer_urls: String,
+    /// Comma-separated URLs to listen on for HTTP client traffic only: the JSON gateway
+    /// (`/v3/...`), `/health`, `/metrics` and the rest; when given, `--listen-client-urls`
+    /// serve gRPC only, as etcd's do.
+    #[arg(long, default_value = "")]
+    pub listen_client_http_urls: String,
     /// Comma-separated URLs to listen on for etcd's HTTP endpoints only (`/health`, `/livez`,
     /// `/readyz`, `/version`), as etcd's `--listen-metrics-urls`; none by default.
     #[arg(long, default_value = "")]
@@ -94,6 +100,30 @@ pub struct NodeConfig {
     /// 3.7 takes, and the one kubeadm writes); wins when both are given.
     #[arg(long, value_parser = parse_positive_duration)]
     pub watch_progress_notify_interval: Option<Duration>,
+    /// A unary gRPC request that takes longer than this is logged as a warning (`request
+    /// stats`, etcd's words); at `--log-level=debug` every one is. Default 300ms.
+    #[arg(long, value_parser = parse_duration)]
+    pub warning_unary_request_duration: Option<Duration>,
+    /// Before serving, defragment the database file if that would free at least this many
+    /// MiB (`0`, the default: never), as etcd does at start-up.
+    #[arg(long)]
+    pub bootstrap_defrag_threshold_megabytes: Option<u64>,
+    /// etcd 3.5's name for `--bootstrap-defrag-threshold-megabytes`, which wins when both are
+    /// given.
+    #[arg(long)]
+    pub experimental_bootstrap_defrag_threshold_megabytes: Option<u64>,
+    /// The leader compares every member's hash at its latest compaction revisions every
+    /// `--compact-hash-check-time`, and raises CORRUPT for a member that differs (etcd 3.5's
+    /// flag; the `CompactHashCheck` feature gate wins over it).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = parse_go_bool)]
+    pub experimental_compact_hash_check_enabled: bool,
+    /// How often the compaction hash check runs (default 1m).
+    #[arg(long, value_parser = parse_duration)]
+    pub compact_hash_check_time: Option<Duration>,
+    /// etcd 3.5's name for `--compact-hash-check-time`, which wins when both are given.
+    #[arg(long, value_parser = parse_duration)]
+    pub experimental_compact_hash_check_time: Option<Duration>,
     /// etcd 3.6's name for `--experimental-corrupt-check-time`; wins when both are given.
     #[arg(long, value_parser = parse_duration)]
     pub corrupt_check_time: Option<Duration>,
@@ -145,6 +175,11 @@ pub struct NodeConfig {
     /// Least severe level logged (`LEASEHOLD_LOG`, a tracing filter, wins when set).
     #[arg(long, value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     pub log_level: LogLevel,
+    /// How each log line is written: `json` (etcd's: one JSON object a line with `level`, `ts`,
+    /// `caller` and `msg`, as zap writes it) or `console` (leasehold's lines for people,
+    /// coloured on a terminal).
+    #[arg(long, default_value = "json", value_parser = parse_log_format)]
+    pub log_format: LogFormat,
     /// Only `zap`, etcd 3.5's only logger; accepted for compatibility.
     #[arg(long, default_value = "zap", value_parser = parse_logger)]
     pub logger: String,
@@ -180,6 +215,26 @@ impl LogLevel {
             LogLevel::Warn => "warn",
             LogLevel::Error | LogLevel::Dpanic | LogLevel::Panic | LogLevel::Fatal => "error",
         }
+    }
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// etcd's default: zap's JSON encoder with etcd's settings.
+    Json,
+    /// Human-readable lines.
+    Console,
+}
+
+fn parse_log_format(s: &str) -> Result<LogFormat, String> {
+    match s {
+        "json" | "" => Ok(LogFormat::Json),
+        "console" => Ok(LogFormat::Console),
+        // etcd's words.
+        _ => Err(format!(
+            "unknown log format: {s}, supported values json, console"
+        )),
     }
 }
 
@@ -239,6 +294,36 @@ impl NodeConfig {
     pub fn corrupt_check_period(&self) -> Duration {
         self.corrupt_check_time
             .unwrap_or(self.experimental_corrupt_check_time)
+    }
+
+    /// How often the compaction hash check runs; `None` when it is off (the `CompactHashCheck`
+    /// feature gate if given, else `--experimental-compact-hash-check-enabled`).
+    pub fn compact_hash_check_period(&self) -> Option<Duration> {
+        let on = self
+            .feature_gates
+            .as_ref()
+            .and_then(|g| g.get("CompactHashCheck"))
+            .unwrap_or(self.experimental_compact_hash_check_enabled);
+        on.then(|| {
+            self.compact_hash_check_time
+                .or(self.experimental_compact_hash_check_time)
+                .unwrap_or(Duration::from_secs(60))
+        })
+        .filter(|d| !d.is_zero())
+    }
+
+    /// `--warning-unary-request-duration`, default 300ms.
+    pub fn warning_unary_request_duration(&self) -> Duration {
+        self.warning_unary_request_duration
+            .unwrap_or(Duration::from_millis(300))
+    }
+
+    /// `--bootstrap-defrag-threshold-megabytes` in bytes; `None` when off.
+    pub fn bootstrap_defrag_threshold(&self) -> Option<u64> {
+        self.bootstrap_defrag_threshold_megabytes
+            .or(self.experimental_bootstrap_defrag_threshold_megabytes)
+            .filter(|&mb| mb > 0)
+            .map(|mb| mb.saturating_mul(1 << 20))
     }
 
     /// Whether the initial corruption check runs: the `InitialCorruptCheck` feature gate if
@@ -373,6 +458,52 @@ impl NodeConfig {
 
     /// Checks the flags that a member needs to start, without touching the network; reads the
     /// TLS files, so a bad one is reported before anything starts.
+    /// The data directory: `--data-dir`, else `<name>.etcd` in the working directory, as etcd
+    /// defaults it.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name)))
+    }
+
+    /// Logs the configuration under etcd's names, as etcd logs its own when it starts, so that
+    /// what reads etcd's log finds the same keys. A flag without effect here is reported as
+    /// given (or at etcd's default), `v2-deprecation` at the only stage etcd 3.7 enforces.
+    pub fn log_as_etcd(&self) {
+        let catchup = [
+            "snapshot-catchup-entries",
+            "experimental-snapshot-catchup-entries",
+        ]
+        .into_iter()
+        .find_map(|flag| self.inert.given(flag))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(5000);
+        tracing::info!(
+            "name" = %self.name,
+            "data-dir" = %self.data_dir().display(),
+            "heartbeat-interval" = %format!("{}ms", self.heartbeat_interval),
+            "election-timeout" = %format!("{}ms", self.election_timeout),
+            "snapshot-count" = self.snapshot_count,
+            "snapshot-catchup-entries" = catchup,
+            "initial-advertise-peer-urls" = %self.initial_advertise_peer_urls,
+            "listen-peer-urls" = %self.listen_peer_urls,
+            "advertise-client-urls" = %self.advertise_client_urls.as_deref().unwrap_or_default(),
+            "listen-client-urls" = %self.listen_client_urls,
+            "listen-metrics-urls" = %self.listen_metrics_urls,
+            "initial-cluster" = %self.initial_cluster.as_deref().unwrap_or_default(),
+            "initial-cluster-state" = %self.initial_cluster_state,
+            "initial-cluster-token" = %self.initial_cluster_token,
+            "quota-backend-bytes" = self.quota_backend_bytes,
+            "max-request-bytes" = self.max_request_bytes,
+            "strict-reconfig-check" = self.strict_reconfig_check,
+            "auto-compaction-mode" = %self.auto_compaction_mode,
+            "auto-compaction-retention" = %self.auto_compaction_retention,
+            "auth-token" = %self.auth_token.split(',').next().unwrap_or_default(),
+            "v2-deprecation" = "write-only",
+            "configuration, in etcd's names"
+        );
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         self.inert.check()?;
         self.log_targets()?;
@@ -464,7 +595,17 @@ impl NodeConfig {
 
     /// `--listen-peer-urls`, in order.
     pub fn peer_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
-        listen_urls("--listen-peer-urls", &self.listen_peer_urls, false)
+        listen_urls("--listen-peer-urls", &self.listen_peer_urls, true)
+    }
+
+    /// `--listen-client-http-urls`, in order (none when the flag is empty). An `https://` one
+    /// serves with the client side's TLS.
+    pub fn client_http_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
+        listen_urls(
+            "--listen-client-http-urls",
+            &self.listen_client_http_urls,
+            false,
+        )
     }
 
     /// `--listen-metrics-urls`, in order (none when the flag is empty). An `https://` one
@@ -499,7 +640,7 @@ impl NodeConfig {
                  secure url"
             );
         }
-        let urls = [clients, metrics].concat();
+        let urls = [clients, metrics, self.client_http_urls()?].concat();
         server_tls(&self.tls, self.tls.client.side(), &urls)
     }
 
@@ -690,7 +831,7 @@ impl FeatureGates {
             .0
             .iter()
             .map(|(g, _)| *g)
-            .filter(|g| *g != "InitialCorruptCheck")
+            .filter(|g| *g != "InitialCorruptCheck" && *g != "CompactHashCheck")
             .collect();
         names.dedup();
         names
@@ -962,11 +1103,20 @@ mod tests {
                 }
             ]
         );
-        assert!(
+        // Peers listen on Unix sockets too, as etcd's may.
+        assert_eq!(
             parse(&["--listen-peer-urls", "unix://x:1"])
                 .peer_urls()
-                .is_err(),
-            "peers listen on TCP only"
+                .unwrap(),
+            [ListenUrl {
+                addr: ListenAddr::Unix("x:1".into()),
+                tls: false
+            }]
+        );
+        assert!(
+            parse(&["--listen-peer-urls", "ftp://x:1"])
+                .peer_urls()
+                .is_err()
         );
         let urls = parse(&[
             "--listen-client-urls",

@@ -27,6 +27,8 @@ enum Kind {
     /// Flags etcd itself has ignored since v2 (`pkg/flags.IgnoredFlag`): no value needed, any
     /// value taken.
     Legacy,
+    /// `--v2-deprecation`: one of etcd 3.7's stages, or etcd's refusal.
+    V2Stage,
 }
 
 #[derive(Clone, Copy)]
@@ -62,10 +64,9 @@ const NO_V2: &str = "leasehold serves only the v3 API";
 const NO_PROXY: &str = "leasehold has no v2 proxy mode";
 const NO_DISCOVERY: &str = "discovery is not supported: bootstrap with --initial-cluster";
 const NO_TRACING: &str = "OpenTelemetry tracing is not implemented";
-const NO_COMPACT_HASH_CHECK: &str = "the hash check after each compaction is not implemented yet (the periodic and initial corruption checks are)";
 const LEGACY: &str = "ignored by etcd too since v3";
 
-use Kind::{Bool, Duration, Int, Legacy, Str, Uint};
+use Kind::{Bool, Duration, Int, Legacy, Str, Uint, V2Stage};
 
 /// Every etcd 3.5 server flag that leasehold does not implement (from etcd's
 /// `server/etcdmain/config.go`), in etcd's order.
@@ -119,7 +120,6 @@ const TABLE: &[Inert] = &[
         Duration,
         "the peer transport is gRPC, timed by --election-timeout",
     ),
-    only("listen-client-http-urls", Str, "", "not implemented yet"),
     only("discovery", Str, "", NO_DISCOVERY),
     inert("discovery-fallback", Str, NO_DISCOVERY),
     inert("discovery-proxy", Str, NO_DISCOVERY),
@@ -128,7 +128,7 @@ const TABLE: &[Inert] = &[
     inert("pre-vote", Bool, "PreVote is always on"),
     inert("enable-v2", Bool, NO_V2),
     inert("experimental-enable-v2v3", Str, NO_V2),
-    inert("v2-deprecation", Str, NO_V2),
+    inert("v2-deprecation", V2Stage, NO_V2),
     only("proxy", Str, "off", NO_PROXY),
     inert("proxy-failure-wait", Uint, NO_PROXY),
     inert("proxy-refresh-interval", Uint, NO_PROXY),
@@ -167,16 +167,6 @@ const TABLE: &[Inert] = &[
         NO_TRACING,
     ),
     inert(
-        "experimental-compact-hash-check-enabled",
-        Bool,
-        NO_COMPACT_HASH_CHECK,
-    ),
-    inert(
-        "experimental-compact-hash-check-time",
-        Duration,
-        NO_COMPACT_HASH_CHECK,
-    ),
-    inert(
         "experimental-enable-lease-checkpoint",
         Bool,
         "leases always keep their remaining TTL across leader changes",
@@ -210,11 +200,6 @@ const TABLE: &[Inert] = &[
         "gRPC serves on through a defragment (writes wait for it)",
     ),
     inert(
-        "experimental-bootstrap-defrag-threshold-megabytes",
-        Uint,
-        "nothing is defragmented at start-up",
-    ),
-    inert(
         "experimental-snapshot-catchup-entries",
         Uint,
         "a follower further behind than min(--snapshot-count, 5000) entries gets a snapshot",
@@ -244,21 +229,11 @@ const TABLE: &[Inert] = &[
     // `experimental-` flags above are in RENAMED. `--watch-progress-notify-interval`,
     // `--corrupt-check-time` and `--feature-gates` are implemented (`config.rs`).
     inert(
-        "warning-unary-request-duration",
-        Duration,
-        "slow requests are not reported",
-    ),
-    inert(
         "peer-skip-client-san-verification",
         Bool,
         "peer client certificates' SANs are always checked",
     ),
     inert("max-learners", Int, "learners are not limited in number"),
-    inert(
-        "log-format",
-        Str,
-        "logs are written in leasehold's own format",
-    ),
     only("discovery-endpoints", Str, "", NO_DISCOVERY),
     inert("discovery-token", Str, NO_DISCOVERY),
     inert("discovery-dial-timeout", Duration, NO_DISCOVERY),
@@ -298,10 +273,6 @@ const RENAMED: &[(&str, &str)] = &[
         "experimental-distributed-tracing-sampling-rate",
     ),
     (
-        "compact-hash-check-time",
-        "experimental-compact-hash-check-time",
-    ),
-    (
         "compaction-batch-limit",
         "experimental-compaction-batch-limit",
     ),
@@ -315,10 +286,6 @@ const RENAMED: &[(&str, &str)] = &[
         "experimental-warning-apply-duration",
     ),
     ("memory-mlock", "experimental-memory-mlock"),
-    (
-        "bootstrap-defrag-threshold-megabytes",
-        "experimental-bootstrap-defrag-threshold-megabytes",
-    ),
     (
         "snapshot-catchup-entries",
         "experimental-snapshot-catchup-entries",
@@ -345,6 +312,14 @@ pub struct InertFlags {
 }
 
 impl InertFlags {
+    /// The value `--name` was given, as given.
+    pub(crate) fn given(&self, name: &str) -> Option<&str> {
+        self.given
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// Refuses a value that cannot be ignored safely (see the module header).
     pub(crate) fn check(&self) -> anyhow::Result<()> {
         for (name, value) in &self.given {
@@ -385,6 +360,18 @@ fn arg(entry: &Inert) -> Arg {
         Int => arg.value_parser(clap::value_parser!(i64)),
         Duration => arg.value_parser(parse_duration),
         Str => arg,
+        V2Stage => arg.value_parser(parse_v2_stage),
+    }
+}
+
+/// etcd 3.7's v2 deprecation stages; another is refused in the words of Go's flag package, as
+/// etcd refuses it (`not-yet`, 3.5's default, among them).
+fn parse_v2_stage(value: &str) -> Result<String, String> {
+    match value {
+        "write-only" | "write-only-drop-data" | "gone" => Ok(value.to_owned()),
+        _ => Err(format!(
+            "invalid value {value:?} for flag -v2-deprecation: invalid value {value:?}"
+        )),
     }
 }
 

@@ -25,7 +25,7 @@ mod transport;
 
 pub use config::{
     INITIAL_ADVERTISE_PEER_URLS_DEFAULT, INITIAL_CLUSTER_TOKEN_DEFAULT, Identity, ListenAddr,
-    ListenUrl, LogLevel, LogTarget, NodeConfig, parse_duration,
+    ListenUrl, LogFormat, LogLevel, LogTarget, NodeConfig, parse_duration,
 };
 pub use inert::InertFlags;
 pub use leasehold_server::ETCD_API_VERSION;

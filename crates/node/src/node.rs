@@ -17,6 +17,10 @@ use crate::transport;
 /// How long a stopping member lets client requests finish before it cuts them off.
 const DRAIN_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a leader that is asked to stop tries to hand leadership over first (etcd's test of
+/// a graceful stop allows 1.5 s for all of it).
+const HAND_OVER_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long a member whose storage failed waits for its Raft core to stop before it returns.
 const FATAL_STOP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -25,9 +29,13 @@ const FATAL_STOP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(
 #[derive(Debug)]
 pub struct Listeners {
     pub client: Vec<ClientListener>,
-    pub peer: Vec<TcpListener>,
+    /// TCP, or Unix sockets (`unix://` peer URLs, as etcd takes them).
+    pub peer: Vec<ClientListener>,
     /// `--listen-metrics-urls`: HTTP endpoints only.
     pub metrics: Vec<TcpListener>,
+    /// `--listen-client-http-urls`: HTTP client traffic only (the client listeners then serve
+    /// gRPC only).
+    pub client_http: Vec<TcpListener>,
 }
 
 impl Listeners {
@@ -51,7 +59,7 @@ impl Listeners {
         };
         let mut peer = Vec::new();
         for url in config.peer_urls()? {
-            let l = TcpListener::bind(tcp(&url)?)
+            let l = ClientListener::bind(&url.addr)
                 .await
                 .with_context(|| format!("listen on {} for peers", url.addr))?;
             peer.push(l);
@@ -63,10 +71,18 @@ impl Listeners {
                 .with_context(|| format!("listen on {} for metrics", url.addr))?;
             metrics.push(l);
         }
+        let mut client_http = Vec::new();
+        for url in config.client_http_urls()? {
+            let l = TcpListener::bind(tcp(&url)?)
+                .await
+                .with_context(|| format!("listen on {} for HTTP clients", url.addr))?;
+            client_http.push(l);
+        }
         Ok(Listeners {
             client,
             peer,
             metrics,
+            client_http,
         })
     }
 }
@@ -135,8 +151,9 @@ impl Node {
     {
         config.validate()?;
         let identity = config.identity()?;
-        let fresh = !config.data_dir.join("leasehold.redb").exists();
-        let data_dir = std::path::absolute(&config.data_dir).unwrap_or(config.data_dir.clone());
+        let data_dir = config.data_dir();
+        let fresh = !data_dir.join("leasehold.redb").exists();
+        let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
         tracing::info!(
             name = %config.name,
             member_id = %format!("{:x}", identity.member_id),
@@ -145,6 +162,7 @@ impl Node {
             env!("CARGO_PKG_VERSION"),
             if fresh { "new data dir" } else { "recovering from data dir" },
         );
+        config.log_as_etcd();
         let network = leasehold_peer::PeerNetwork::with_tls(config.peer_client_tls()?)
             .for_cluster(identity.cluster_id);
         let forwarder = Arc::new(leasehold_peer::PeerForwarder::new(
@@ -178,7 +196,13 @@ impl Node {
                 }
             })
         };
-        let links = Arc::new(leasehold_peer::RaftLinks::new(network, unreachable));
+        // Keepalives every heartbeat interval: every member hears from every other, as etcd's.
+        let links = Arc::new(
+            leasehold_peer::RaftLinks::new(network, unreachable).with_keepalive(
+                identity.member_id,
+                std::time::Duration::from_millis(config.heartbeat_interval.max(1)),
+            ),
+        );
         let replica = Replica::start_with(replica_config, links, forwarder).await;
         if let Ok(replica) = &replica {
             let _ = started.set(Arc::downgrade(replica));
@@ -206,6 +230,13 @@ impl Node {
         let client_is_tls = schemes(config.client_urls()?);
         let peer_is_tls = schemes(config.peer_urls()?);
         let metrics_is_tls = schemes(config.metrics_urls()?);
+        let client_http_is_tls = schemes(config.client_http_urls()?);
+        // etcd: with HTTP listeners of their own, the client listeners serve gRPC only.
+        let client_routes = if listeners.client_http.is_empty() {
+            leasehold_server::ClientRoutes::All
+        } else {
+            leasehold_server::ClientRoutes::GrpcOnly
+        };
         let client_urls = match &config.advertise_client_urls {
             Some(urls) => split_urls(urls),
             None => client_hosts
@@ -236,7 +267,10 @@ impl Node {
             watch_progress_interval: config.watch_progress_interval(),
             cluster_token: config.initial_cluster_token.clone(),
             member_names: identity.names.clone(),
-            metrics: Arc::new(leasehold_server::Metrics::new(replica.clone())),
+            metrics: Arc::new(
+                leasehold_server::Metrics::new(replica.clone())
+                    .warn_of_requests_over(config.warning_unary_request_duration()),
+            ),
             limits: config.limits(),
             keepalive: config.keepalive(),
             json_gateway: config.enable_grpc_gateway,
@@ -248,15 +282,22 @@ impl Node {
         for (i, listener) in listeners.peer.into_iter().enumerate() {
             let addr = listener.local_addr()?;
             let tls = tls_of(peer_is_tls(i), &peer_tls)?;
-            let https = scheme(tls.is_some());
-            let incoming = transport::incoming(listener, tls);
+            let url_scheme = match (&listener, tls.is_some()) {
+                (ClientListener::Unix(_), false) => "unix",
+                (ClientListener::Unix(_), true) => "unixs",
+                (ClientListener::Tcp(_), tls) => scheme(tls),
+            };
+            let incoming = match listener {
+                ClientListener::Tcp(l) => transport::incoming(l, tls, transport::Endpoint::Peer),
+                ClientListener::Unix(l) => transport::incoming_unix(l, tls),
+            };
             let served = leasehold_peer::serve_peers(
                 replica.clone(),
                 identity.cluster_id,
                 incoming,
                 stopped(stop_rx.clone()),
             );
-            serve_in_background("peers", https, addr, served);
+            serve_in_background("peers", url_scheme, addr, served);
         }
         // etcd's initial corruption check runs with the peers served and before the clients.
         if config.initial_corrupt_check()
@@ -266,25 +307,56 @@ impl Node {
             replica.shutdown().await;
             bail!("{why}");
         }
+        if let Some(threshold) = config.bootstrap_defrag_threshold() {
+            defragment_at_start(&replica, threshold).await;
+        }
         for (i, listener) in listeners.client.into_iter().enumerate() {
             let addr = listener.local_addr()?;
             let tls = tls_of(client_is_tls(i), &client_tls)?;
-            tracing::info!(
-                "serving client requests on {}://{addr}",
-                scheme(tls.is_some())
-            );
+            // etcd's words, which tools wait for.
+            let address = format!("{}://{addr}", scheme(tls.is_some()));
+            if tls.is_some() {
+                tracing::info!(address, "serving client traffic securely");
+            } else {
+                tracing::warn!(
+                    address,
+                    "serving client traffic insecurely; this is strongly discouraged!"
+                );
+            }
             let incoming = match listener {
-                ClientListener::Tcp(l) => transport::incoming(l, tls),
+                ClientListener::Tcp(l) => transport::incoming(l, tls, transport::Endpoint::Client),
                 ClientListener::Unix(l) => transport::incoming_unix(l, tls),
             };
-            let served = leasehold_server::serve(ctx.clone(), incoming, stopped(stop_rx.clone()));
+            let served = leasehold_server::serve_client(
+                ctx.clone(),
+                incoming,
+                stopped(stop_rx.clone()),
+                client_routes,
+            );
+            servers.push(tokio::spawn(served));
+        }
+        for (i, listener) in listeners.client_http.into_iter().enumerate() {
+            let addr = listener.local_addr()?;
+            let tls = tls_of(client_http_is_tls(i), &client_tls)?;
+            tracing::info!(
+                "address" = %format!("{}://{addr}", scheme(tls.is_some())),
+                "serving HTTP client traffic"
+            );
+            let incoming = transport::incoming(listener, tls, transport::Endpoint::Client);
+            let served = leasehold_server::serve_client(
+                ctx.clone(),
+                incoming,
+                stopped(stop_rx.clone()),
+                leasehold_server::ClientRoutes::HttpOnly,
+            );
+            // Drained on a stop as the client listeners are: gateway watches run here.
             servers.push(tokio::spawn(served));
         }
         for (i, listener) in listeners.metrics.into_iter().enumerate() {
             let addr = listener.local_addr()?;
             let tls = tls_of(metrics_is_tls(i), &client_tls)?;
             let https = scheme(tls.is_some());
-            let incoming = transport::incoming(listener, tls);
+            let incoming = transport::incoming(listener, tls, transport::Endpoint::Client);
             let served =
                 leasehold_server::serve_http(ctx.clone(), incoming, stopped(stop_rx.clone()));
             serve_in_background(
@@ -324,6 +396,13 @@ impl Node {
                 stop_rx.clone(),
             ));
         }
+        if let Some(every) = config.compact_hash_check_period() {
+            tokio::spawn(leasehold_server::drive_compaction_hash_checks(
+                replica.clone(),
+                every,
+                stop_rx.clone(),
+            ));
+        }
         let expiry = tokio::spawn(leasehold_server::drive_lease_expiry(
             replica.clone(),
             ctx.metrics.clone(),
@@ -335,7 +414,19 @@ impl Node {
             let failure = tokio::select! {
                 () = shutdown => None,
                 reason = supervised.failed() => Some(reason),
+                () = supervised.removed() => {
+                    // etcd stops a removed member and its process exits 0; so does this one,
+                    // through the same drain as a shutdown.
+                    tracing::warn!(
+                        "the member has been permanently removed from the cluster; stopping"
+                    );
+                    None
+                }
             };
+            if failure.is_none() {
+                // Before anything stops: the others then need not wait out an election.
+                supervised.hand_over_leadership(HAND_OVER_WAIT_MAX).await;
+            }
             let _ = stop_tx.send(true);
             // Lock and election waiters wait for deletes that may never come: end them, so the
             // drain below (or the exit) is not held up.
@@ -410,6 +501,34 @@ impl Node {
     }
 }
 
+/// `--bootstrap-defrag-threshold-megabytes`: before clients are served, defragments the
+/// database file if that frees at least `threshold` bytes, as etcd does (and logs its words when
+/// it does not). A failure is logged, not fatal: the member serves from the file as it is.
+async fn defragment_at_start(replica: &Replica, threshold: u64) {
+    let size = replica.db_size_bytes();
+    let in_use = replica.db_size_in_use_bytes().await;
+    let freeable = size.saturating_sub(in_use);
+    if freeable < threshold {
+        tracing::info!(
+            "current-db-size-bytes" = size,
+            "current-db-size-in-use-bytes" = in_use,
+            "bootstrap-defrag-threshold-bytes" = threshold,
+            "Skipping defragmentation"
+        );
+        return;
+    }
+    match replica.defragment().await {
+        Ok(Some(done)) => tracing::info!(
+            "db-size-bytes-before" = done.bytes_before,
+            "db-size-bytes-after" = done.bytes_after,
+            "bootstrap-defrag-threshold-bytes" = threshold,
+            "defragmented the database file at start-up"
+        ),
+        Ok(None) => tracing::warn!("defragmentation at start-up did not run: the file was busy"),
+        Err(e) => tracing::warn!("defragmentation at start-up failed: {e}"),
+    }
+}
+
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
@@ -425,7 +544,7 @@ fn unix_ms() -> u64 {
 fn serve_in_background<E: std::fmt::Display>(
     what: &'static str,
     scheme: &str,
-    addr: SocketAddr,
+    addr: impl std::fmt::Display + Send + 'static,
     served: impl std::future::Future<Output = Result<(), E>> + Send + 'static,
 ) {
     tracing::info!("serving {what} on {scheme}://{addr}");

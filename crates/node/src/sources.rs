@@ -37,6 +37,19 @@ use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::config::NodeConfig;
 
+/// Flags etcd 3.7 warns are deprecated, with its warning.
+const ETCD_DEPRECATED: [(&str, &str); 2] = [
+    (
+        "max-snapshots",
+        "--max-snapshots is deprecated in 3.6 and will be decommissioned in 3.8.",
+    ),
+    (
+        "v2-deprecation",
+        "--v2-deprecation is deprecated and scheduled for removal in v3.8. The default value is \
+         enforced, ignoring user input.",
+    ),
+];
+
 /// A member's configuration, and what start-up should log about how it was read (logging is
 /// set up from the configuration, so these wait until it is).
 #[derive(Debug)]
@@ -173,6 +186,12 @@ impl NodeConfig {
                 "accepted for etcd compatibility, no effect in leasehold: {}",
                 inert.join(", ")
             )));
+        }
+        // etcd 3.7 warns of these in its own words, which tools look for.
+        for (flag, warning) in ETCD_DEPRECATED {
+            if config.inert.given(flag).is_some() {
+                notices.push(Notice::warn(warning.to_owned()));
+            }
         }
         if let Some(gates) = &config.feature_gates {
             let idle = gates.without_effect();
@@ -546,7 +565,7 @@ mod tests {
         ("pre-vote", "-"),
         ("enable-v2", "-"),
         ("experimental-enable-v2v3", "/v2"),
-        ("v2-deprecation", "not-yet"),
+        ("v2-deprecation", "write-only"),
         ("proxy", "off"),
         ("proxy-failure-wait", "5000"),
         ("proxy-refresh-interval", "30000"),
@@ -714,6 +733,16 @@ mod tests {
                 }
             }
         }
+        // etcd 3.7 takes no other v2 stage, and says so in Go's flag package's words.
+        let err = resolve(&["--v2-deprecation=not-yet"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                r#"invalid value "not-yet" for flag -v2-deprecation: invalid value "not-yet""#
+            ),
+            "{err}"
+        );
         // The server has no flag etcd lacks, but for the one config-file-only TLS setting and
         // the lease cover margin (docs/lease.md).
         let cmd = Serve::command();
@@ -780,11 +809,12 @@ mod tests {
         )
         .unwrap();
         assert!(!r.config.initial_corrupt_check());
+        assert_eq!(r.config.compact_hash_check_period(), None);
         assert_eq!(
             warnings(&r),
             [
                 "feature gates accepted for etcd compatibility, no effect in leasehold: \
-              LeaseCheckpoint, CompactHashCheck"
+              LeaseCheckpoint"
             ]
         );
         for (given, error) in [
@@ -947,7 +977,9 @@ mod tests {
             warnings(&r),
             vec![
                 "accepted for etcd compatibility, no effect in leasehold: --max-snapshots, \
-                 --enable-v2, --experimental-compact-hash-check-enabled",
+                 --enable-v2",
+                // etcd 3.7's own warning.
+                "--max-snapshots is deprecated in 3.6 and will be decommissioned in 3.8.",
                 "TLS settings not applied yet; ignoring --cipher-suites",
                 "--cert-file, --key-file, --trusted-ca-file, --client-cert-auth or --auto-tls given, but \
                  no --listen-client-urls is https://: serving plain HTTP there",
@@ -968,7 +1000,6 @@ mod tests {
             "--proxy=on",
             "--discovery=https://discovery.etcd.io/x",
             "--discovery-srv=example.com",
-            "--listen-client-http-urls=http://127.0.0.1:1",
         ] {
             let err = resolve(&[bad], &[]).unwrap_err().to_string();
             assert!(
@@ -1000,19 +1031,19 @@ mod tests {
         let c = &r.config;
         assert_eq!(c.name, "n1");
         assert_eq!(c.initial_cluster_token, "tok");
-        assert_eq!(c.data_dir.to_str(), Some("/tmp/env"));
+        assert_eq!(c.data_dir().to_str(), Some("/tmp/env"));
         assert_eq!(c.max_txn_ops, 7);
         assert!(c.tls.client.client_cert_auth);
         assert_eq!(c.log_targets().unwrap(), vec![LogTarget::Stdout]);
         assert_eq!(
             warnings(&r),
             vec![
-                "accepted for etcd compatibility, no effect in leasehold: \
-                 --experimental-compact-hash-check-enabled",
                 "--cert-file, --key-file, --trusted-ca-file, --client-cert-auth or --auto-tls given, but \
                  no --listen-client-urls is https://: serving plain HTTP there",
             ]
         );
+        // An implemented flag, from its variable.
+        assert_eq!(c.compact_hash_check_period(), Some(Duration::from_secs(60)));
         assert!(r.notices.iter().any(|n| n.message
             == "recognized and used environment variable ETCD_INITIAL_CLUSTER_TOKEN=tok"));
     }
@@ -1132,7 +1163,7 @@ no-such-key: 1
         let r = resolve(&[&format!("--config-file={path}")], &[]).unwrap();
         let c = &r.config;
         assert_eq!(c.name, "n1");
-        assert_eq!(c.data_dir.to_str(), Some("/var/lib/etcd"));
+        assert_eq!(c.data_dir().to_str(), Some("/var/lib/etcd"));
         assert_eq!((c.heartbeat_interval, c.election_timeout), (50, 500));
         assert_eq!(c.client_addrs().unwrap().len(), 2);
         assert_eq!(c.initial_cluster.as_deref(), Some("n1=http://127.0.0.1:3"));
@@ -1175,11 +1206,12 @@ no-such-key: 1
             vec!["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384"]
         );
         let warned = warnings(&r);
-        assert_eq!(warned.len(), 5, "{warned:#?}");
+        assert_eq!(warned.len(), 6, "{warned:#?}");
+        assert!(warned[2].contains("--max-snapshots is deprecated"));
         assert!(
-            warned[3].ends_with("no --listen-client-urls is https://: serving plain HTTP there")
+            warned[4].ends_with("no --listen-client-urls is https://: serving plain HTTP there")
         );
-        assert!(warned[4].ends_with("no --listen-peer-urls is https://: serving plain HTTP there"));
+        assert!(warned[5].ends_with("no --listen-peer-urls is https://: serving plain HTTP there"));
         assert!(warned[0].ends_with("ignoring unknown keys (as etcd does): no-such-key"));
         assert!(warned[1].starts_with("accepted for etcd compatibility"));
         for inert in [
@@ -1191,9 +1223,9 @@ no-such-key: 1
             assert!(warned[1].contains(inert), "{inert}: {}", warned[1]);
         }
         assert!(
-            warned[2].starts_with("TLS settings not applied yet; ignoring --cipher-suites"),
+            warned[3].starts_with("TLS settings not applied yet; ignoring --cipher-suites"),
             "{}",
-            warned[2]
+            warned[3]
         );
     }
 

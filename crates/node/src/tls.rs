@@ -156,6 +156,10 @@ pub(crate) struct Side<'a> {
     pub(crate) client_cert_auth: bool,
     pub(crate) auto_tls: bool,
     pub(crate) crl_file: Option<&'a Path>,
+    /// A client certificate must name one of these as its common name, or be valid for one of
+    /// `allowed_hostname` (either list satisfies; both empty: no such check).
+    pub(crate) allowed_cn: &'a [String],
+    pub(crate) allowed_hostname: &'a [String],
 }
 
 impl ClientTls {
@@ -170,6 +174,8 @@ impl ClientTls {
             client_cert_auth: self.client_cert_auth,
             auto_tls: self.auto_tls,
             crl_file: self.crl_file.as_deref(),
+            allowed_cn: &self.allowed_cn,
+            allowed_hostname: &self.allowed_hostname,
         }
     }
 }
@@ -186,6 +192,8 @@ impl PeerTls {
             client_cert_auth: self.client_cert_auth,
             auto_tls: self.auto_tls,
             crl_file: self.crl_file.as_deref(),
+            allowed_cn: &self.allowed_cn,
+            allowed_hostname: &self.allowed_hostname,
         }
     }
 }
@@ -273,9 +281,10 @@ impl TlsFlags {
                 bail!("--{p}client-cert-auth needs --{p}trusted-ca-file");
             };
             let mut roots = rustls::RootCertStore::empty();
-            for cert in certificates(&format!("{p}trusted-ca-file"), ca)? {
+            let trusted = certificates(&format!("{p}trusted-ca-file"), ca)?;
+            for cert in &trusted {
                 roots
-                    .add(cert)
+                    .add(cert.clone())
                     .with_context(|| format!("--{p}trusted-ca-file {}", ca.display()))?;
             }
             let mut verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
@@ -283,10 +292,15 @@ impl TlsFlags {
                 provider(),
             );
             if let Some(crl) = side.crl_file {
-                let pem = read(&format!("--{p}crl-file"), crl)?;
-                let crls = CertificateRevocationListDer::pem_slice_iter(&pem)
+                let bytes = read(&format!("--{p}crl-file"), crl)?;
+                let mut crls = CertificateRevocationListDer::pem_slice_iter(&bytes)
                     .collect::<Result<Vec<_>, _>>()
                     .with_context(|| format!("--{p}crl-file {}: not PEM CRLs", crl.display()))?;
+                // As Go's x509.ParseCRL, which etcd uses: PEM, or else one DER CRL (etcd's own
+                // test fixture is DER). A file that is neither fails when the verifier is built.
+                if crls.is_empty() {
+                    crls.push(CertificateRevocationListDer::from(bytes));
+                }
                 // As etcd checks a CRL: against the client's own certificate, and a certificate
                 // no CRL speaks of is good.
                 verifier = verifier
@@ -294,11 +308,15 @@ impl TlsFlags {
                     .only_check_end_entity_revocation()
                     .allow_unknown_revocation_status();
             }
-            builder.with_client_cert_verifier(
-                verifier
-                    .build()
-                    .with_context(|| format!("--{p}trusted-ca-file"))?,
-            )
+            let verifier = verifier
+                .build()
+                .with_context(|| format!("--{p}trusted-ca-file"))?;
+            builder.with_client_cert_verifier(Arc::new(EtcdClientCertCheck {
+                inner: verifier,
+                trusted,
+                allowed_cn: side.allowed_cn.to_vec(),
+                allowed_hostname: side.allowed_hostname.to_vec(),
+            }))
         } else {
             builder.with_no_client_auth()
         };
@@ -327,13 +345,17 @@ impl TlsFlags {
             config.alpn_protocols = vec![b"h2".to_vec()];
             return Ok(leasehold_peer::PeerTls::Unverified(Arc::new(config)));
         }
-        let Some(ca) = side.trusted_ca_file else {
-            bail!("https:// peer URLs need --peer-trusted-ca-file");
+        let mut config = tonic::transport::ClientTlsConfig::new();
+        config = match side.trusted_ca_file {
+            Some(ca) => {
+                let ca_pem = read("--peer-trusted-ca-file", ca)?;
+                certificates("peer-trusted-ca-file", ca)?;
+                config.ca_certificate(tonic::transport::Certificate::from_pem(ca_pem))
+            }
+            // As etcd's peers (Go's TLS client): the system's roots. A one-member cluster
+            // never dials a peer; larger ones need members whose certificates those roots sign.
+            None => config.with_native_roots(),
         };
-        let ca_pem = read("--peer-trusted-ca-file", ca)?;
-        certificates("peer-trusted-ca-file", ca)?;
-        let mut config = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem));
         let (cert, key) = match (side.client_cert_file, side.client_key_file) {
             (Some(cert), Some(key)) => (Some(cert), Some(key)),
             _ => (side.cert_file, side.key_file),
@@ -359,18 +381,6 @@ impl TlsFlags {
         let mut names = Vec::new();
         if !self.cipher_suites.is_empty() {
             names.push("--cipher-suites");
-        }
-        if !self.client.allowed_cn.is_empty() {
-            names.push("allowed-cn");
-        }
-        if !self.client.allowed_hostname.is_empty() {
-            names.push("--client-cert-allowed-hostname");
-        }
-        if !self.peer.allowed_cn.is_empty() {
-            names.push("--peer-cert-allowed-cn");
-        }
-        if !self.peer.allowed_hostname.is_empty() {
-            names.push("--peer-cert-allowed-hostname");
         }
         if self.peer.skip_client_san_verification {
             names.push("--experimental-peer-skip-client-san-verification");
@@ -402,6 +412,153 @@ fn self_signed(
     let key = PrivateKeyDer::try_from(key.serialize_der())
         .map_err(|e| anyhow::anyhow!("--auto-tls: key: {e}"))?;
     Ok((vec![cert.der().clone()], key))
+}
+
+/// A client certificate check as etcd's (Go's crypto/x509 with etcd's own check after it):
+/// - the chain as `inner` checks it (the trusted CA, the CRL), the handshake's signature too;
+/// - also, as Go takes it, a self-signed CA certificate that is itself in the trusted CA file,
+///   presented as the client's own: rustls-webpki refuses a CA certificate as an end entity
+///   (`CaUsedAsEndEntity`). (webpki checks validity dates before it finds a certificate a CA,
+///   so such a certificate is in date.)
+/// - then `--*-cert-allowed-cn` / `--*-cert-allowed-hostname`: the certificate's common name is
+///   one of the allowed, or it is valid for one of the allowed host names (either satisfies).
+#[derive(Debug)]
+struct EtcdClientCertCheck {
+    inner: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    trusted: Vec<CertificateDer<'static>>,
+    allowed_cn: Vec<String>,
+    allowed_hostname: Vec<String>,
+}
+
+impl EtcdClientCertCheck {
+    /// Whether `leaf` passes the allowed common names and host names (none given: it does).
+    fn allowed(&self, leaf: &[u8]) -> bool {
+        if self.allowed_cn.is_empty() && self.allowed_hostname.is_empty() {
+            return true;
+        }
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf) else {
+            return false;
+        };
+        let cn = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok());
+        if cn.is_some_and(|cn| self.allowed_cn.iter().any(|a| a == cn)) {
+            return true;
+        }
+        let sans: Vec<x509_parser::extensions::GeneralName<'_>> = cert
+            .subject_alternative_name()
+            .ok()
+            .flatten()
+            .map(|ext| ext.value.general_names.clone())
+            .unwrap_or_default();
+        self.allowed_hostname
+            .iter()
+            .any(|host| valid_for_host(&sans, host))
+    }
+}
+
+/// Go's `Certificate.VerifyHostname` over a certificate's SANs: an IP address against its IP
+/// SANs; a name against its DNS SANs, case-insensitively, `*.` matching one leftmost label.
+fn valid_for_host(sans: &[x509_parser::extensions::GeneralName<'_>], host: &str) -> bool {
+    use x509_parser::extensions::GeneralName;
+    let host = host.trim_end_matches('.');
+    if let Ok(ip) = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+    {
+        return sans.iter().any(|san| match san {
+            GeneralName::IPAddress(bytes) => match (ip, bytes.len()) {
+                (std::net::IpAddr::V4(v4), 4) => v4.octets() == **bytes,
+                (std::net::IpAddr::V6(v6), 16) => v6.octets() == **bytes,
+                _ => false,
+            },
+            _ => false,
+        });
+    }
+    let host = host.to_ascii_lowercase();
+    sans.iter().any(|san| {
+        let GeneralName::DNSName(pattern) = san else {
+            return false;
+        };
+        let pattern = pattern.trim_end_matches('.').to_ascii_lowercase();
+        match pattern.strip_prefix("*.") {
+            Some(rest) => host
+                .split_once('.')
+                .is_some_and(|(first, tail)| !first.is_empty() && tail == rest),
+            None => pattern == host,
+        }
+    })
+}
+
+impl rustls::server::danger::ClientCertVerifier for EtcdClientCertCheck {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        let verified = match self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)
+        {
+            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)))
+                if other.0.downcast_ref::<webpki::Error>()
+                    == Some(&webpki::Error::CaUsedAsEndEntity)
+                    && self
+                        .trusted
+                        .iter()
+                        .any(|t| t.as_ref() == end_entity.as_ref()) =>
+            {
+                rustls::server::danger::ClientCertVerified::assertion()
+            }
+            verified => verified?,
+        };
+        if !self.allowed(end_entity.as_ref()) {
+            // etcd's refusal ("client certificate authentication failed"); the client gets
+            // a bad-certificate alert.
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName,
+            ));
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
 
 /// `--peer-auto-tls`'s check of a peer's certificate, as etcd's (Go's `InsecureSkipVerify`): any
@@ -452,5 +609,54 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A certificate with common name `cn` and these SANs (names or IP addresses).
+    fn cert(cn: &str, sans: &[&str]) -> Vec<u8> {
+        let mut params =
+            rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+                .expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let key = rcgen::KeyPair::generate().expect("key");
+        params.self_signed(&key).expect("cert").der().to_vec()
+    }
+
+    fn check(allowed_cn: &[&str], allowed_hostname: &[&str]) -> EtcdClientCertCheck {
+        EtcdClientCertCheck {
+            inner: rustls::server::WebPkiClientVerifier::no_client_auth(),
+            trusted: Vec::new(),
+            allowed_cn: allowed_cn.iter().map(|s| (*s).to_owned()).collect(),
+            allowed_hostname: allowed_hostname.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn allowed_names_are_a_common_name_or_a_host_the_certificate_is_valid_for() {
+        let leaf = cert(
+            "etcd-peer",
+            &["m1.example.com", "*.peers.example.com", "10.0.0.7"],
+        );
+        // Nothing allowed named: anything goes.
+        assert!(check(&[], &[]).allowed(&leaf));
+        assert!(check(&["etcd-peer"], &[]).allowed(&leaf));
+        assert!(!check(&["other"], &[]).allowed(&leaf));
+        // Either list satisfies.
+        assert!(check(&["other"], &["m1.example.com"]).allowed(&leaf));
+        assert!(check(&[], &["M1.Example.com."]).allowed(&leaf));
+        assert!(check(&[], &["m3.peers.example.com"]).allowed(&leaf));
+        // A wildcard covers one label only, and not the bare domain.
+        assert!(!check(&[], &["a.b.peers.example.com"]).allowed(&leaf));
+        assert!(!check(&[], &["peers.example.com"]).allowed(&leaf));
+        // IP addresses against IP SANs only.
+        assert!(check(&[], &["10.0.0.7"]).allowed(&leaf));
+        assert!(!check(&[], &["10.0.0.8"]).allowed(&leaf));
+        assert!(!check(&[], &["m2.example.com"]).allowed(&leaf));
     }
 }

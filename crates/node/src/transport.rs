@@ -33,13 +33,31 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// accept queue.
 const HANDSHAKES_MAX: usize = 1024;
 
+/// Which listener a connection came to, for the log line of a refused handshake (etcd's
+/// words: `rejected connection on client endpoint`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Endpoint {
+    Client,
+    Peer,
+}
+
+impl Endpoint {
+    fn rejected(self) -> &'static str {
+        match self {
+            Endpoint::Client => "rejected connection on client endpoint",
+            Endpoint::Peer => "rejected connection on peer endpoint",
+        }
+    }
+}
+
 /// The connections from `listener`: TLS with `tls`, else plain TCP.
 pub(crate) fn incoming(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
+    endpoint: Endpoint,
 ) -> Pin<Box<dyn Stream<Item = std::io::Result<Conn>> + Send>> {
     match tls {
-        Some(config) => Box::pin(self::tls(listener, config).map(|c| c.map(Conn::tls))),
+        Some(config) => Box::pin(self::tls(listener, config, endpoint).map(|c| c.map(Conn::tls))),
         None => Box::pin(plain(listener).map(|c| c.map(Conn::Plain))),
     }
 }
@@ -50,7 +68,9 @@ pub(crate) fn incoming_unix(
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> Pin<Box<dyn Stream<Item = std::io::Result<Conn>> + Send>> {
     match tls {
-        Some(config) => Box::pin(self::tls(listener, config).map(|c| c.map(Conn::unix_tls))),
+        Some(config) => {
+            Box::pin(self::tls(listener, config, Endpoint::Client).map(|c| c.map(Conn::unix_tls)))
+        }
         None => Box::pin(
             tokio_stream::wrappers::UnixListenerStream::new(listener).map(|c| c.map(Conn::Unix)),
         ),
@@ -228,6 +248,7 @@ fn plain(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>
 fn tls<L: Accept>(
     listener: L,
     config: Arc<rustls::ServerConfig>,
+    endpoint: Endpoint,
 ) -> impl Stream<Item = std::io::Result<TlsStream<L::Stream>>> {
     let acceptor = TlsAcceptor::from(config);
     let (tx, rx) = mpsc::channel(ACCEPTED_QUEUE_LEN);
@@ -261,9 +282,17 @@ fn tls<L: Accept>(
                     Ok(Ok(stream)) => {
                         let _ = tx.send(Ok(stream)).await;
                     }
-                    Ok(Err(e)) => tracing::info!("TLS handshake with {from} failed: {e}"),
-                    Err(_) => tracing::info!(
-                        "TLS handshake with {from} took over {HANDSHAKE_TIMEOUT:?}; dropped"
+                    Ok(Err(e)) => tracing::warn!(
+                        "remote-addr" = %from,
+                        "error" = %format!("TLS handshake failed: {e}"),
+                        "{}",
+                        endpoint.rejected()
+                    ),
+                    Err(_) => tracing::warn!(
+                        "remote-addr" = %from,
+                        "error" = %format!("TLS handshake took over {HANDSHAKE_TIMEOUT:?}"),
+                        "{}",
+                        endpoint.rejected()
                     ),
                 }
             });

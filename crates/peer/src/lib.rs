@@ -162,6 +162,18 @@ impl PeerNetwork {
                     addr: addr.to_owned(),
                     reason,
                 };
+                if let Some(path) = addr.strip_prefix("unix://") {
+                    // A Unix socket (plain only; `unixs://` peers are not supported).
+                    let path = path.trim_end_matches('/');
+                    let channel = Endpoint::from_static("http://localhost")
+                        .connect_timeout(CONNECT_TIMEOUT)
+                        .http2_keep_alive_interval(PEER_KEEPALIVE_INTERVAL)
+                        .keep_alive_timeout(PEER_KEEPALIVE_INTERVAL)
+                        .keep_alive_while_idle(true)
+                        .connect_with_connector_lazy(tls_connector::UnixConnector(path.into()));
+                    channels.insert(addr.to_owned(), channel.clone());
+                    return Ok(channel);
+                }
                 let https = addr.strip_prefix("https://");
                 // Unverified TLS is our own connector's; tonic sees a plain URL.
                 let unverified = match (&https, &self.tls) {
@@ -431,6 +443,10 @@ struct ReplicaInbox(Arc<Replica>);
 impl RaftInbox for ReplicaInbox {
     fn deliver(&self, message: Vec<u8>) -> Result<(), String> {
         self.0.deliver_raft_message(&message)
+    }
+
+    fn heard(&self, peer: u64) {
+        self.0.peer_heard(peer);
     }
 }
 

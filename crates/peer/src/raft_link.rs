@@ -12,6 +12,13 @@
 //! A link that cannot deliver (no connection, a full queue, a stream that broke) reports the
 //! peer unreachable, so Raft stops sending it appends optimistically; what was in flight is
 //! lost and Raft sends it again.
+//!
+//! With a keepalive ([`RaftLinks::with_keepalive`]) a link connects at once and sends an empty
+//! payload whenever it has been idle for the interval; its stream names the sender
+//! ([`SENDER_HEADER`]), and the receiving side tells its inbox it heard from that member. So
+//! every member hears from every other all the time, as etcd's members keep streams to each
+//! other, not only the leader's followers from the leader: a member that becomes leader knows
+//! for how long it has been connected to each voter (what `--strict-reconfig-check` asks).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -33,11 +40,17 @@ const LINK_STREAM_LEN: usize = 256;
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
+/// The request header that names the member a link's stream comes from (hex id).
+pub const SENDER_HEADER: &str = "leasehold-from";
+
 /// Where a member's incoming Raft messages go.
 pub trait RaftInbox: Send + Sync + 'static {
     /// One message from a peer, as it was sent; `Err` ends the stream with `INVALID_ARGUMENT`
     /// (bytes that are not a message for this member).
     fn deliver(&self, message: Vec<u8>) -> Result<(), String>;
+
+    /// A keepalive came from `peer` (an empty payload on a stream that named its sender).
+    fn heard(&self, _peer: u64) {}
 }
 
 /// Called with a peer's ID when a message to it could not be delivered.
@@ -49,6 +62,14 @@ pub struct RaftLinks {
     runtime: tokio::runtime::Handle,
     on_unreachable: OnUnreachable,
     links: Mutex<HashMap<u64, Link>>,
+    keepalive: Option<Keepalive>,
+}
+
+/// A link's keepalive: who sends, and how long a link may be idle.
+#[derive(Clone, Copy, Debug)]
+struct Keepalive {
+    sender: u64,
+    idle: Duration,
 }
 
 struct Link {
@@ -80,7 +101,15 @@ impl RaftLinks {
             runtime: tokio::runtime::Handle::current(),
             on_unreachable,
             links: Mutex::new(HashMap::new()),
+            keepalive: None,
         }
+    }
+
+    /// Links that connect at once and send a keepalive after `idle` without a message, naming
+    /// `sender` (this member) to the peer (see the module header).
+    pub fn with_keepalive(mut self, sender: u64, idle: Duration) -> RaftLinks {
+        self.keepalive = Some(Keepalive { sender, idle });
+        self
     }
 
     /// The peers to link to, by ID and peer URL: links to others close, a peer whose URL
@@ -100,6 +129,7 @@ impl RaftLinks {
                 addr.clone(),
                 queued,
                 self.on_unreachable.clone(),
+                self.keepalive,
             ));
             links.insert(id, Link { addr, queue, task });
         }
@@ -120,19 +150,26 @@ impl RaftLinks {
     }
 }
 
-/// One peer's link: connects when there is something to send, pumps the queue into a stream,
-/// and after a failure reports the peer and tries again, backing off up to a second.
+/// One peer's link: connects when there is something to send (at once, with a keepalive),
+/// pumps the queue into a stream, and after a failure reports the peer and tries again,
+/// backing off up to a second.
 async fn run_link(
     network: PeerNetwork,
     id: u64,
     addr: String,
     mut queue: mpsc::Receiver<Vec<u8>>,
     on_unreachable: OnUnreachable,
+    keepalive: Option<Keepalive>,
 ) {
     let mut retry = RETRY_MIN;
     loop {
-        let Some(first) = queue.recv().await else {
-            return;
+        // With a keepalive the stream opens with one, without waiting for a message.
+        let first = match keepalive {
+            Some(_) => Vec::new(),
+            None => match queue.recv().await {
+                Some(first) => first,
+                None => return,
+            },
         };
         let mut client = match network.raft_client(&addr) {
             Ok(client) => client,
@@ -146,8 +183,16 @@ async fn run_link(
         };
         let (stream, outgoing) = mpsc::channel(LINK_STREAM_LEN);
         let _ = stream.try_send(Payload { data: first });
-        let call = client.messages(ReceiverStream::new(outgoing));
+        let mut request = Request::new(ReceiverStream::new(outgoing));
+        if let Some(k) = keepalive
+            && let Ok(sender) = format!("{:x}", k.sender).parse()
+        {
+            request.metadata_mut().insert(SENDER_HEADER, sender);
+        }
+        let call = client.messages(request);
         tokio::pin!(call);
+        // A period that never ends when there is no keepalive.
+        let idle = keepalive.map_or(Duration::from_secs(86_400 * 365), |k| k.idle);
         let ended = loop {
             tokio::select! {
                 ended = &mut call => break ended.err(),
@@ -158,6 +203,14 @@ async fn run_link(
                     }
                     // Delivered to the stream: the link works.
                     retry = RETRY_MIN;
+                }
+                () = tokio::time::sleep(idle) => {
+                    // Handed over only if the stream has room: a keepalive never waits.
+                    if let Err(mpsc::error::TrySendError::Closed(_)) =
+                        stream.try_send(Payload { data: Vec::new() })
+                    {
+                        break None;
+                    }
                 }
             }
         };
@@ -201,8 +254,20 @@ impl Raft for RaftService {
         &self,
         request: Request<Streaming<Payload>>,
     ) -> Result<Response<Payload>, Status> {
+        let sender = request
+            .metadata()
+            .get(SENDER_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| u64::from_str_radix(v, 16).ok());
         let mut messages = request.into_inner();
         while let Some(payload) = messages.message().await? {
+            if payload.data.is_empty() {
+                // A keepalive: nothing for Raft.
+                if let Some(sender) = sender {
+                    self.inbox.heard(sender);
+                }
+                continue;
+            }
             self.inbox
                 .deliver(payload.data)
                 .map_err(|e| Status::invalid_argument(format!("raft message refused: {e}")))?;
@@ -220,6 +285,7 @@ mod tests {
     #[derive(Default)]
     struct Collect {
         got: Mutex<Vec<Vec<u8>>>,
+        heard: Mutex<Vec<u64>>,
         arrived: tokio::sync::Notify,
     }
 
@@ -232,6 +298,41 @@ mod tests {
             self.arrived.notify_waiters();
             Ok(())
         }
+
+        fn heard(&self, peer: u64) {
+            self.heard.lock().unwrap().push(peer);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_link_with_a_keepalive_is_heard_from_and_delivers_no_message() {
+        let inbox = Arc::new(Collect::default());
+        let (addr, _stop) = serve(inbox.clone(), 0xc1).await;
+        let (unreachable, _) = counting();
+        let links = RaftLinks::new(PeerNetwork::new().for_cluster(0xc1), unreachable)
+            .with_keepalive(0x7e, Duration::from_millis(20));
+        // Nothing is ever sent: the link connects on its own and keeps saying who it is.
+        links.set_peers([(2, addr)]);
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while inbox.heard.lock().unwrap().len() < 3 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "heard {:?}", inbox.heard.lock().unwrap());
+        assert!(inbox.heard.lock().unwrap().iter().all(|&id| id == 0x7e));
+        assert!(
+            inbox.got.lock().unwrap().is_empty(),
+            "a keepalive is no Raft message"
+        );
+        // A link without one opens nothing until there is something to send.
+        let quiet = Arc::new(Collect::default());
+        let (addr, _stop) = serve(quiet.clone(), 0xc1).await;
+        let (unreachable, _) = counting();
+        let links = RaftLinks::new(PeerNetwork::new().for_cluster(0xc1), unreachable);
+        links.set_peers([(3, addr)]);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(quiet.heard.lock().unwrap().is_empty());
     }
 
     async fn serve(

@@ -53,3 +53,27 @@ impl tower_service::Service<Uri> for TlsConnector {
         })
     }
 }
+
+/// Connects to a Unix socket whatever the URI says: a `unix://` peer URL, as etcd takes them
+/// (`unix://localhost:2380` is the socket file `localhost:2380` in the working directory).
+#[derive(Clone, Debug)]
+pub(crate) struct UnixConnector(pub(crate) std::path::PathBuf);
+
+impl tower_service::Service<Uri> for UnixConnector {
+    type Response = TokioIo<tokio::net::UnixStream>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: Uri) -> Self::Future {
+        let path = self.0.clone();
+        Box::pin(async move {
+            tokio::net::UnixStream::connect(path)
+                .await
+                .map(TokioIo::new)
+        })
+    }
+}

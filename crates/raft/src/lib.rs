@@ -39,7 +39,7 @@ pub use replica::{
     StartError,
 };
 pub use state_machine::{
-    LeaseTimeSeen, Machine, decode_proposal, encode_proposal, lease_time_at, rebind,
+    KvOps, LeaseTimeSeen, Machine, decode_proposal, encode_proposal, lease_time_at, rebind,
 };
 pub use storage::{Defragmented, StorageError};
 pub use telemetry::{DISK_BUCKETS_SECS, HistogramReading, TelemetryReading};

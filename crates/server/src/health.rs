@@ -38,6 +38,7 @@ pub(crate) fn router(ctx: Arc<ServerContext>) -> Router {
         .route("/livez", get(livez).fallback(method_not_allowed))
         .route("/readyz", get(readyz).fallback(method_not_allowed))
         .route("/version", get(version).fallback(method_not_allowed))
+        .route("/debug/vars", get(debug_vars).fallback(method_not_allowed))
         .route(
             "/metrics",
             get(crate::metrics::serve_metrics).fallback(method_not_allowed),
@@ -95,6 +96,36 @@ async fn version() -> Response {
         r#"{{"etcdserver":{},"etcdcluster":{}}}"#,
         serde_json::Value::from(ETCD_API_VERSION),
         serde_json::Value::from(ETCD_CLUSTER_VERSION),
+    );
+    json(StatusCode::OK, body)
+}
+
+/// `/debug/vars`: what etcd publishes through Go's expvar that a program of another language
+/// can say truthfully: `cmdline` (the process's arguments) and `raft.status` (this member's id,
+/// term, leader, role, commit and apply indexes, under etcd's names; ids in hex). Go's
+/// `memstats` has no counterpart here.
+async fn debug_vars(State(ctx): State<Arc<ServerContext>>) -> Response {
+    let replica = &ctx.replica;
+    let status = replica.status();
+    let role = match (replica.is_leader(), replica.is_learner()) {
+        (true, _) => "StateLeader",
+        (false, true) => "StateLearner",
+        (false, false) => "StateFollower",
+    };
+    let raft = serde_json::json!({
+        "id": format!("{:x}", replica.member_id()),
+        "term": status.term,
+        "lead": format!("{:x}", status.leader.unwrap_or(0)),
+        "raftState": role,
+        "commit": replica.telemetry().committed_index,
+        "applied": status.applied_index,
+    });
+    let cmdline: Vec<String> = std::env::args().collect();
+    // Built by hand: expvar's key order (serde_json's map would sort the keys).
+    let body = format!(
+        "{{\n\"cmdline\": {},\n\"raft.status\": {}\n}}\n",
+        serde_json::Value::from(cmdline),
+        raft
     );
     json(StatusCode::OK, body)
 }

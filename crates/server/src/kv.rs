@@ -212,6 +212,7 @@ impl Kv for KvService {
             .await
             .map_err(ApiError::from)?
             .map_err(ApiError::from)?;
+        self.ctx.metrics.range_served();
         let header = self.ctx.header().at(resp.revision);
         Ok(Response::new(convert::range_response(header, resp)))
     }

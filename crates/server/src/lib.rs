@@ -68,7 +68,7 @@ pub struct ConnInfo {
     pub common_name: Option<String>,
 }
 pub use context::ServerContext;
-pub use corruption::{drive_corruption_checks, initial_check};
+pub use corruption::{drive_compaction_hash_checks, drive_corruption_checks, initial_check};
 pub use expiry::{ExpiryConfig, drive_lease_expiry};
 pub use lease::LeaseIdGenerator;
 pub use maintenance::ETCD_API_VERSION;
@@ -127,6 +127,34 @@ where
     IO::ConnectInfo: Clone + Send + Sync + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
+    serve_client(ctx, incoming, shutdown, ClientRoutes::All).await
+}
+
+/// What a client listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientRoutes {
+    /// gRPC and the HTTP endpoints (the JSON gateway, `/health`, `/metrics`, ...): etcd's
+    /// `--listen-client-urls`.
+    All,
+    /// gRPC only: `--listen-client-urls` when `--listen-client-http-urls` are given.
+    GrpcOnly,
+    /// The HTTP endpoints only: `--listen-client-http-urls`.
+    HttpOnly,
+}
+
+/// [`serve`], with the routes `routes` names.
+pub async fn serve_client<I, IO, E>(
+    ctx: Arc<ServerContext>,
+    incoming: I,
+    shutdown: impl Future<Output = ()> + Send,
+    routes: ClientRoutes,
+) -> Result<(), tonic::transport::Error>
+where
+    I: Stream<Item = Result<IO, E>> + Send + 'static,
+    IO: Connection,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
     // Decoding limit handed to tonic: above grpc-go's limit so that our own check (with
     // grpc-go's message) decides, and bounded so a client cannot make us buffer arbitrary
     // amounts.
@@ -177,7 +205,7 @@ where
         oversize::etcd_answer,
     );
     // Without the gateway (`--enable-grpc-gateway=false`) its paths get etcd's 404 page.
-    let mut http = grpc
+    let grpc_router = grpc
         .routes()
         .into_axum_router()
         .route(
@@ -185,11 +213,18 @@ where
             axum::routing::any(deep_txn_route(&ctx, decode_bytes_max)),
         )
         .layer(oversize)
-        .layer(counted)
-        .merge(dashboard::router(ctx.clone()))
-        .merge(health::router(ctx.clone()));
-    if ctx.json_gateway {
-        http = http.merge(gateway::router(ctx));
+        .layer(counted);
+    let mut http = match routes {
+        ClientRoutes::All | ClientRoutes::GrpcOnly => grpc_router,
+        ClientRoutes::HttpOnly => axum::Router::new(),
+    };
+    if routes != ClientRoutes::GrpcOnly {
+        http = http
+            .merge(dashboard::router(ctx.clone()))
+            .merge(health::router(ctx.clone()));
+        if ctx.json_gateway {
+            http = http.merge(gateway::router(ctx));
+        }
     }
     if http2_debug() {
         http = http.layer(axum::middleware::from_fn(log_authority));

@@ -1,7 +1,8 @@
 //! Maintenance: Status (what `etcdctl endpoint status/health` need), alarms (list, raise, clear),
 //! Hash and HashKV (`etcdctl endpoint hashkv`, corruption checks), Defragment, Snapshot (etcd's
-//! backend file, `leasehold-snapshot`), MoveLeader (`Replica::move_leader`). Downgrade answers
-//! `Unimplemented` (3.5 members only downgrade to 3.4, which leasehold has no mode of).
+//! backend file, `leasehold-snapshot`), MoveLeader (`Replica::move_leader`). Downgrade checks
+//! its target as etcd 3.7 does and answers etcd's errors; a valid target (3.6) gets
+//! `Unimplemented`, since leasehold has no mode that runs as an older etcd.
 
 use std::sync::Arc;
 
@@ -22,6 +23,32 @@ use crate::error::ApiError;
 /// 3.5.13 on (etcd#15220, etcd#17507): leasehold's never run ahead of the events they cover
 /// (`watch.rs`). etcd's e2e framework reads it from `--version` to pick flag spellings.
 pub const ETCD_API_VERSION: &str = "3.7.3";
+
+/// A downgrade target as etcd reads it: a semantic version, or `major.minor`; only major and
+/// minor count.
+fn downgrade_target(v: &str) -> Option<(u64, u64)> {
+    let core = v.split(['-', '+']).next()?;
+    let parts: Vec<&str> = core.split('.').collect();
+    let number = |s: &str| {
+        // semver: digits only, no leading zero.
+        (!s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && (s == "0" || !s.starts_with('0')))
+        .then(|| s.parse::<u64>().ok())
+        .flatten()
+    };
+    match parts.as_slice() {
+        [major, minor] | [major, minor, _] if parts.len() == 2 || number(parts[2]).is_some() => {
+            Some((number(major)?, number(minor)?))
+        }
+        _ => None,
+    }
+}
+
+/// The cluster version leasehold runs at: [`ETCD_API_VERSION`]'s major and minor.
+fn cluster_minor() -> (u64, u64) {
+    downgrade_target(ETCD_API_VERSION).expect("ETCD_API_VERSION is a version")
+}
 
 /// How long a leadership transfer may take, in election timeouts: the transferee catches up and
 /// wins an election (raft-rs gives up a transfer after one election timeout; a slow catch-up
@@ -61,6 +88,39 @@ impl MaintenanceService {
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
+    /// etcd 3.7's checks of a downgrade: the target's format, then that it is the one minor
+    /// release below the cluster's; no downgrade is ever in progress to cancel. Root only while
+    /// auth is on, as etcd.
+    async fn downgrade(
+        &self,
+        req: Request<pb::DowngradeRequest>,
+    ) -> Result<Response<pb::DowngradeResponse>, Status> {
+        self.admin(&req)?;
+        let req = req.into_inner();
+        match pb::downgrade_request::DowngradeAction::try_from(req.action) {
+            Ok(pb::downgrade_request::DowngradeAction::Cancel) => {
+                return Err(Status::failed_precondition(
+                    "etcdserver: no inflight downgrade job",
+                ));
+            }
+            Ok(_) => {}
+            Err(_) => return Err(Status::unimplemented("etcdserver: unknown method")),
+        }
+        let target = downgrade_target(&req.version).ok_or_else(|| {
+            Status::invalid_argument("etcdserver: wrong downgrade target version format")
+        })?;
+        let cluster = cluster_minor();
+        if target != (cluster.0, cluster.1.wrapping_sub(1)) {
+            return Err(Status::invalid_argument(
+                "etcdserver: invalid downgrade target version",
+            ));
+        }
+        Err(Status::unimplemented(format!(
+            "leasehold cannot downgrade to etcd {}.{}: it has no mode that runs as an older etcd",
+            target.0, target.1
+        )))
+    }
+
     async fn status(
         &self,
         req: Request<pb::StatusRequest>,
@@ -82,7 +142,14 @@ impl Maintenance for MaintenanceService {
             raft_applied_index: raft.applied_index,
             errors: self.ctx.replica.alarms().iter().map(alarm_text).collect(),
             db_size_in_use,
-            is_learner: false,
+            is_learner: self.ctx.replica.is_learner(),
+            // etcd 3.6+: the storage schema, and the quota (0 when there is none).
+            storage_version: leasehold_snapshot::layout::STORAGE_SCHEMA.to_owned(),
+            db_size_quota: self
+                .ctx
+                .replica
+                .quota_bytes()
+                .map_or(0, |q| i64::try_from(q).unwrap_or(i64::MAX)),
             ..Default::default()
         }))
     }
@@ -190,13 +257,14 @@ impl Maintenance for MaintenanceService {
         let (tx, rx) = mpsc::channel(SNAPSHOT_PIECES_QUEUED);
         tokio::task::spawn_blocking(move || {
             for piece in backend.chunks() {
-                // No header on any piece, as etcd (3.4 to 3.7) sends them.
+                // No header on any piece, as etcd (3.4 to 3.7) sends them; each names the
+                // file's storage version, as etcd 3.6+ does.
                 let message = piece
                     .map(|(blob, remaining_bytes)| pb::SnapshotResponse {
                         header: None,
                         remaining_bytes,
                         blob,
-                        ..Default::default()
+                        version: leasehold_snapshot::layout::STORAGE_SCHEMA.to_owned(),
                     })
                     .map_err(|e| Status::new(tonic::Code::Unknown, format!("snapshot: {e}")));
                 // The client went away: stop reading.
@@ -311,4 +379,21 @@ fn alarm_member(a: &AlarmMember) -> pb::AlarmMember {
 /// An alarm as etcd's Status lists it in `errors` (its protobuf text form).
 fn alarm_text(a: &AlarmMember) -> String {
     format!("memberID:{} alarm:{} ", a.member, alarm_name(a.alarm))
+}
+
+#[cfg(test)]
+mod downgrade_tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_read_as_etcd_reads_them() {
+        assert_eq!(downgrade_target("3.6"), Some((3, 6)));
+        assert_eq!(downgrade_target("3.6.0"), Some((3, 6)));
+        assert_eq!(downgrade_target("3.6.2-rc.1"), Some((3, 6)));
+        assert_eq!(downgrade_target("3.0"), Some((3, 0)));
+        for bad in ["", "3", "x.y", "3.6.x", "03.6", "3.6.0.1"] {
+            assert_eq!(downgrade_target(bad), None, "{bad:?}");
+        }
+        assert_eq!(cluster_minor(), (3, 7));
+    }
 }

@@ -10,6 +10,7 @@
 //!   routes), granted TTLs, and the expiry driver's lag and batch sizes.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -37,6 +38,10 @@ pub struct Metrics {
     lease_ttl: Histogram,
     expiry_lag: Histogram,
     expiry_batch: Histogram,
+    /// Range calls this member answered (ranges inside txns are counted at apply).
+    ranges_served: Arc<AtomicU64>,
+    /// A unary call slower than this is logged (`--warning-unary-request-duration`).
+    slow_request: std::time::Duration,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -80,7 +85,11 @@ impl Metrics {
             "Leases revoked by one expiry log entry proposed by this member as leader",
             expiry_batch.clone(),
         );
-        registry.register_collector(Box::new(MemberCollector { replica }));
+        let ranges_served = Arc::new(AtomicU64::new(0));
+        registry.register_collector(Box::new(MemberCollector {
+            replica,
+            ranges_served: ranges_served.clone(),
+        }));
         Metrics {
             registry,
             grpc_started,
@@ -88,7 +97,15 @@ impl Metrics {
             lease_ttl,
             expiry_lag,
             expiry_batch,
+            ranges_served,
+            slow_request: std::time::Duration::from_millis(300),
         }
+    }
+
+    /// Logs unary calls slower than `after` as warnings (etcd's `request stats`).
+    pub fn warn_of_requests_over(mut self, after: std::time::Duration) -> Metrics {
+        self.slow_request = after;
+        self
     }
 
     /// The Prometheus text of every metric.
@@ -97,6 +114,11 @@ impl Metrics {
         prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)
             .expect("writing to a String cannot fail");
         text
+    }
+
+    /// A Range call answered by this member.
+    pub(crate) fn range_served(&self) {
+        self.ranges_served.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A lease granted through this member, with its TTL after clamping.
@@ -283,7 +305,11 @@ pub(crate) async fn count_grpc(
         grpc_type: method.kind,
     };
     metrics.grpc_started.get_or_create(&started).inc();
+    let began = std::time::Instant::now();
     let response = next.run(request).await;
+    if method.kind == UNARY {
+        request_stats(&method, began.elapsed(), metrics.slow_request);
+    }
     if let Some(code) = grpc_status(response.headers()) {
         metrics.handled(&method, code);
         return response;
@@ -294,6 +320,26 @@ pub(crate) async fn count_grpc(
         pending: Some((metrics, method)),
     };
     Response::from_parts(parts, Body::new(body))
+}
+
+/// etcd's `request stats` line for a unary call: a warning when it took longer than
+/// `warn_after`, at debug level otherwise (etcd logs every call at debug).
+fn request_stats(method: &GrpcMethod, spent: std::time::Duration, warn_after: std::time::Duration) {
+    let response_type = format!("/{}/{}", method.service, method.method);
+    let spent_text = format!("{spent:?}");
+    if spent > warn_after {
+        tracing::warn!(
+            "time spent" = %spent_text,
+            "response type" = %response_type,
+            "request stats"
+        );
+    } else {
+        tracing::debug!(
+            "time spent" = %spent_text,
+            "response type" = %response_type,
+            "request stats"
+        );
+    }
 }
 
 /// A response body that counts its call as handled when its trailers pass (or when it ends or
@@ -353,6 +399,7 @@ impl Drop for CountedBody {
 /// The metrics read from the replica at scrape time.
 struct MemberCollector {
     replica: Arc<Replica>,
+    ranges_served: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for MemberCollector {
@@ -366,6 +413,9 @@ impl Collector for MemberCollector {
         let status = self.replica.status();
         let telemetry = self.replica.telemetry();
         let leases = self.replica.lease_counters();
+        let ops = self.replica.kv_ops_applied();
+        let (live_keys, current_revision, compact_revision) = self.replica.kv_gauges();
+        let is_learner = self.replica.is_learner();
         let mut gauge = |name: &str, help: &str, value: i64| {
             let gauge = ConstGauge::new(value);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)
@@ -396,6 +446,26 @@ impl Collector for MemberCollector {
             telemetry.proposals_pending,
         )?;
         gauge(
+            "etcd_server_is_learner",
+            "1 while this member is a learner, else 0.",
+            i64::from(is_learner),
+        )?;
+        gauge(
+            "etcd_debugging_mvcc_keys_total",
+            "Keys whose newest version is a value.",
+            clamp(live_keys as u64),
+        )?;
+        gauge(
+            "etcd_debugging_mvcc_current_revision",
+            "The applied store's revision.",
+            current_revision,
+        )?;
+        gauge(
+            "etcd_debugging_mvcc_compact_revision",
+            "The revision of the last compaction (-1 before the first).",
+            compact_revision,
+        )?;
+        gauge(
             "etcd_mvcc_db_total_size_in_bytes",
             "Size of this member's database file, in bytes.",
             clamp(self.replica.db_size_bytes()),
@@ -418,6 +488,26 @@ impl Collector for MemberCollector {
             "etcd_server_proposals_failed",
             "Log entries this member proposed that failed to commit.",
             telemetry.proposals_failed,
+        )?;
+        counter(
+            "etcd_mvcc_put",
+            "Puts applied on this member (each put of a txn too).",
+            ops.puts,
+        )?;
+        counter(
+            "etcd_mvcc_delete",
+            "Delete-range operations applied on this member (one per operation, not per key).",
+            ops.deletes,
+        )?;
+        counter(
+            "etcd_mvcc_range",
+            "Range calls this member answered, and ranges inside txns it applied.",
+            ops.ranges + self.ranges_served.load(Ordering::Relaxed),
+        )?;
+        counter(
+            "etcd_mvcc_txn",
+            "Txns applied on this member that ran more than one operation.",
+            ops.txns,
         )?;
         counter(
             "etcd_debugging_lease_granted",
@@ -450,6 +540,22 @@ impl Collector for MemberCollector {
                     MetricType::Gauge,
                 )?
                 .encode_family(&version)?,
+        )?;
+        // etcd's cluster version: the server's major.minor.
+        let minor = ETCD_API_VERSION
+            .rsplit_once('.')
+            .map_or(ETCD_API_VERSION, |(major_minor, _)| major_minor);
+        let cluster = [("cluster_version", minor)];
+        let gauge = ConstGauge::new(1i64);
+        gauge.encode(
+            encoder
+                .encode_descriptor(
+                    "etcd_cluster_version",
+                    "The cluster version this member runs at, in its label.",
+                    None,
+                    MetricType::Gauge,
+                )?
+                .encode_family(&cluster)?,
         )?;
         histogram(
             &mut encoder,

@@ -121,6 +121,10 @@ pub fn write_backend<W: Write + Seek>(view: &StateView, out: W) -> io::Result<(W
             view.applied_index.to_be_bytes().to_vec(),
         ),
         (layout::TERM, view.applied_term.to_be_bytes().to_vec()),
+        (
+            layout::STORAGE_VERSION,
+            layout::STORAGE_SCHEMA.as_bytes().to_vec(),
+        ),
     ];
     if view.compact_revision > 0 {
         let rev = leasehold_mvcc::Revision {

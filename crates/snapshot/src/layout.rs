@@ -17,7 +17,7 @@ pub const KEY: &[u8] = b"key";
 pub const LEASE: &[u8] = b"lease";
 /// Members by id (lower-case hex): JSON, as etcd's membership store writes it.
 pub const MEMBERS: &[u8] = b"members";
-/// `consistent_index`, `term`, `finishedCompactRev`, `scheduledCompactRev`.
+/// `consistent_index`, `term`, `finishedCompactRev`, `scheduledCompactRev`, `storageVersion`.
 pub const META: &[u8] = b"meta";
 
 pub const AUTH_ENABLED: &[u8] = b"authEnabled";
@@ -26,6 +26,13 @@ pub const CONSISTENT_INDEX: &[u8] = b"consistent_index";
 pub const TERM: &[u8] = b"term";
 pub const FINISHED_COMPACT_REV: &[u8] = b"finishedCompactRev";
 pub const SCHEDULED_COMPACT_REV: &[u8] = b"scheduledCompactRev";
+/// The storage schema the file is in, as text: etcd 3.6+ writes it, and `etcdutl snapshot status`
+/// reports it as the snapshot's version.
+pub const STORAGE_VERSION: &[u8] = b"storageVersion";
+
+/// The storage schema version leasehold's snapshots are written in: etcd 3.7's (whose schema adds
+/// nothing to 3.6's, the first with `storageVersion`). Snapshot messages carry it too.
+pub const STORAGE_SCHEMA: &str = "3.7.0";
 
 /// A version's key in the `key` bucket: `main` and `sub` big-endian around a `_`, then a `t`
 /// for a tombstone. Byte order is revision order.

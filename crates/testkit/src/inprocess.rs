@@ -128,8 +128,9 @@ impl InProcessCluster {
             let endpoint = format!("http://{}", client.local_addr().expect("bound"));
             let listeners = Listeners {
                 client: vec![client.into()],
-                peer: vec![peer],
+                peer: vec![peer.into()],
                 metrics: Vec::new(),
+                client_http: Vec::new(),
             };
             let (stop, stopped) = oneshot::channel::<()>();
             let node = Node::start(config, listeners, async move {

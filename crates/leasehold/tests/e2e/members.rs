@@ -5,6 +5,8 @@
 //! - `etcdctl member update` changes a member's peer URL, which every member then lists, and
 //!   changing it back keeps the cluster serving; an unknown id and a URL another member has get
 //!   etcd's errors.
+//! - A member removed from the cluster stops by itself, its process exiting as etcd's does,
+//!   while the other two go on serving.
 
 use std::time::{Duration, Instant};
 
@@ -180,5 +182,66 @@ async fn member_list_and_update_match_etcd() {
     let want = scenario(Kind::Etcd).await;
     let got = scenario(Kind::Leasehold).await;
     eprintln!("etcd: {want:#?}");
+    assert_eq!(got, want, "leasehold vs etcd");
+}
+
+/// Removes `m3` from three members and says how it went: whether the removed process exited by
+/// itself (and with what status), and whether the other two still take writes.
+async fn removal(kind: Kind) -> Vec<String> {
+    let mut cluster = Cluster::start(kind, 3).await;
+    let via = cluster.members[0].endpoint();
+    let id = id_of(&via, "m3").await;
+    // etcd refuses a removal until every member has been up for its health interval (5 s),
+    // with `unhealthy cluster` (`--strict-reconfig-check`); so does leasehold. Bounded.
+    let started = Instant::now();
+    loop {
+        let out = etcdctl(&via, &["member", "remove", &id]).await;
+        if out.status.success() {
+            break;
+        }
+        let unhealthy = String::from_utf8_lossy(&out.stderr).contains("unhealthy cluster");
+        assert!(
+            unhealthy && started.elapsed() < Duration::from_secs(15),
+            "{}",
+            common::describe_output(&out)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let removed = &mut cluster.members[2];
+    let exited = removed.wait_exit(Duration::from_secs(15)).await;
+    let mut log = vec![format!(
+        "removed member exited: {:?}",
+        exited.map(|status| status.code())
+    )];
+    if exited.is_none() {
+        eprintln!(
+            "{kind:?}: the removed member is still running:\n{}",
+            removed.log_tail()
+        );
+    }
+    // The removed member may have led: the other two may elect first (bounded).
+    let started = Instant::now();
+    let mut put = false;
+    while !put && started.elapsed() < Duration::from_secs(10) {
+        put = etcdctl(&via, &["put", "after", "removal"])
+            .await
+            .status
+            .success();
+    }
+    log.push(format!("put after (within 10 s): {put}"));
+    let names: Vec<String> = listed(&via).await.into_iter().map(|m| m.0).collect();
+    log.push(format!("members: {names:?}"));
+    log
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_member_stops_by_itself_as_etcds_does() {
+    let want = removal(Kind::Etcd).await;
+    eprintln!("etcd: {want:#?}");
+    assert!(
+        want[0].contains("Some("),
+        "etcd's removed member should exit: {want:?}"
+    );
+    let got = removal(Kind::Leasehold).await;
     assert_eq!(got, want, "leasehold vs etcd");
 }

@@ -289,12 +289,8 @@ async fn refused(server: &common::Server, flags: &[String], what: &str) {
     let started = Instant::now();
     let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     args.extend(["put", "refused", "x"]);
-    // Refused by TLS, not later: the server logs a failed handshake for it (etcd: `rejected
-    // connection`; leasehold: `TLS handshake with`).
-    let marker = match server.kind() {
-        Kind::Etcd => "rejected connection",
-        Kind::Leasehold => "TLS handshake with",
-    };
+    // Refused by TLS, not later: the server logs a failed handshake for it, in etcd's words.
+    let marker = "rejected connection";
     let handshakes_failed = || server.log().matches(marker).count();
     let before = handshakes_failed();
     let out = etcdctl(&server.endpoint(), &args).await;

@@ -35,6 +35,25 @@ impl Replica {
         })
     }
 
+    /// The hashes this member's latest compactions took (at most ten, newest first): what the
+    /// compaction hash check compares with the peers' answers at each compaction revision.
+    pub fn compaction_hashes(&self) -> Vec<MemberHash> {
+        state_machine::read(&self.shared, |store| {
+            let mut hashes: Vec<MemberHash> = store
+                .compaction_hashes()
+                .into_iter()
+                .map(|h| MemberHash {
+                    member: self.member_id,
+                    revision: h.hash_revision,
+                    compact_revision: h.compact_revision,
+                    hash: h.hash,
+                })
+                .collect();
+            hashes.reverse();
+            hashes
+        })
+    }
+
     /// Every other member's hash at `revision`, asked at once, each within a bound: what it
     /// answered (`Ok(None)`: it cannot hash that revision), or why it did not.
     pub async fn peer_hashes(

@@ -438,6 +438,38 @@ impl Replica {
         counters
     }
 
+    /// The KV operations this member has applied since it started, as etcd's
+    /// `etcd_mvcc_{put,delete,range,txn}_total` count them (ranges here: those inside txns).
+    pub fn kv_ops_applied(&self) -> state_machine::KvOps {
+        self.shared.kv_ops()
+    }
+
+    /// `--quota-backend-bytes` as applied (`None`: no quota).
+    pub fn quota_bytes(&self) -> Option<u64> {
+        self.quota_bytes
+    }
+
+    /// Whether this member is a learner in its current membership.
+    pub fn is_learner(&self) -> bool {
+        self.status
+            .borrow()
+            .members
+            .get(&self.member_id)
+            .is_some_and(|m| m.learner)
+    }
+
+    /// The applied store's live keys, current revision and compaction revision (`-1` before
+    /// the first compaction), for the metrics: one short read of the state.
+    pub fn kv_gauges(&self) -> (usize, i64, i64) {
+        state_machine::read_state(&self.shared, |store, _| {
+            (
+                store.live_keys(),
+                store.current_revision(),
+                store.compact_revision(),
+            )
+        })
+    }
+
     /// How many leases this member holds (applied, expired or not).
     pub fn leases_live(&self) -> usize {
         state_machine::read_leases(&self.shared, LeaseTable::len)
@@ -589,6 +621,14 @@ impl Replica {
     /// refused (bytes that are not a message for this member).
     pub fn deliver_raft_message(&self, bytes: &[u8]) -> Result<(), String> {
         self.engine.deliver(bytes)
+    }
+
+    /// The transport heard from peer `id` without a Raft message: its link's keepalive, which
+    /// every member sends every other, so that a follower knows for how long it has been
+    /// connected to the others as etcd's members do (what a new leader's reconfiguration checks
+    /// ask).
+    pub fn peer_heard(&self, id: u64) {
+        self.engine.heard(id);
     }
 
     /// The transport could not deliver a raft-rs message to `id`.
@@ -976,6 +1016,24 @@ impl Replica {
     /// supervisor restarts it (etcd exits too).
     pub async fn failed(&self) -> Fatal {
         self.engine.failed().await
+    }
+
+    /// Completes once this member has applied its own removal from the cluster (a membership
+    /// that holds other members and not this one). Such a member has no part in the cluster
+    /// any more: whoever runs it should stop it, as etcd stops a removed member ("the member
+    /// has been permanently removed from the cluster"). Never completes for a member that was
+    /// not removed, or that stopped before it learnt of its removal.
+    pub async fn removed(&self) {
+        let mut status = self.status.clone();
+        let me = self.member_id;
+        // An error means the Raft thread is gone: this member is not going to learn of it.
+        if status
+            .wait_for(|s| !s.members.is_empty() && !s.members.contains_key(&me))
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// What this member has counted about itself (commit times, proposals, leader changes).

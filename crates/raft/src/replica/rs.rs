@@ -393,6 +393,26 @@ impl RsEngine {
         }
     }
 
+    /// For each of `peers`: how many ticks ago it was last heard from, and, on a leader, the
+    /// last index it is known to hold (`None`: never heard from / not known).
+    pub(super) async fn heard_ago_and_matched(
+        &self,
+        peers: Vec<u64>,
+    ) -> Result<Vec<(u64, Option<u64>, Option<u64>)>, ReplicaError> {
+        let (answer, answered) = oneshot::channel();
+        let asked = self.inputs.send(Input::With(Box::new(move |core| {
+            let heard = peers
+                .into_iter()
+                .map(|p| (p, core.heard_ago_ticks(p), core.matched(p)))
+                .collect();
+            let _ = answer.send(heard);
+        })));
+        if asked.is_err() {
+            return Err(ReplicaError::Stopped);
+        }
+        answered.await.map_err(|_| ReplicaError::Stopped)
+    }
+
     /// For how many ticks each of `peers` has been heard from without a gap (`None`: not
     /// within the last election timeout); see `Core::heard_for_ticks`.
     pub(super) async fn heard_for_ticks(
@@ -423,6 +443,11 @@ impl RsEngine {
         self.inputs
             .send(Input::Step(message))
             .map_err(|_| "the member is stopping".to_owned())
+    }
+
+    /// The transport heard from peer `id` without a Raft message (see `Input::Heard`).
+    pub(crate) fn heard(&self, id: u64) {
+        let _ = self.inputs.send(Input::Heard(id));
     }
 
     /// A message to `id` could not be delivered.

@@ -35,3 +35,50 @@ impl Replica {
         }
     }
 }
+
+impl Replica {
+    /// Before a graceful stop: hands leadership to the voter that holds the most of the log
+    /// among those heard from within the last two heartbeats, so that the others need not wait
+    /// out an election timeout, as etcd does when it stops (`TransferLeadershipOnShutdown`).
+    /// Nothing when this member does not lead or leads alone, or when no voter answers lately.
+    /// Bounded by `within`; a failure is logged and the stop goes on.
+    pub async fn hand_over_leadership(&self, within: Duration) {
+        if !self.is_leader() {
+            return;
+        }
+        let voters: Vec<u64> = self
+            .members()
+            .into_iter()
+            .filter(|m| !m.learner && m.id != self.member_id)
+            .map(|m| m.id)
+            .collect();
+        if voters.is_empty() {
+            return;
+        }
+        let Ok(heard) = self.engine.heard_ago_and_matched(voters).await else {
+            return;
+        };
+        // A voter that stopped a moment ago was heard from within the election timeout still:
+        // only one that answers heartbeats now is a transferee.
+        let Some((target, ..)) = heard
+            .into_iter()
+            .filter(|&(_, ago, _)| ago.is_some_and(|t| t <= 2))
+            .max_by_key(|&(id, _, matched)| (matched, std::cmp::Reverse(id)))
+        else {
+            tracing::warn!("stopping as leader, with no voter heard from to hand leadership to");
+            return;
+        };
+        let started = Instant::now();
+        match self.move_leader(target, within).await {
+            Ok(()) => tracing::info!(
+                transferee = %format!("{target:x}"),
+                took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "handed leadership over before stopping"
+            ),
+            Err(e) => tracing::warn!(
+                transferee = %format!("{target:x}"),
+                "could not hand leadership over before stopping: {e}"
+            ),
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! staged for the next checkpoint, and the signals published once the state lock is released.
 
 use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable, Renewal};
-use leasehold_mvcc::{Change, Record, Store};
+use leasehold_mvcc::{Change, Record, ResponseOp, Store};
 use std::collections::BTreeSet;
 
 use super::SmState;
@@ -38,6 +38,50 @@ pub(super) fn apply_alarm(
 pub(super) struct Effects {
     changes: Vec<Change>,
     leases_touched: BTreeSet<LeaseId>,
+    /// The KV operations applied, counted as etcd's `etcd_mvcc_*_total` count them.
+    ops: KvOps,
+}
+
+/// KV operations applied, as etcd counts them per write transaction: each put and each
+/// delete-range (not each key it deletes), each range read inside a txn, and a txn when it ran
+/// more than one operation (nested txns' operations included; only the branch taken counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvOps {
+    pub puts: u64,
+    pub deletes: u64,
+    pub ranges: u64,
+    pub txns: u64,
+}
+
+impl KvOps {
+    /// Counts what a txn's taken branch ran.
+    fn count_txn(&mut self, resp: &leasehold_mvcc::TxnResponse) {
+        let mut ops = 0;
+        self.count_branch(&resp.responses, &mut ops);
+        if ops > 1 {
+            self.txns += 1;
+        }
+    }
+
+    fn count_branch(&mut self, responses: &[ResponseOp], ops: &mut u64) {
+        for op in responses {
+            match op {
+                ResponseOp::Range(_) => {
+                    self.ranges += 1;
+                    *ops += 1;
+                }
+                ResponseOp::Put(_) => {
+                    self.puts += 1;
+                    *ops += 1;
+                }
+                ResponseOp::DeleteRange(_) => {
+                    self.deletes += 1;
+                    *ops += 1;
+                }
+                ResponseOp::Txn(inner) => self.count_branch(&inner.responses, ops),
+            }
+        }
+    }
 }
 
 impl Effects {
@@ -110,20 +154,29 @@ pub(super) fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects
     let lease_exists = |id: LeaseId| leases.contains(id);
     match cmd {
         Command::Put(req) => Applied::Put(store.put(req, &lease_exists).map(|(resp, c)| {
+            fx.ops.puts += 1;
             fx.kv(store, leases, c);
             resp
         })),
         Command::DeleteRange(req) => {
             let (resp, c) = store.delete_range(req);
+            fx.ops.deletes += 1;
             fx.kv(store, leases, c);
             Applied::DeleteRange(resp)
         }
         Command::Txn(req) => Applied::Txn(store.txn(req, &lease_exists).map(|(resp, c)| {
+            fx.ops.count_txn(&resp);
             fx.kv(store, leases, c);
             resp
         })),
         Command::Compact { revision } => {
             Applied::Compact(store.compact(*revision).map(|(rev, c)| {
+                // etcd's words, which its tests wait for.
+                tracing::info!(
+                    "compact-revision" = *revision,
+                    "versions-removed" = c.len(),
+                    "finished scheduled compaction"
+                );
                 fx.changes.extend(c);
                 // The history just dropped should leave the process, not only the store.
                 leasehold_alloc::release_soon();
@@ -349,6 +402,7 @@ pub(crate) fn apply_entries(
         shared.leases_moved();
     }
     shared.publish_revision(meta.current_revision);
+    shared.count_kv_ops(fx.ops);
     shared
         .key_deletes
         .deleted(fx.changes.iter().filter_map(|change| match change {
@@ -360,4 +414,42 @@ pub(crate) fn apply_entries(
         }));
     db.stage_sm(fx.changes, lease_rows, meta);
     replies
+}
+
+#[cfg(test)]
+mod kv_ops_tests {
+    use leasehold_mvcc::{DeleteRangeResponse, PutResponse, RangeResponse, TxnResponse};
+
+    use super::*;
+
+    #[test]
+    fn a_txn_counts_the_operations_of_its_taken_branch_and_itself_when_more_than_one() {
+        let nested = TxnResponse {
+            responses: vec![ResponseOp::DeleteRange(DeleteRangeResponse::default())],
+            ..Default::default()
+        };
+        let txn = TxnResponse {
+            responses: vec![
+                ResponseOp::Range(RangeResponse::default()),
+                ResponseOp::Put(PutResponse::default()),
+                ResponseOp::Txn(nested.clone()),
+            ],
+            ..Default::default()
+        };
+        let mut ops = KvOps::default();
+        ops.count_txn(&txn);
+        assert_eq!(
+            ops,
+            KvOps {
+                puts: 1,
+                deletes: 1,
+                ranges: 1,
+                txns: 1
+            }
+        );
+        // One operation is not a txn to etcd's counter; none neither.
+        ops.count_txn(&nested);
+        ops.count_txn(&TxnResponse::default());
+        assert_eq!((ops.deletes, ops.txns), (2, 1));
+    }
 }

@@ -36,6 +36,7 @@ use apply::{Effects, apply_command};
 #[cfg(test)]
 use snapshot::SnapshotPayload;
 
+pub use apply::KvOps;
 pub use apply::rebind;
 pub(crate) use apply::{Applying, apply_entries};
 pub(crate) use key_deletes::KeyDeleteWaiter;

@@ -37,6 +37,9 @@ pub(crate) struct SharedState {
     /// (`Core::log_has_room`), told by the Raft thread: like a full redb file, it makes this
     /// member refuse writes that add data.
     pub(crate) log_without_room: AtomicBool,
+    /// KV operations applied on this member since it started ([`super::apply::KvOps`]):
+    /// puts, deletes, ranges in txns, txns.
+    pub(crate) kv_ops: [std::sync::atomic::AtomicU64; 4],
 }
 
 pub(crate) const RAISED_NO_SPACE: u8 = 1;
@@ -79,6 +82,32 @@ impl SharedState {
             lease_time_applied: std::sync::Mutex::new(super::LeaseTimeSeen::default()),
             key_deletes: KeyDeletes::default(),
             log_without_room: AtomicBool::new(false),
+            kv_ops: Default::default(),
+        }
+    }
+
+    /// Adds one apply batch's KV operations to this member's counts.
+    pub(super) fn count_kv_ops(&self, ops: super::KvOps) {
+        for (counter, n) in self
+            .kv_ops
+            .iter()
+            .zip([ops.puts, ops.deletes, ops.ranges, ops.txns])
+        {
+            if n > 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The KV operations applied on this member since it started.
+    pub(crate) fn kv_ops(&self) -> super::KvOps {
+        let [puts, deletes, ranges, txns] =
+            self.kv_ops.each_ref().map(|c| c.load(Ordering::Relaxed));
+        super::KvOps {
+            puts,
+            deletes,
+            ranges,
+            txns,
         }
     }
 
