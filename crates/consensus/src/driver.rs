@@ -87,6 +87,9 @@ pub trait Machine: Host {
     /// Whether the log has room set aside ([`Core::log_has_room`]): told once at the start and
     /// then on every change. Without it the member must take no writes that add data.
     fn log_room(&mut self, _has_room: bool) {}
+    /// A follower needs a snapshot this member does not have yet ([`Core::snapshot_wanted`]):
+    /// told after every turn of the Raft thread until one is given to [`Core::compact`].
+    fn snapshot_wanted(&mut self) {}
 }
 
 /// The handle on a running thread; dropping it stops the thread and waits for it.
@@ -208,6 +211,9 @@ fn run<F: Fs>(
         if core.log_has_room() != room {
             room = !room;
             machine.log_room(room);
+        }
+        if core.snapshot_wanted().is_some() {
+            machine.snapshot_wanted();
         }
     }
 }

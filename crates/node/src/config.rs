@@ -17,6 +17,7 @@ use leasehold_server::{AutoCompaction, identity};
 
 use crate::inert::InertFlags;
 use crate::tls::TlsFlags;
+use crate::values::{parse_duration, parse_go_bool, parse_positive_duration};
 
 #[derive(Args, Debug, Clone)]
 pub struct NodeConfig {
@@ -855,29 +856,6 @@ pub(crate) fn parse_feature_gates(s: &str) -> Result<FeatureGates, String> {
         gates.push((*gate, on));
     }
     Ok(FeatureGates(gates))
-}
-
-pub(crate) fn parse_go_bool(s: &str) -> Result<bool, String> {
-    leasehold_types::go::parse_bool(s).map_err(|_| format!("parse error: {s:?} is not a boolean"))
-}
-
-/// Durations as etcd's flags take them (Go's `time.ParseDuration`, with Go's error text): `0`,
-/// or a sequence of decimal numbers, each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`),
-/// such as `1m30s`, `1.5h` or `500ms`. Negative durations, which Go takes, are refused: no
-/// flag of etcd's means anything by one.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let nanos = leasehold_types::go::parse_duration(s)?;
-    u64::try_from(nanos)
-        .map(Duration::from_nanos)
-        .map_err(|_| format!("a negative duration is not allowed here: {s:?}"))
-}
-
-/// [`parse_duration`], refusing zero.
-pub(crate) fn parse_positive_duration(s: &str) -> Result<Duration, String> {
-    match parse_duration(s)? {
-        d if d.is_zero() => Err("a duration must be positive".into()),
-        d => Ok(d),
-    }
 }
 
 #[cfg(test)]

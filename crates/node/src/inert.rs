@@ -9,7 +9,7 @@
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
-use crate::config::{parse_duration, parse_go_bool};
+use crate::values::{parse_duration, parse_go_bool};
 
 /// The `--help` heading of these flags; `sources.rs` also recognises them by it.
 pub(crate) const HEADING: &str = "etcd flags accepted without effect";

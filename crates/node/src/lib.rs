@@ -22,13 +22,15 @@ mod node;
 mod sources;
 mod tls;
 mod transport;
+mod values;
 
 pub use config::{
     INITIAL_ADVERTISE_PEER_URLS_DEFAULT, INITIAL_CLUSTER_TOKEN_DEFAULT, Identity, ListenAddr,
-    ListenUrl, LogFormat, LogLevel, LogTarget, NodeConfig, parse_duration,
+    ListenUrl, LogFormat, LogLevel, LogTarget, NodeConfig,
 };
 pub use inert::InertFlags;
 pub use leasehold_server::ETCD_API_VERSION;
 pub use node::{ClientListener, Listeners, Node};
 pub use sources::{Notice, NoticeLevel, Resolved, normalize_args};
 pub use tls::{ClientTls, PeerTls, TlsFlags};
+pub use values::parse_duration;

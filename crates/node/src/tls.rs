@@ -19,7 +19,7 @@ use rustls::crypto::CryptoProvider;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 
-use crate::config::parse_go_bool;
+use crate::values::parse_go_bool;
 
 /// The `--help` heading of the TLS flags; `sources.rs` also recognises them by it.
 pub(crate) const HEADING: &str = "TLS";

@@ -143,6 +143,9 @@ pub async fn drive_auto_compaction(
     match mode {
         AutoCompaction::Periodic(period) => {
             let mut schedule = Periodic::new(period, Instant::now());
+            // Every member samples its revision on the timer, leader or not, as etcd's periodic
+            // compactor does: a member that becomes leader compacts to the revision it had
+            // `period` ago without first waiting a whole period.
             loop {
                 schedule.sample(current(&replica));
                 tokio::select! {
@@ -162,6 +165,11 @@ pub async fn drive_auto_compaction(
         AutoCompaction::Revision(retention) => {
             let mut schedule = ByRevision::new(retention);
             loop {
+                // A follower sleeps until it leads, then the interval.
+                tokio::select! {
+                    () = replica.until_leading() => {}
+                    _ = shutdown.changed() => return,
+                }
                 tokio::select! {
                     () = tokio::time::sleep(ByRevision::INTERVAL) => {}
                     _ = shutdown.changed() => return,

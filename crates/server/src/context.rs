@@ -5,7 +5,7 @@ use std::sync::Arc;
 use leasehold_raft::Replica;
 
 use crate::convert::Header;
-use crate::lease::LeaseIdGenerator;
+use crate::lease_ids::LeaseIdGenerator;
 use crate::metrics::Metrics;
 
 pub struct ServerContext {

@@ -144,14 +144,19 @@ pub async fn drive_corruption_checks(
     }
 }
 
-/// Waits `every`, then until this member leads (checking each `every`): `false` once `stop`
-/// turns true. What both periodic checks run on: only the leader checks.
+/// Waits until this member leads (woken by the leadership change, not a timer), then `every`;
+/// `true` if it still leads then, `false` once `stop` turns true. What both periodic checks run
+/// on: only the leader checks, and a follower sleeps until it leads.
 async fn leading_after(
     replica: &Replica,
     every: Duration,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     loop {
+        tokio::select! {
+            () = replica.until_leading() => {}
+            _ = stop.wait_for(|s| *s) => return false,
+        }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|s| *s) => return false,

@@ -24,7 +24,7 @@ use leasehold_raft::Alarm;
 
 use crate::context::ServerContext;
 use crate::error::{ApiError, Unimplemented};
-use crate::maintenance::ETCD_API_VERSION;
+use crate::version::ETCD_API_VERSION;
 
 /// How long a check's read may take before the check fails.
 const CHECK_READ_TIMEOUT: Duration = Duration::from_secs(2);

@@ -33,12 +33,14 @@ pub mod identity;
 pub mod jwt;
 mod kv;
 mod lease;
+mod lease_ids;
 mod lock;
 mod maintenance;
 mod metrics;
 mod oversize;
 mod recipe;
 mod validate;
+mod version;
 mod watch;
 
 use std::future::Future;
@@ -70,11 +72,11 @@ pub struct ConnInfo {
 pub use context::ServerContext;
 pub use corruption::{drive_compaction_hash_checks, drive_corruption_checks, initial_check};
 pub use expiry::{ExpiryConfig, drive_lease_expiry};
-pub use lease::LeaseIdGenerator;
-pub use maintenance::ETCD_API_VERSION;
+pub use lease_ids::LeaseIdGenerator;
 pub use metrics::Metrics;
 pub use validate::lease_ttl_secs_min;
 pub use validate::{Limits, REQUEST_BYTES_MAX_DEFAULT, TXN_OPS_MAX_DEFAULT};
+pub use version::ETCD_API_VERSION;
 
 /// The client server's HTTP/2 keepalive, etcd's `--grpc-keepalive-interval` and
 /// `--grpc-keepalive-timeout`: after `interval` without activity the server pings the client,

@@ -28,7 +28,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::maintenance::ETCD_API_VERSION;
+use crate::version::ETCD_API_VERSION;
 
 /// Every metric this member exports, and the registry that encodes them.
 pub struct Metrics {

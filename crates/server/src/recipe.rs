@@ -316,7 +316,7 @@ mod tests {
             client_urls: Vec::new(),
             peer_urls: Vec::new(),
             lease_ttl_secs_min: 1,
-            lease_ids: lease::LeaseIdGenerator::new(1, 0),
+            lease_ids: crate::lease_ids::LeaseIdGenerator::new(1, 0),
             watch_progress_interval: std::time::Duration::from_secs(600),
             cluster_token: String::new(),
             member_names: Default::default(),

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
-use super::engine::{Engine, EngineStatus};
+use super::engine::EngineStatus;
 use super::error::ReplicaError;
 use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere, wait_applied};
 use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
+use super::rs::RsEngine;
 use crate::command::{Applied, Write};
 use crate::steps::answered_before_apply;
 
@@ -49,7 +50,7 @@ pub(super) struct Committed {
 /// goes to the leader, up to [`FORWARDS_IN_FLIGHT_MAX`] batches at once, and the callers are
 /// answered once this member has applied it too.
 pub(super) async fn propose_batches(
-    engine: Engine,
+    engine: Arc<RsEngine>,
     status: watch::Receiver<EngineStatus>,
     member_id: u64,
     clock: SharedClock,

@@ -4,10 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::rs::RsEngine;
-
-/// The engine a replica runs: raft-rs's, on its own thread.
-pub(super) type Engine = Arc<RsEngine>;
+use crate::command::MemberAttrs;
 
 /// One member as the engine's membership has it (the state machine's own record of it).
 pub(crate) type EngineMember = crate::position::Member;
@@ -31,4 +28,15 @@ impl EngineStatus {
     pub(crate) fn peer_url(&self, id: u64) -> Option<&str> {
         self.members.get(&id).map(|m| m.peer_url.as_str())
     }
+}
+
+/// One member as the current membership config has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: u64,
+    pub peer_url: String,
+    pub learner: bool,
+    /// What the member published about itself once it started (`None` before: etcd lists such
+    /// a member as unstarted).
+    pub published: Option<MemberAttrs>,
 }

@@ -172,6 +172,13 @@ pub enum MembershipError {
     Unhealthy,
 }
 
+impl From<crate::steps::NotTimingLeases> for ReplicaError {
+    fn from(_: crate::steps::NotTimingLeases) -> ReplicaError {
+        // The callers go again, to the leader once one times leases.
+        ReplicaError::NoLeader
+    }
+}
+
 impl From<crate::steps::reconfig::ReconfigRefusal> for MembershipError {
     fn from(r: crate::steps::reconfig::ReconfigRefusal) -> MembershipError {
         match r {

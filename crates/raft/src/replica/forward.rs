@@ -8,9 +8,38 @@ use tokio::sync::watch;
 
 use super::engine::EngineStatus;
 use super::error::ReplicaError;
-use super::hashes::MemberHash;
-use super::membership::MemberChange;
 use crate::command::{Applied, Write};
+
+/// A membership change: etcd's MemberAdd, MemberRemove, MemberPromote and MemberUpdate.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum MemberChange {
+    Add {
+        id: u64,
+        peer_url: String,
+        learner: bool,
+    },
+    Remove {
+        id: u64,
+    },
+    Promote {
+        id: u64,
+    },
+    /// New peer URL for a member (its id stays).
+    Update {
+        id: u64,
+        peer_url: String,
+    },
+}
+
+/// A member's KV hash at a revision, with what etcd's HashKV answer carries beside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemberHash {
+    pub member: u64,
+    /// The member's current revision when it hashed (etcd's response header revision).
+    pub revision: i64,
+    pub compact_revision: i64,
+    pub hash: u32,
+}
 
 /// A boxed future, for the object-safe [`Forwarder`].
 pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;

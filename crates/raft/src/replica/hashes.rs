@@ -6,17 +6,8 @@ use std::time::Duration;
 
 use super::Replica;
 use super::error::ReplicaError;
+use super::forward::MemberHash;
 use crate::state_machine;
-
-/// A member's KV hash at a revision, with what etcd's HashKV answer carries beside it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct MemberHash {
-    pub member: u64,
-    /// The member's current revision when it hashed (etcd's response header revision).
-    pub revision: i64,
-    pub compact_revision: i64,
-    pub hash: u32,
-}
 
 /// How long a member is given to answer with its hash.
 const PEER_HASH_TIMEOUT: Duration = Duration::from_secs(5);

@@ -2,42 +2,10 @@
 //! member list.
 
 use super::Replica;
+use super::engine::MemberInfo;
 use super::error::{MembershipError, ReplicaError};
-use super::forward::leader_elsewhere;
-use crate::command::MemberAttrs;
+use super::forward::{MemberChange, leader_elsewhere};
 use crate::steps::reconfig;
-
-/// A membership change: etcd's MemberAdd, MemberRemove, MemberPromote and MemberUpdate.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub enum MemberChange {
-    Add {
-        id: u64,
-        peer_url: String,
-        learner: bool,
-    },
-    Remove {
-        id: u64,
-    },
-    Promote {
-        id: u64,
-    },
-    /// New peer URL for a member (its id stays).
-    Update {
-        id: u64,
-        peer_url: String,
-    },
-}
-
-/// One member as the current membership config has it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemberInfo {
-    pub id: u64,
-    pub peer_url: String,
-    pub learner: bool,
-    /// What the member published about itself once it started (`None` before: etcd lists such
-    /// a member as unstarted).
-    pub published: Option<MemberAttrs>,
-}
 
 impl Replica {
     /// The current members, voters and learners, in id order.

@@ -17,6 +17,7 @@ mod forward;
 mod hashes;
 mod lease_time;
 mod membership;
+mod promotion;
 mod read_index;
 mod renew;
 mod rs;
@@ -26,16 +27,18 @@ mod transfer;
 pub use rs::{NoTransport, RaftTransport};
 
 pub use config::{LEASE_COVER_MARGIN_DEFAULT_MS, ReplicaConfig};
+pub use engine::MemberInfo;
 pub use error::{Fatal, MembershipError, ReplicaError, StartError};
-pub use forward::{BoxFuture, Forwarded, Forwarder, NoForwarding, ReadIndex};
-pub use hashes::MemberHash;
-pub use membership::{MemberChange, MemberInfo};
+pub use forward::{
+    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, NoForwarding, ReadIndex,
+};
 
 use batch::{Committed, Pending, QUEUE_LEN_MAX, propose_batches};
-use engine::{Engine, EngineStatus};
+use engine::EngineStatus;
 use forward::{leader_elsewhere, wait_applied};
-use lease_time::{SharedClock, follow_leadership};
+use lease_time::SharedClock;
 use read_index::ReadIndexRounds;
+use rs::RsEngine;
 
 use crate::command::{Alarm, AlarmChange, AlarmMember, Applied, Command, Proposal, Propose, Write};
 use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
@@ -85,7 +88,7 @@ pub struct RaftStatus {
 }
 
 pub struct Replica {
-    engine: Engine,
+    engine: Arc<RsEngine>,
     /// Raft's progress, whichever engine runs.
     status: watch::Receiver<EngineStatus>,
     /// This member's mapping from real time to lease time; `Some` while it leads (and so times
@@ -266,7 +269,7 @@ impl Replica {
             telemetry: telemetry.clone(),
             transport,
         };
-        let (rs, status) = rs::RsEngine::start(log, start);
+        let (rs, status) = RsEngine::start(log, start);
         let parts = Parts {
             engine: rs,
             status,
@@ -334,7 +337,7 @@ impl Replica {
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
         });
         replica.warn_if_not_a_member();
-        tokio::spawn(follow_leadership(Arc::downgrade(&replica)));
+        tokio::spawn(Replica::follow_leadership(Arc::downgrade(&replica)));
         if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
             let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
             if !replica.lease_clock.wait_timing(bound).await {
@@ -402,7 +405,7 @@ impl Replica {
     /// writes to other keys; it registers before it looks, so a delete applied between a
     /// caller's read and this call is not missed. `Stopped` if the replica goes first.
     pub async fn key_gone(&self, key: &[u8], create_revision: i64) -> Result<(), ReplicaError> {
-        let mut waiter = KeyDeleteWaiter::register(&self.shared, key);
+        let mut waiter = KeyDeleteWaiter::register(&self.shared.key_deletes, key);
         loop {
             let live = state_machine::read(&self.shared, |store| {
                 let point = leasehold_mvcc::RangeRequest {
@@ -423,7 +426,7 @@ impl Replica {
             }
             // Fired by a delete of `key` (so that version is gone) or a snapshot install (look
             // again, registered anew first).
-            waiter = KeyDeleteWaiter::register(&self.shared, key);
+            waiter = KeyDeleteWaiter::register(&self.shared.key_deletes, key);
         }
     }
 
@@ -1046,6 +1049,17 @@ impl Replica {
         self.status.borrow().is_leader
     }
 
+    /// Returns once this member leads (at once if it does), or never if it stops first: what
+    /// the leader's periodic duties sleep on while this member follows, instead of a timer.
+    pub async fn until_leading(&self) {
+        let mut status = self.status.clone();
+        let leading =
+            matches!(status.wait_for(|s| s.is_leader || s.stopped).await, Ok(s) if s.is_leader);
+        if !leading {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Size of the database file in bytes.
     pub fn db_size_bytes(&self) -> u64 {
         std::fs::metadata(&self.db_path).map_or(0, |m| m.len())
@@ -1127,7 +1141,7 @@ impl Replica {
 
 /// What the engine's start hands the other parts of a replica.
 struct Parts {
-    engine: Engine,
+    engine: Arc<RsEngine>,
     status: watch::Receiver<EngineStatus>,
     shared: Shared,
     db_closed: watch::Receiver<()>,

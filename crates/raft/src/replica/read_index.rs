@@ -11,12 +11,13 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{oneshot, watch};
 
-use super::engine::{Engine, EngineStatus};
+use super::engine::EngineStatus;
 use super::error::ReplicaError;
 use super::forward::{
     BoxFuture, Forwarder, ReadIndex, leader_elsewhere, unless_leader_changes, wait_applied,
 };
 use super::lease_time::SharedClock;
+use super::rs::RsEngine;
 
 type Round = Arc<dyn Fn() -> BoxFuture<Result<ReadIndex, ReplicaError>> + Send + Sync>;
 
@@ -45,7 +46,7 @@ impl ReadIndexRounds {
     /// On the leader: confirms leadership with a quorum (raft-rs's ReadIndex), waits until
     /// this member has applied that far, and reads the lease time.
     pub(super) fn leader(
-        engine: Engine,
+        engine: Arc<RsEngine>,
         status: watch::Receiver<EngineStatus>,
         clock: SharedClock,
     ) -> ReadIndexRounds {

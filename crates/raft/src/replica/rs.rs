@@ -5,12 +5,15 @@
 //!   propose_batches ─► RsEngine::submit ─► Raft thread (Core: one append + fdatasync per Ready)
 //!        ▲                                      │ committed entries
 //!        └── Waiters (index, term) ◄── RsMachine::apply ─► apply_entries (staged rows)
-//!   checkpointer (every CHECKPOINT_EVERY): staged rows ─► redb, durably ─► Core::compact_log
+//!   checkpointer (rung by apply, or by a wanted snapshot): staged rows ─► redb, durably
+//!                                                        ─► Core::compact_log
 //! ```
 //!
 //! The log is the durability: applying writes nothing to disk, and the state machine reaches
-//! its file every [`CHECKPOINT_EVERY`] in one durable commit that records the applied index. A
-//! restart replays the log from there. The log is compacted only up to a durable checkpoint.
+//! its file in one durable commit that records the applied index, at most [`CHECKPOINT_EVERY`]
+//! after it was staged. A restart replays the log from there. The log is compacted only up to a
+//! durable checkpoint. An idle member's checkpointer sleeps: nothing wakes it but staged rows, a
+//! snapshot a follower wants, or the stop.
 //!
 //! Membership changes are ConfChangeV2 entries whose context names the member's peer URL. A
 //! new cluster's members start with their log compacted at [`INIT_INDEX`], so a member added
@@ -18,8 +21,7 @@
 //! replaying entries that never held the initial members.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use leasehold_consensus::driver::{Committed, Driver, Input, Machine, Proposed, Reply};
@@ -35,7 +37,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::engine::{EngineMember, EngineStatus};
 use super::error::{Fatal, ReplicaError};
-use super::forward::{BoxFuture, Forwarded};
+use super::forward::{BoxFuture, Forwarded, MemberChange};
 use crate::command::Proposal;
 use crate::position::{self, LogPosition};
 use crate::state_machine::{self, Applying, Shared};
@@ -95,8 +97,53 @@ pub(crate) struct RsEngine {
 }
 
 struct Checkpointer {
-    stop: std::sync::mpsc::Sender<()>,
+    bell: Arc<Bell>,
     thread: std::thread::JoinHandle<()>,
+}
+
+/// What wakes the checkpointer: rows that apply staged, a snapshot a follower wants (the Raft
+/// thread rings for both), and the stop. Rings that come while it works fold into one.
+#[derive(Default)]
+struct Bell {
+    rung: Mutex<Rung>,
+    wake: Condvar,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Rung {
+    staged: bool,
+    snapshot: bool,
+    stop: bool,
+}
+
+impl Bell {
+    fn ring(&self, what: impl FnOnce(&mut Rung)) {
+        what(&mut self.rung.lock().expect("bell lock poisoned"));
+        self.wake.notify_one();
+    }
+
+    /// Sleeps until rung, and takes the ring (the stop stays rung).
+    fn wait(&self) -> Rung {
+        let rung = self.rung.lock().expect("bell lock poisoned");
+        let mut rung = self
+            .wake
+            .wait_while(rung, |r| !(r.staged || r.snapshot || r.stop))
+            .expect("bell lock poisoned");
+        let taken = *rung;
+        rung.staged = false;
+        rung.snapshot = false;
+        taken
+    }
+
+    /// Sleeps `at_most`, or until the stop rings; whether it did.
+    fn stopped_within(&self, at_most: Duration) -> bool {
+        let rung = self.rung.lock().expect("bell lock poisoned");
+        let (rung, _) = self
+            .wake
+            .wait_timeout_while(rung, at_most, |r| !r.stop)
+            .expect("bell lock poisoned");
+        rung.stop
+    }
 }
 
 /// What opening the log needs: where, how Raft is tuned, and the state machine's applied
@@ -232,6 +279,7 @@ impl RsEngine {
         });
         let (fatal, _) = watch::channel(None);
         let waiters = Waiters::default();
+        let bell = Arc::new(Bell::default());
         let machine = RsMachine {
             member_id,
             shared,
@@ -244,11 +292,12 @@ impl RsEngine {
             core: CoreStatus::default(),
             members,
             append_times: AppendTimes::default(),
+            checkpoints: bell.clone(),
         };
         let reads = ReadBatcher::new((election_tick / 2).max(1), election_tick * 2);
         let driver = Driver::start(core, machine, Duration::from_millis(heartbeat_ms), reads);
         let inputs = driver.inputs();
-        let checkpointer = Checkpointer::start(db, inputs.clone(), fatal.clone());
+        let checkpointer = Checkpointer::start(db, bell, inputs.clone(), fatal.clone());
         (
             Arc::new(RsEngine {
                 member_id,
@@ -319,10 +368,9 @@ impl RsEngine {
     /// Proposes a membership change (this member must lead); completes once it is applied here.
     pub(super) fn change_members(
         &self,
-        change: &super::MemberChange,
+        change: &MemberChange,
         learner_now: bool,
     ) -> BoxFuture<Result<(), ReplicaError>> {
-        use super::MemberChange;
         let (kind, id, url) = match change {
             MemberChange::Add {
                 id,
@@ -479,7 +527,7 @@ impl RsEngine {
             .expect("checkpointer lock poisoned")
             .take();
         if let Some(c) = checkpointer {
-            let _ = c.stop.send(());
+            c.bell.ring(|r| r.stop = true);
             let _ = c.thread.join();
         }
         let waiters = std::mem::take(&mut *self.waiters.lock().expect("waiters lock poisoned"));
@@ -492,32 +540,31 @@ impl RsEngine {
 impl Checkpointer {
     fn start(
         db: Arc<Db>,
+        bell: Arc<Bell>,
         inputs: std::sync::mpsc::Sender<Input<StdFs>>,
         fatal: watch::Sender<Option<Fatal>>,
     ) -> Checkpointer {
-        let (stop, stopped) = std::sync::mpsc::channel();
+        let rung = bell.clone();
         let thread = std::thread::Builder::new()
             .name("leasehold-checkpoint".into())
-            .spawn(move || run_checkpoints(&db, &inputs, &fatal, &stopped))
+            .spawn(move || run_checkpoints(&db, &rung, &inputs, &fatal))
             .expect("spawn the checkpoint thread");
-        Checkpointer { stop, thread }
+        Checkpointer { bell, thread }
     }
 }
 
-/// Every [`CHECKPOINT_EVERY`] (and once more when stopped): writes the staged state durably,
-/// lets the core compact its log behind it, and offers a snapshot when a follower needs one.
+/// Sleeps until `bell` rings; then, after [`CHECKPOINT_EVERY`] (the window in which staged rows
+/// gather into one commit), writes the staged state durably, lets the core compact its log
+/// behind it, and offers a snapshot when a follower needs one. Once more when stopped.
 fn run_checkpoints(
     db: &Db,
+    bell: &Bell,
     inputs: &std::sync::mpsc::Sender<Input<StdFs>>,
     fatal: &watch::Sender<Option<Fatal>>,
-    stopped: &std::sync::mpsc::Receiver<()>,
 ) {
-    let wanted = Arc::new(AtomicBool::new(false));
     loop {
-        let stopping = !matches!(
-            stopped.recv_timeout(CHECKPOINT_EVERY),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-        );
+        let rung = bell.wait();
+        let stopping = rung.stop || bell.stopped_within(CHECKPOINT_EVERY);
         let durable = match db.checkpoint() {
             Ok(durable) => durable,
             Err(e) => {
@@ -526,22 +573,29 @@ fn run_checkpoints(
                 return;
             }
         };
-        if !stopping {
-            // Asked every round, written or not: a follower may fall behind an idle leader.
-            let wanted = wanted.clone();
-            let _ = inputs.send(Input::With(Box::new(move |core| {
-                if let Some(applied) = durable
-                    && let Err(e) = core.compact_log(applied.index)
-                {
-                    tracing::warn!("compacting the raft log: {e}");
-                }
-                wanted.store(core.snapshot_wanted().is_some(), Ordering::Relaxed);
-            })));
-        }
         if stopping {
             return;
         }
-        if wanted.swap(false, Ordering::Relaxed) {
+        if db.out_of_space() {
+            // The stage waits for room: try again after the next window.
+            bell.ring(|r| r.staged = true);
+        }
+        if durable.is_none() && !rung.snapshot {
+            continue;
+        }
+        // The core compacts its log behind the checkpoint and says whether a follower still
+        // wants a snapshot (one built since may have served it); the answer is awaited, so the
+        // snapshot is built on what the core says now.
+        let (answer, wanted) = std::sync::mpsc::channel();
+        let _ = inputs.send(Input::With(Box::new(move |core| {
+            if let Some(applied) = durable
+                && let Err(e) = core.compact_log(applied.index)
+            {
+                tracing::warn!("compacting the raft log: {e}");
+            }
+            let _ = answer.send(core.snapshot_wanted().is_some());
+        })));
+        if wanted.recv().unwrap_or(false) {
             match snapshot_for_followers(db) {
                 Ok(snapshot) => {
                     let _ = inputs.send(Input::Compact(snapshot));
@@ -600,6 +654,8 @@ struct RsMachine {
     members: BTreeMap<u64, EngineMember>,
     /// When the entries not yet applied were appended here, to date the lease time they carry.
     append_times: AppendTimes,
+    /// Rung once applied rows are staged, and while a follower wants a snapshot.
+    checkpoints: Arc<Bell>,
 }
 
 impl RsMachine {
@@ -710,6 +766,7 @@ impl Machine for RsMachine {
         let replies = state_machine::apply_entries(&self.shared, &self.db, entries, |index| {
             append_times.appended_at(index)
         });
+        self.checkpoints.ring(|r| r.staged = true);
         // Published before anyone is answered: a caller that reads the members or waits to
         // apply an index next sees this apply.
         if let Some(last) = ids.last().map(|(index, ..)| *index) {
@@ -751,6 +808,10 @@ impl Machine for RsMachine {
 
     fn failed(&mut self, error: CoreError) {
         self.stop(Fatal::Core(error.to_string()));
+    }
+
+    fn snapshot_wanted(&mut self) {
+        self.checkpoints.ring(|r| r.snapshot = true);
     }
 
     fn log_room(&mut self, has_room: bool) {
@@ -826,4 +887,31 @@ fn peers_of(members: &BTreeMap<u64, EngineMember>, me: u64) -> Vec<(u64, String)
         .filter(|(id, _)| **id != me)
         .map(|(id, m)| (*id, m.peer_url.clone()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checkpoint_bell_folds_rings_and_keeps_the_stop() {
+        let bell = Arc::new(Bell::default());
+        bell.ring(|r| r.staged = true);
+        bell.ring(|r| r.staged = true);
+        bell.ring(|r| r.snapshot = true);
+        let rung = bell.wait();
+        assert!(rung.staged && rung.snapshot && !rung.stop);
+        // Taken: a window passes with nothing rung and no stop.
+        assert!(!bell.stopped_within(Duration::from_millis(1)));
+        // A sleeper is woken by a ring from another thread.
+        let ringer = bell.clone();
+        let thread = std::thread::spawn(move || ringer.ring(|r| r.staged = true));
+        assert!(bell.wait().staged);
+        thread.join().unwrap();
+        // The stop wakes the window and stays rung.
+        bell.ring(|r| r.stop = true);
+        assert!(bell.stopped_within(Duration::from_secs(60)));
+        assert!(bell.wait().stop);
+        assert!(bell.wait().stop);
+    }
 }

@@ -3,8 +3,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::shared::Shared;
 use std::collections::HashMap;
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// Waiters for the deletion of one key each, woken by the apply that deletes it (writes a
@@ -82,7 +82,7 @@ pub(super) type KeyDeleteSlot = (u64, oneshot::Sender<()>);
 
 /// One registration in [`KeyDeletes`]; removes itself when dropped (a waiter that gives up).
 pub(crate) struct KeyDeleteWaiter {
-    shared: Shared,
+    deletes: Arc<KeyDeletes>,
     key: Vec<u8>,
     id: u64,
     fired: oneshot::Receiver<()>,
@@ -91,10 +91,10 @@ pub(crate) struct KeyDeleteWaiter {
 impl KeyDeleteWaiter {
     /// Registers for the next delete of `key`. Register before looking at the store, so that a
     /// delete applied after the look is never missed.
-    pub(crate) fn register(shared: &Shared, key: &[u8]) -> KeyDeleteWaiter {
-        let (id, fired) = shared.key_deletes.register(key);
+    pub(crate) fn register(deletes: &Arc<KeyDeletes>, key: &[u8]) -> KeyDeleteWaiter {
+        let (id, fired) = deletes.register(key);
         KeyDeleteWaiter {
-            shared: shared.clone(),
+            deletes: deletes.clone(),
             key: key.to_vec(),
             id,
             fired,
@@ -110,6 +110,6 @@ impl KeyDeleteWaiter {
 
 impl Drop for KeyDeleteWaiter {
     fn drop(&mut self) {
-        self.shared.key_deletes.unregister(&self.key, self.id);
+        self.deletes.unregister(&self.key, self.id);
     }
 }

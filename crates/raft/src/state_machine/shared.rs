@@ -26,7 +26,7 @@ pub(crate) struct SharedState {
     /// old leader stamped it), so an election does not stop the lease clock.
     pub(crate) lease_time_applied: std::sync::Mutex<super::LeaseTimeSeen>,
     /// Who waits for which key to be deleted.
-    pub(crate) key_deletes: KeyDeletes,
+    pub(crate) key_deletes: Arc<KeyDeletes>,
     /// Whether auth is enabled in the applied state, readable without the state lock: while it
     /// is off (the usual case) a request needs no look at the auth store at all.
     pub(crate) auth_enabled: AtomicBool,
@@ -80,7 +80,7 @@ impl SharedState {
             lease_changes: tokio::sync::watch::Sender::new(0),
             revision,
             lease_time_applied: std::sync::Mutex::new(super::LeaseTimeSeen::default()),
-            key_deletes: KeyDeletes::default(),
+            key_deletes: Arc::default(),
             log_without_room: AtomicBool::new(false),
             kv_ops: Default::default(),
         }

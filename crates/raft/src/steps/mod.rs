@@ -17,7 +17,6 @@ use std::time::Instant;
 use leasehold_lease::LeaseClock;
 
 use crate::command::{Applied, Proposal, Write};
-use crate::replica::ReplicaError;
 
 mod append_times;
 mod expiry;
@@ -30,20 +29,26 @@ pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
 pub use promotion::{Promotion, PromotionStep};
 pub use renewals::{LeaderRenewals, RenewStep};
 
+/// A step that needs lease time was asked of a member that does not time leases (it does not
+/// lead, or has not promoted itself yet): its callers answer "no leader".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("this member does not time leases")]
+pub struct NotTimingLeases;
+
 /// Turns writes into one log entry's proposal, giving every grant and renewal the leader's lease
 /// time at `now`, rounded up so that a deadline never falls before its TTL has run
 /// (`LeaseClock::now_ms_ceil`). Writes are stamped by the member that commits them, so a
-/// follower's forwarded grants and renewals count from the leader's clock too. `NoLeader` if a
-/// write needs lease time and this member does not time leases (`clock` is `None`). Renewals
+/// follower's forwarded grants and renewals count from the leader's clock too. [`NotTimingLeases`]
+/// if a write needs lease time and this member does not time leases (`clock` is `None`). Renewals
 /// cover `margin_ms` beyond the deadline they give.
 pub fn stamp(
     clock: Option<LeaseClock>,
     now: Instant,
     margin_ms: u64,
     writes: Vec<Write>,
-) -> Result<Proposal, ReplicaError> {
+) -> Result<Proposal, NotTimingLeases> {
     let now_ms = if writes.iter().any(Write::is_lease_timed) {
-        clock.ok_or(ReplicaError::NoLeader)?.now_ms_ceil(now)
+        clock.ok_or(NotTimingLeases)?.now_ms_ceil(now)
     } else {
         // Nothing in this batch reads it.
         0
@@ -78,9 +83,8 @@ mod tests {
 
     use leasehold_lease::{LeaseClock, LeaseId};
 
-    use super::{answered_before_apply, learner_in_sync, stamp};
+    use super::{NotTimingLeases, answered_before_apply, learner_in_sync, stamp};
     use crate::command::{Applied, Command, LeaseRenew, Write};
-    use crate::replica::ReplicaError;
 
     fn renew(n: i64) -> Write {
         Write::LeaseRenew(LeaseRenew {
@@ -105,7 +109,7 @@ mod tests {
         assert!(
             matches!(
                 stamp(None, later, 2_000, vec![renew(1)]),
-                Err(ReplicaError::NoLeader)
+                Err(NotTimingLeases)
             ),
             "only a member that times leases stamps them"
         );
