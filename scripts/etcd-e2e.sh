@@ -81,7 +81,16 @@ etcd_tests_bin() {
 # The module's own files (fixtures: certificates the tests point etcd at) are read relative to
 # the package directory, so each test binary runs there.
 tests_module_dir() {
-  (cd "$root/go/tools/etcd-tests" && go list -mod=readonly -m -f '{{.Dir}}' go.etcd.io/etcd/tests/v3)
+  # `go list` names no directory for a module not yet in the module cache (a fresh machine):
+  # download it first.
+  local dir
+  dir=$(cd "$root/go/tools/etcd-tests" && go mod download go.etcd.io/etcd/tests/v3 &&
+    go list -mod=readonly -m -f '{{.Dir}}' go.etcd.io/etcd/tests/v3)
+  if [ -z "$dir" ] || [ ! -d "$dir" ]; then
+    echo "etcd-e2e.sh: go.etcd.io/etcd/tests/v3 is not in the module cache after its download" >&2
+    exit 1
+  fi
+  echo "$dir"
 }
 
 # Tests not run on leasehold: the rows of docs/compat.md's table under the heading "etcd's
@@ -107,7 +116,8 @@ if $report_only; then
   module_dir=$(tests_module_dir)
 else
   rm -rf "$module_dir"
-  cp -r "$(tests_module_dir)" "$module_dir"
+  module_src=$(tests_module_dir)
+  cp -r "$module_src" "$module_dir"
   chmod -R u+w "$module_dir"
 fi
 bin_dir() {
