@@ -27,7 +27,8 @@ pub enum Variant {
     AckBeforeFsync,
     /// A new leader gives every inherited lease a fresh TTL (etcd's behaviour).
     FreshTtl,
-    /// A follower answers linearizable reads from its own state, without a read index.
+    /// A follower answers linearizable reads as soon as the leader's read index arrives, without
+    /// first applying that far.
     StaleFollowerRead,
 }
 

@@ -1,12 +1,16 @@
 //! One simulated member: the real consensus core on its simulated disk, the real state machine,
 //! and around them the replica's own decisions (`leasehold_raft::steps`: stamping, promotion,
-//! the expiry pass, when a forwarded write is answered, append dates) and the Raft thread's own
-//! round (`leasehold_consensus::driver::round`), driven event by event instead of on threads and
-//! tasks. What stays here is the plumbing the replica does with tasks and channels: waiting for
-//! an entry to apply, forwarding a follower's writes, answering reads after a read index. Every
-//! clock read is this member's simulated monotonic clock.
+//! the expiry pass, when a forwarded write is answered, append dates, which read-index round
+//! answers which reader) and the Raft thread's own round (`leasehold_consensus::driver::round`),
+//! driven event by event instead of on threads and tasks. Linearizable reads take the replica's
+//! paths: on the leader (or a member that knows none) a round of the core's read index; on a
+//! follower one read-index request to the leader over the peer line per round, given up when the
+//! leader changes or after two election timeouts, then a wait to apply that far. What stays here
+//! is the plumbing the replica does with tasks and channels: waiting for an entry to apply,
+//! forwarding a follower's writes, answering readers. Every clock read is this member's
+//! simulated monotonic clock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,8 +25,8 @@ use leasehold_consensus::{
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
-    self, ExpiryConfig, ExpiryWork, LeaderRenewals, Promotion, PromotionStep, RenewStep,
-    answered_before_apply, expiry_pass,
+    self, ExpiryConfig, ExpiryWork, LeaderRenewals, PROMOTION_WAIT_MAX, Promotion, PromotionStep,
+    ReadRounds, RenewStep, StampGate, answered_before_apply, expiry_pass, stamp_gate,
 };
 use leasehold_raft::{
     Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
@@ -98,6 +102,9 @@ pub enum Request {
     },
 }
 
+/// Writes taken together, each with who waits for it.
+type Batch = Vec<(Origin, Write)>;
+
 /// A range: key and range end.
 pub type Span = (Vec<u8>, Vec<u8>);
 
@@ -145,6 +152,11 @@ pub enum PeerMsg {
         index: u64,
         answer: Answer,
     },
+    /// A follower's read-index request for one round of its readers (`Forwarder::read_index`).
+    ReadIndex { from: u64, request: u64 },
+    /// The leader's read index for that round, applied there (`None`: no read index, the
+    /// follower's readers fail and go again).
+    ReadIndexed { request: u64, index: Option<u64> },
 }
 
 /// What handling an input produced, for the world to deliver.
@@ -209,13 +221,33 @@ struct Waiter {
     renewal_end: bool,
 }
 
-/// What the read batcher's readers were answered, for the member's next step.
-type ReadAnswers = Arc<Mutex<Vec<(ReadFor, Result<u64, ReadError>)>>>;
+/// What the read batcher answered each leader round (by its number), for the member's next
+/// step.
+type ReadAnswers = Arc<Mutex<Vec<(u64, Result<u64, ReadError>)>>>;
 
-/// Who a read index is for.
-enum ReadFor {
+/// A reader of a leader round (the replica's `leader_read_index`): a client's linearizable
+/// range, a follower's read-index request, or a promotion's confirmation.
+enum LeaderReader {
     Client(Origin, Span),
+    Peer { member: u64, request: u64 },
     Promotion(u64),
+}
+
+/// A leader round: the core's read index, then a wait until this member applied that far.
+struct LeaderRound {
+    number: u64,
+    readers: Vec<LeaderReader>,
+    /// The read index, once the core confirmed it.
+    index: Option<u64>,
+}
+
+/// A follower round: one read-index request to `leader` for `readers`, failed if the leader
+/// changes or no answer comes by `deadline` (true µs), as the peer line's asks time out.
+struct FollowerRound {
+    request: u64,
+    leader: u64,
+    deadline: u64,
+    readers: Vec<(Origin, Span)>,
 }
 
 pub struct Member {
@@ -256,10 +288,22 @@ pub struct Member {
     /// Writes waiting for the batcher, and when it takes them.
     batch: Vec<(Origin, Write)>,
     batch_at: Option<u64>,
-    /// The driver's own batcher of ReadIndex rounds (retries included), and what its readers
-    /// were told, collected for the next step.
+    /// A leader's batches held until it times leases (`StampGate::AwaitPromotion`: the
+    /// replica's proposer waits in `ready_to_stamp`, and what is queued behind it waits too):
+    /// the first until this true µs, then "no leader".
+    held: Option<(u64, VecDeque<Batch>)>,
+    /// The driver's own batcher of ReadIndex rounds (retries included), and what it answered,
+    /// collected for the next step.
     reads: ReadBatcher,
     read_answers: ReadAnswers,
+    /// The replica's two kinds of read-index rounds (`steps::ReadRounds`) and the one of each
+    /// running.
+    leader_reads: ReadRounds<LeaderReader>,
+    leader_round: Option<LeaderRound>,
+    follower_reads: ReadRounds<(Origin, Span)>,
+    follower_round: Option<FollowerRound>,
+    /// Ranges of a follower round's readers, each waiting for this member to apply the leader's
+    /// read index.
     ready_reads: Vec<(u64, Origin, Span)>,
     /// Forwarded writes by request number: who asked, and whether the answer waits for this
     /// member's own apply.
@@ -338,8 +382,13 @@ impl Member {
             batch_window_us: 0,
             batch: Vec::new(),
             batch_at: None,
+            held: None,
             reads: ReadBatcher::new(1, 1),
             read_answers: Arc::new(Mutex::new(Vec::new())),
+            leader_reads: ReadRounds::default(),
+            leader_round: None,
+            follower_reads: ReadRounds::default(),
+            follower_round: None,
             ready_reads: Vec::new(),
             forwarded: BTreeMap::new(),
             after_apply: Vec::new(),
@@ -411,8 +460,13 @@ impl Member {
         self.waiters.clear();
         self.batch.clear();
         self.batch_at = None;
+        self.held = None;
         self.reads.stop();
         self.read_answers.lock().expect("not poisoned").clear();
+        self.leader_reads.clear();
+        self.leader_round = None;
+        self.follower_reads.clear();
+        self.follower_round = None;
         self.ready_reads.clear();
         self.forwarded.clear();
         self.after_apply.clear();
@@ -522,27 +576,153 @@ impl Member {
                 range_end,
                 linearizable,
             } => {
-                let serve_here = !linearizable
-                    || (self.variant == Variant::StaleFollowerRead
-                        && !self.status().is_some_and(|s| s.is_leader));
-                if serve_here {
-                    let answer = self.range(&(key, range_end));
+                let span = (key, range_end);
+                if !linearizable {
+                    let answer = self.range(&span);
                     reply(out, origin, 0, answer);
+                } else if let Some(leader) = self.leader_elsewhere() {
+                    self.follower_read(now, leader, origin, span, out);
                 } else {
-                    self.read(ReadFor::Client(origin, (key, range_end)));
+                    self.leader_read(LeaderReader::Client(origin, span));
                 }
             }
         }
         self.drive(now, out);
     }
 
-    fn read(&mut self, reader: ReadFor) {
+    /// The leader this member follows, if another member leads (the replica's
+    /// `leader_elsewhere`).
+    fn leader_elsewhere(&self) -> Option<u64> {
+        self.status()
+            .map(|s| s.leader)
+            .filter(|l| *l != 0 && *l != self.id)
+    }
+
+    /// Joins the next leader round (the replica's `leader_reads`), starting one if none runs.
+    fn leader_read(&mut self, reader: LeaderReader) {
+        if let Some(readers) = self.leader_reads.join(reader) {
+            self.start_leader_round(readers);
+        }
+    }
+
+    /// One leader round for `readers`: the core's read index, through the driver's batcher.
+    fn start_leader_round(&mut self, readers: Vec<LeaderReader>) {
+        let number = self.next_ctx();
+        self.leader_round = Some(LeaderRound {
+            number,
+            readers,
+            index: None,
+        });
         let answers = self.read_answers.clone();
         self.reads.add(Box::new(move |result| {
-            answers.lock().expect("not poisoned").push((reader, result));
+            answers.lock().expect("not poisoned").push((number, result));
         }));
         if let Some(core) = self.core.as_mut() {
             self.reads.send(core);
+        }
+    }
+
+    /// Ends the running leader round with `index` (`None`: it failed), answers its readers and
+    /// starts the next round for those who joined meanwhile.
+    fn finish_leader_round(&mut self, index: Option<u64>, out: &mut Vec<Out>) {
+        let Some(round) = self.leader_round.take() else {
+            return;
+        };
+        for reader in round.readers {
+            match (reader, index) {
+                (LeaderReader::Client(origin, span), Some(_)) => {
+                    let answer = self.range(&span);
+                    reply(out, origin, 0, answer);
+                }
+                (LeaderReader::Client(origin, _), None) => {
+                    reply(out, origin, 0, Answer::Failed("read index timed out"));
+                }
+                (LeaderReader::Peer { member, request }, index) => out.push(Out::Peer {
+                    to: member,
+                    msg: PeerMsg::ReadIndexed { request, index },
+                }),
+                (LeaderReader::Promotion(term), Some(index)) => {
+                    self.confirming = Some((term, index));
+                }
+                (LeaderReader::Promotion(term), None) => self.promotion.failed(term),
+            }
+        }
+        if let Some(next) = self.leader_reads.finished() {
+            self.start_leader_round(next);
+        }
+    }
+
+    /// Joins the next follower round (the replica's `follower_reads`), starting one if none
+    /// runs.
+    fn follower_read(
+        &mut self,
+        now: u64,
+        leader: u64,
+        origin: Origin,
+        span: Span,
+        out: &mut Vec<Out>,
+    ) {
+        if let Some(readers) = self.follower_reads.join((origin, span)) {
+            self.start_follower_round(now, leader, readers, out);
+        }
+    }
+
+    /// One read-index request to `leader` for `readers`.
+    fn start_follower_round(
+        &mut self,
+        now: u64,
+        leader: u64,
+        readers: Vec<(Origin, Span)>,
+        out: &mut Vec<Out>,
+    ) {
+        let request = self.next_ctx();
+        // The peer line's asks time out after two election timeouts (`leasehold_peer`).
+        let deadline = now + 2 * self.election_timeout_ms() * 1000;
+        self.follower_round = Some(FollowerRound {
+            request,
+            leader,
+            deadline,
+            readers,
+        });
+        out.push(Out::Peer {
+            to: leader,
+            msg: PeerMsg::ReadIndex {
+                from: self.id,
+                request,
+            },
+        });
+    }
+
+    /// Ends the running follower round with the leader's read index (`None`: it failed): each
+    /// reader reads once this member has applied that far. The next round, for those who joined
+    /// meanwhile, goes to the leader this member knows now (none: they fail too).
+    fn finish_follower_round(&mut self, now: u64, index: Option<u64>, out: &mut Vec<Out>) {
+        let Some(round) = self.follower_round.take() else {
+            return;
+        };
+        let mut readers = round.readers;
+        let mut index = index;
+        loop {
+            for (origin, span) in readers {
+                match index {
+                    // The known-bad variant reads at once, without applying that far first.
+                    Some(_) if self.variant == Variant::StaleFollowerRead => {
+                        self.ready_reads.push((0, origin, span));
+                    }
+                    Some(index) => self.ready_reads.push((index, origin, span)),
+                    None => reply(out, origin, 0, Answer::Failed("no leader")),
+                }
+            }
+            let Some(next) = self.follower_reads.finished() else {
+                return;
+            };
+            match self.leader_elsewhere() {
+                Some(leader) => return self.start_follower_round(now, leader, next, out),
+                None => {
+                    readers = next;
+                    index = None;
+                }
+            }
         }
     }
 
@@ -678,10 +858,51 @@ impl Member {
     /// caller answered with its own command's result; all of them "no leader" while this member
     /// does not time leases yet (promotion under way: the clients go again).
     fn propose_writes(&mut self, now: u64, batch: Vec<(Origin, Write)>, out: &mut Vec<Out>) {
+        if let Some((_, behind)) = self.held.as_mut() {
+            behind.push_back(batch);
+            return;
+        }
         let batch = self.renew_from_memory(now, batch, out);
         if batch.is_empty() {
             return;
         }
+        let writes: Vec<Write> = batch.iter().map(|(_, w)| w.clone()).collect();
+        let is_leader = self.status().is_some_and(|s| s.is_leader);
+        if stamp_gate(&writes, self.lease_clock.is_some(), is_leader) == StampGate::AwaitPromotion {
+            let until = now + PROMOTION_WAIT_MAX.as_micros() as u64;
+            out.push(Out::Note(format!(
+                "m{} holds {} writes until it times leases",
+                self.id,
+                batch.len()
+            )));
+            self.held = Some((until, VecDeque::from([batch])));
+            return;
+        }
+        self.stamp_and_propose(now, batch, out);
+    }
+
+    /// Releases the held batches once this member times leases, or the first of them once its
+    /// wait is over (stamped without lease time, it answers "no leader"); the rest go through
+    /// the gate again, in order.
+    fn release_held(&mut self, now: u64, out: &mut Vec<Out>) {
+        let due = self
+            .held
+            .as_ref()
+            .is_some_and(|(until, _)| self.lease_clock.is_some() || now >= *until);
+        if !due {
+            return;
+        }
+        let (_, mut batches) = self.held.take().expect("due");
+        if let Some(first) = batches.pop_front() {
+            self.stamp_and_propose(now, first, out);
+        }
+        for batch in batches {
+            self.propose_writes(now, batch, out);
+        }
+    }
+
+    /// The stamp and the proposal of a leader's batch that passed the gate.
+    fn stamp_and_propose(&mut self, now: u64, batch: Vec<(Origin, Write)>, out: &mut Vec<Out>) {
         let (origins, writes): (Vec<Origin>, Vec<Write>) = batch.into_iter().unzip();
         let timed: Vec<bool> = writes.iter().map(Write::is_lease_timed).collect();
         let proposal = match steps::stamp(
@@ -876,6 +1097,19 @@ impl Member {
                     self.enqueue(now, origin, write, out);
                 }
             }
+            PeerMsg::ReadIndex { from, request } => self.leader_read(LeaderReader::Peer {
+                member: from,
+                request,
+            }),
+            PeerMsg::ReadIndexed { request, index } => {
+                if self
+                    .follower_round
+                    .as_ref()
+                    .is_some_and(|r| r.request == request)
+                {
+                    self.finish_follower_round(now, index, out);
+                }
+            }
             PeerMsg::Forwarded {
                 request,
                 index,
@@ -1029,17 +1263,37 @@ impl Member {
     /// the next promotion step, the expiry driver's next pass; and what a change of leader ends.
     fn after_progress(&mut self, now: u64, out: &mut Vec<Out>) {
         let answers = std::mem::take(&mut *self.read_answers.lock().expect("not poisoned"));
-        for (reader, result) in answers {
-            match (reader, result) {
-                (ReadFor::Client(origin, key), Ok(index)) => {
-                    self.ready_reads.push((index, origin, key))
-                }
-                (ReadFor::Client(origin, _), Err(_)) => {
-                    reply(out, origin, 0, Answer::Failed("read index timed out"))
-                }
-                (ReadFor::Promotion(term), Ok(index)) => self.confirming = Some((term, index)),
-                (ReadFor::Promotion(term), Err(_)) => self.promotion.failed(term),
+        for (number, result) in answers {
+            if self
+                .leader_round
+                .as_ref()
+                .is_none_or(|r| r.number != number)
+            {
+                continue;
             }
+            match result {
+                Ok(index) => {
+                    if let Some(round) = self.leader_round.as_mut() {
+                        round.index = Some(index);
+                    }
+                }
+                Err(_) => self.finish_leader_round(None, out),
+            }
+        }
+        let applied = self.machine.applied().0;
+        // A leader round ends once this member has applied its read index, as the replica's
+        // round waits to apply before it answers.
+        if let Some(index) = self.leader_round.as_ref().and_then(|r| r.index)
+            && applied >= index
+        {
+            self.finish_leader_round(Some(index), out);
+        }
+        // A follower round is given up as soon as its leader is replaced
+        // (`unless_leader_changes`), or once it has waited too long.
+        if let Some(round) = &self.follower_round
+            && (self.leader_elsewhere() != Some(round.leader) || now >= round.deadline)
+        {
+            self.finish_follower_round(now, None, out);
         }
         let applied = self.machine.applied().0;
         let mut waiting = Vec::new();
@@ -1076,6 +1330,7 @@ impl Member {
             self.renewals.covered(id);
         }
         self.promotion_steps(now, out);
+        self.release_held(now, out);
         self.expiry_duties(now, out);
     }
 
@@ -1139,7 +1394,7 @@ impl Member {
             PromotionStep::Confirm { term } => {
                 self.confirming = None;
                 self.promoting = None;
-                self.read(ReadFor::Promotion(term));
+                self.leader_read(LeaderReader::Promotion(term));
             }
             PromotionStep::Demote => {
                 self.lease_clock = None;

@@ -701,7 +701,17 @@ impl World {
                     PeerMsg::ForwardBatch { from, writes } => {
                         (from, writes.into_iter().map(|(r, _)| r).collect())
                     }
-                    PeerMsg::Forwarded { .. } => return,
+                    PeerMsg::ReadIndex { from, request } => {
+                        let back = PeerMsg::ReadIndexed {
+                            request,
+                            index: None,
+                        };
+                        let delay = self.latency();
+                        let to = (from - 1) as usize;
+                        self.after(delay, Ev::Peer { to, msg: back });
+                        return;
+                    }
+                    PeerMsg::Forwarded { .. } | PeerMsg::ReadIndexed { .. } => return,
                 };
                 for request in requests {
                     let back = PeerMsg::Forwarded {

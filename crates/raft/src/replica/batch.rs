@@ -8,10 +8,10 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use super::engine::EngineStatus;
 use super::error::ReplicaError;
 use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere, wait_applied};
-use super::lease_time::{PROMOTION_WAIT_MAX, SharedClock, stamp_lease_times};
+use super::lease_time::{SharedClock, stamp_lease_times};
 use super::rs::RsEngine;
 use crate::command::{Applied, Write};
-use crate::steps::answered_before_apply;
+use crate::steps::{self, StampGate, answered_before_apply};
 
 /// Most commands in one log entry (a renewal is about 15 bytes of it, a 256-byte put about 280).
 pub(super) const BATCH_LEN_MAX: usize = 4096;
@@ -178,22 +178,20 @@ fn answer(
 }
 
 /// A leader times leases only once it has promoted itself (milliseconds after its election):
-/// grants and renewals that arrive before then wait for it, bounded. Only a leader is ever
-/// promoted: a member that does not lead (an election is under way, so no leader is known)
-/// answers "no leader" at once, and its caller waits for the next leader. Waiting here instead
-/// held this member's only proposer for the whole bound, and a renewal retried after the
-/// election missed its lease's grace (a cluster test lost a kept lease).
+/// [`steps::stamp_gate`] says whether `writes` wait for that (bounded) or answer "no leader".
 async fn ready_to_stamp(
     status: &watch::Receiver<EngineStatus>,
     clock: &SharedClock,
     writes: &[Write],
 ) -> Result<(), ReplicaError> {
-    if writes.iter().any(Write::is_lease_timed) && clock.get().is_none() {
-        if !status.borrow().is_leader {
-            return Err(ReplicaError::NoLeader);
+    let is_leader = status.borrow().is_leader;
+    match steps::stamp_gate(writes, clock.get().is_some(), is_leader) {
+        StampGate::Now => Ok(()),
+        StampGate::NoLeader => Err(ReplicaError::NoLeader),
+        StampGate::AwaitPromotion => {
+            // Woken by the promotion; after the bound the stamp answers "no leader".
+            clock.wait_timing(steps::PROMOTION_WAIT_MAX).await;
+            Ok(())
         }
-        // Woken by the promotion; gives up (and answers "no leader") after the bound.
-        clock.wait_timing(PROMOTION_WAIT_MAX).await;
     }
-    Ok(())
 }

@@ -12,9 +12,6 @@ use super::error::ReplicaError;
 use crate::command::{Proposal, Write};
 use crate::steps;
 
-/// How long lease grants and renewals wait for a newly elected leader to start timing leases.
-pub(super) const PROMOTION_WAIT_MAX: Duration = Duration::from_secs(2);
-
 /// The lease clock a leader times leases with, shared by the replica and its proposer; a watch
 /// channel, so that whoever waits for this member to start (or stop) timing leases is woken
 /// rather than polling.

@@ -1,11 +1,6 @@
-//! Read indexes in rounds: many concurrent linearizable reads share one leadership confirmation
-//! (on the leader) or one read-index request to the leader (on a follower), as etcd batches its
-//! read-index requests.
-//!
-//! A read may only use a confirmation that began after the read arrived, or it could miss a
-//! write acknowledged just before. So a read joins the *next* round: while one round runs, the
-//! reads that arrive wait together for the round after it, which starts as soon as the running
-//! one ends. Every reader is answered by exactly one round that began after it joined.
+//! Read indexes in rounds ([`ReadRounds`] decides which round answers which reader):
+//! on the leader a round confirms leadership with a quorum; on a follower it asks the leader for
+//! its read index over the peer line, as the simulator's members do too.
 
 use std::sync::{Arc, Mutex};
 
@@ -18,21 +13,17 @@ use super::forward::{
 };
 use super::lease_time::SharedClock;
 use super::rs::RsEngine;
+use crate::steps::ReadRounds;
 
 type Round = Arc<dyn Fn() -> BoxFuture<Result<ReadIndex, ReplicaError>> + Send + Sync>;
 
-/// Readers waiting for the next round, and whether a round is running.
-#[derive(Default)]
-struct Waiting {
-    running: bool,
-    next: Vec<oneshot::Sender<Result<ReadIndex, ReplicaError>>>,
-}
+type Reader = oneshot::Sender<Result<ReadIndex, ReplicaError>>;
 
 /// One kind of read-index round (leader confirmation, or asking the leader), shared by callers.
 #[derive(Clone)]
 pub(super) struct ReadIndexRounds {
     round: Round,
-    waiting: Arc<Mutex<Waiting>>,
+    waiting: Arc<Mutex<ReadRounds<Reader>>>,
 }
 
 impl ReadIndexRounds {
@@ -83,33 +74,39 @@ impl ReadIndexRounds {
     /// A read index from a round that begins after this call (see the module doc).
     pub(super) async fn join(&self) -> Result<ReadIndex, ReplicaError> {
         let (answer, answered) = oneshot::channel();
-        let start = {
-            let mut waiting = self.waiting.lock().expect("read index lock poisoned");
-            waiting.next.push(answer);
-            !std::mem::replace(&mut waiting.running, true)
-        };
-        if start {
+        let start = self
+            .waiting
+            .lock()
+            .expect("read index lock poisoned")
+            .join(answer);
+        if let Some(readers) = start {
             // Rounds run on their own task, so a reader that gives up does not strand the rest.
-            tokio::spawn(run_rounds(self.round.clone(), self.waiting.clone()));
+            tokio::spawn(run_rounds(
+                self.round.clone(),
+                self.waiting.clone(),
+                readers,
+            ));
         }
         answered.await.map_err(|_| ReplicaError::Stopped)?
     }
 }
 
-/// Runs rounds while readers wait; each round answers the readers that joined before it began.
-async fn run_rounds(round: Round, waiting: Arc<Mutex<Waiting>>) {
+/// Runs rounds while readers wait, starting with one for `readers`; each round answers the
+/// readers that joined before it began.
+async fn run_rounds(
+    round: Round,
+    waiting: Arc<Mutex<ReadRounds<Reader>>>,
+    mut readers: Vec<Reader>,
+) {
     loop {
-        let readers = {
-            let mut waiting = waiting.lock().expect("read index lock poisoned");
-            if waiting.next.is_empty() {
-                waiting.running = false;
-                return;
-            }
-            std::mem::take(&mut waiting.next)
-        };
         let result = round().await;
         for reader in readers {
             let _ = reader.send(result.clone());
+        }
+        let next = waiting.lock().expect("read index lock poisoned").finished();
+        match next {
+            Some(next) => readers = next,
+            None => return,
         }
     }
 }
@@ -165,7 +162,7 @@ mod tests {
                 tokio::spawn(async move { reads.join().await })
             })
             .collect();
-        until(|| reads.waiting.lock().unwrap().next.len() == 10).await;
+        until(|| reads.waiting.lock().unwrap().waiting() == 10).await;
         gate.add_permits(1);
         assert_eq!(first.await.unwrap().unwrap().index, 1);
         until(|| rounds.load(Ordering::SeqCst) == 2).await;

@@ -3,16 +3,18 @@
 //! each step; the simulator (`leasehold-sim`) drives the same functions event by event on its
 //! simulated clocks, so what it checks is what production decides.
 //!
-//! - [`stamp`]: the lease time a leader puts on grants and renewals;
+//! - [`stamp`]: the lease time a leader puts on grants and renewals, and [`stamp_gate`]: whether
+//!   a batch waits for its leader to start timing leases first;
 //! - [`Promotion`]: when a member starts and stops timing leases;
 //! - [`expiry_pass`]: the leader's expiry driver;
 //! - [`LeaderRenewals`]: a leader's renewals, from memory within a lease's cover;
 //! - [`answered_before_apply`]: when a follower answers a write the leader committed for it;
 //! - [`learner_in_sync`]: whether a learner may be promoted;
 //! - [`reconfig`]: etcd's `--strict-reconfig-check` on membership changes;
-//! - [`AppendTimes`]: when entries reached this member, which dates the lease time they carry.
+//! - [`AppendTimes`]: when entries reached this member, which dates the lease time they carry;
+//! - [`ReadRounds`]: which read-index round answers which linearizable reader.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use leasehold_lease::LeaseClock;
 
@@ -21,12 +23,14 @@ use crate::command::{Applied, Proposal, Write};
 mod append_times;
 mod expiry;
 mod promotion;
+mod read_rounds;
 pub mod reconfig;
 mod renewals;
 
 pub use append_times::AppendTimes;
 pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
 pub use promotion::{Promotion, PromotionStep};
+pub use read_rounds::ReadRounds;
 pub use renewals::{LeaderRenewals, RenewStep};
 
 /// A step that needs lease time was asked of a member that does not time leases (it does not
@@ -34,6 +38,38 @@ pub use renewals::{LeaderRenewals, RenewStep};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("this member does not time leases")]
 pub struct NotTimingLeases;
+
+/// How long a newly elected leader's batch of grants and renewals waits for it to start timing
+/// leases ([`StampGate::AwaitPromotion`]); then it answers "no leader".
+pub const PROMOTION_WAIT_MAX: Duration = Duration::from_secs(2);
+
+/// What a batch of writes does before it is stamped ([`stamp_gate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StampGate {
+    /// Stamp it now: nothing in it needs lease time, or this member times leases.
+    Now,
+    /// This member leads but has not promoted itself yet (milliseconds after its election):
+    /// the batch, and the proposer with it, waits for the promotion, at most
+    /// [`PROMOTION_WAIT_MAX`].
+    AwaitPromotion,
+    /// It needs lease time and this member does not lead (an election is under way): "no
+    /// leader" at once, and the caller waits for the next leader.
+    NoLeader,
+}
+
+/// Whether `writes` can be stamped now by a member that times leases (`timing`) or not, and
+/// leads (`is_leader`) or not. Only a leader is ever promoted, so only a leader waits: a
+/// proposer that waited on a follower held every later write for the whole bound, and a renewal
+/// retried after the election missed its lease's grace (a cluster test lost a kept lease).
+pub fn stamp_gate(writes: &[Write], timing: bool, is_leader: bool) -> StampGate {
+    if timing || !writes.iter().any(Write::is_lease_timed) {
+        StampGate::Now
+    } else if is_leader {
+        StampGate::AwaitPromotion
+    } else {
+        StampGate::NoLeader
+    }
+}
 
 /// Turns writes into one log entry's proposal, giving every grant and renewal the leader's lease
 /// time at `now`, rounded up so that a deadline never falls before its TTL has run
@@ -83,7 +119,9 @@ mod tests {
 
     use leasehold_lease::{LeaseClock, LeaseId};
 
-    use super::{NotTimingLeases, answered_before_apply, learner_in_sync, stamp};
+    use super::{
+        NotTimingLeases, StampGate, answered_before_apply, learner_in_sync, stamp, stamp_gate,
+    };
     use crate::command::{Applied, Command, LeaseRenew, Write};
 
     fn renew(n: i64) -> Write {
@@ -112,6 +150,24 @@ mod tests {
                 Err(NotTimingLeases)
             ),
             "only a member that times leases stamps them"
+        );
+    }
+
+    #[test]
+    fn only_a_leader_that_is_not_timing_leases_yet_holds_lease_writes_back() {
+        let put = Write::Compact(crate::command::Compact { revision: 1 });
+        assert_eq!(stamp_gate(&[renew(1)], true, true), StampGate::Now);
+        assert_eq!(
+            stamp_gate(std::slice::from_ref(&put), false, false),
+            StampGate::Now
+        );
+        assert_eq!(
+            stamp_gate(&[put.clone(), renew(1)], false, true),
+            StampGate::AwaitPromotion
+        );
+        assert_eq!(
+            stamp_gate(&[put, renew(1)], false, false),
+            StampGate::NoLeader
         );
     }
 
