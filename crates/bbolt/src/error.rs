@@ -118,12 +118,12 @@ impl fmt::Display for Error {
             Error::KeyTooLarge { len } => write!(
                 f,
                 "key of {len} bytes is too large (at most {})",
-                crate::format::MAX_KEY_SIZE
+                crate::limits::MAX_KEY_SIZE
             ),
             Error::ValueTooLarge { len } => write!(
                 f,
                 "value of {len} bytes is too large (at most {})",
-                crate::format::MAX_VALUE_SIZE
+                crate::limits::MAX_VALUE_SIZE
             ),
             Error::KeyOrder { key, previous } => write!(
                 f,

@@ -18,10 +18,6 @@ pub const DEFAULT_PAGE_SIZE: u32 = 4096;
 pub const MIN_PAGE_SIZE: u32 = 512;
 /// The largest page size the reader accepts.
 pub const MAX_PAGE_SIZE: u32 = 1 << 20;
-/// bbolt's longest allowed key.
-pub const MAX_KEY_SIZE: usize = 32768;
-/// bbolt's longest allowed value.
-pub const MAX_VALUE_SIZE: usize = (1 << 31) - 2;
 /// The meta record's freelist field when the freelist is not stored in the file.
 pub const NO_FREELIST: u64 = u64::MAX;
 

@@ -33,6 +33,7 @@ mod builder;
 mod check;
 mod error;
 mod format;
+mod limits;
 mod page;
 mod reader;
 #[cfg(test)]
@@ -41,6 +42,7 @@ mod walk;
 mod writer;
 
 pub use error::Error;
-pub use format::{DEFAULT_PAGE_SIZE, MAX_KEY_SIZE, MAX_VALUE_SIZE};
+pub use format::DEFAULT_PAGE_SIZE;
+pub use limits::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
 pub use reader::{Bucket, Db, Entry};
 pub use writer::{BucketWriter, Writer};

@@ -16,7 +16,7 @@ use crate::format::{
     BUCKET_HEADER_SIZE, BUCKET_LEAF_FLAG, BucketHeader, MAX_PAGE_SIZE, META_SIZE, MIN_PAGE_SIZE,
     Meta, NO_FREELIST, PAGE_HEADER_SIZE, PageHeader, Pgid,
 };
-use crate::walk::{PageSet, TreeRoot, Visit, walk_tree};
+use crate::walk::{PageSet, Pages, TreeRoot, Visit, walk_tree};
 
 /// An open bbolt file. Reads pages on demand from `R`; never loads the whole file.
 pub struct Db<R> {
@@ -47,6 +47,12 @@ impl Db<File> {
     /// Opens the bbolt file at `path` for reading.
     pub fn open(path: impl AsRef<Path>) -> Result<Db<File>, Error> {
         Db::from_reader(File::open(path)?)
+    }
+}
+
+impl<R: Read + Seek> Pages for Db<R> {
+    fn read_page(&self, pgid: Pgid) -> Result<Vec<u8>, Error> {
+        Db::read_page(self, pgid)
     }
 }
 

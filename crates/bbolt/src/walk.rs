@@ -4,13 +4,11 @@
 //! an overflow page) twice, requires branch and leaf pages to carry exactly their flag, and
 //! requires the leaf keys to be strictly ascending.
 
-use std::io::{Read, Seek};
 use std::ops::ControlFlow;
 
 use crate::error::Error;
 use crate::format::{BRANCH_PAGE, LEAF_PAGE, PageHeader, Pgid};
 use crate::page::{branch_element, leaf_element};
-use crate::reader::Db;
 
 /// The deepest B+tree accepted; real trees are a handful of levels deep.
 pub(crate) const MAX_TREE_DEPTH: usize = 64;
@@ -54,16 +52,23 @@ impl PageSet {
 pub(crate) type Visit<'v, E> =
     dyn FnMut(Pgid, u32, &[u8], &[u8]) -> Result<ControlFlow<()>, E> + 'v;
 
+/// Where a walk reads pages from: the file (`reader::Db`), each page checked to be in range
+/// and to carry its own id.
+pub(crate) trait Pages {
+    /// The page `pgid` and its overflow pages.
+    fn read_page(&self, pgid: Pgid) -> Result<Vec<u8>, Error>;
+}
+
 /// Walks the tree at `root`, calling `visit` for each leaf entry in order, until it breaks.
 /// Every page entered is added to `seen`; a page already in `seen` is an error.
-pub(crate) fn walk_tree<R, E>(
-    db: &Db<R>,
+pub(crate) fn walk_tree<P, E>(
+    db: &P,
     seen: &mut PageSet,
     root: TreeRoot<'_>,
     visit: &mut Visit<'_, E>,
 ) -> Result<(), E>
 where
-    R: Read + Seek,
+    P: Pages,
     E: From<Error>,
 {
     let mut walk = Walk {
@@ -83,13 +88,13 @@ where
     Ok(())
 }
 
-struct Walk<'a, R> {
-    db: &'a Db<R>,
+struct Walk<'a, P> {
+    db: &'a P,
     seen: &'a mut PageSet,
     last_key: Option<Vec<u8>>,
 }
 
-impl<R: Read + Seek> Walk<'_, R> {
+impl<P: Pages> Walk<'_, P> {
     fn node<E: From<Error>>(
         &mut self,
         pgid: Pgid,

@@ -12,9 +12,10 @@ use std::io::{Seek, SeekFrom, Write};
 use crate::builder::{PageSink, TreeBuilder};
 use crate::error::Error;
 use crate::format::{
-    BUCKET_LEAF_FLAG, BucketHeader, DEFAULT_PAGE_SIZE, FREELIST_PAGE, MAX_KEY_SIZE, MAX_VALUE_SIZE,
-    META_PAGE, MIN_PAGE_SIZE, Meta, PAGE_HEADER_SIZE, PageHeader, Pgid,
+    BUCKET_LEAF_FLAG, BucketHeader, DEFAULT_PAGE_SIZE, FREELIST_PAGE, META_PAGE, MIN_PAGE_SIZE,
+    Meta, PAGE_HEADER_SIZE, PageHeader, Pgid,
 };
+use crate::limits::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
 
 /// The page the writer puts the (always empty) freelist on.
 const FREELIST_PGID: Pgid = 2;
