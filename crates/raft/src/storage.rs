@@ -30,10 +30,6 @@ mod error;
 
 pub use error::StorageError;
 
-/// Where the openraft engine (before raft-rs) kept its log and its vote: only read, to recognise
-/// (and refuse) a data dir it wrote.
-const OPENRAFT_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
-const OPENRAFT_META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 /// Every stored version of every key, by revision (`main` then `sub`, big-endian).
 pub(crate) const KV: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new("kv");
 /// Every lease, by id (`i64` as `u64`, big-endian): postcard-encoded `LeaseRecord`.
@@ -49,8 +45,8 @@ pub(crate) const SM_META: TableDefinition<&str, &[u8]> = TableDefinition::new("s
 /// key of RSS (docs/bench.md, "Memory").
 const CACHE_BYTES: usize = 32 << 20;
 
-/// The storage format version, stored under `format` in `SM_META`. 2: the applied position and
-/// membership in leasehold's own types (1 held openraft's).
+/// The storage format version, stored under `format` in `SM_META`: 2 (1 was an engine's before
+/// raft-rs, never released; such a file is refused as a format this build does not read).
 pub(crate) const FORMAT_VERSION: u32 = 2;
 
 /// A metadata row: its name and the one type it holds, so that what is written is always read
@@ -603,11 +599,6 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         .begin_write()
         .map_err(StorageError::write("the tables"))?;
     {
-        if wrote_openraft_log(&txn)? {
-            return Err(StorageError::OpenraftDataDir {
-                dir: dir.to_path_buf(),
-            });
-        }
         txn.open_table(KV)
             .map_err(StorageError::write("the tables"))?;
         txn.open_table(LEASES)
@@ -637,36 +628,4 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         closed,
         telemetry: Arc::default(),
     }))
-}
-
-/// Whether the openraft engine (before raft-rs) wrote its log or vote in this file.
-fn wrote_openraft_log(txn: &redb::WriteTransaction) -> Result<bool, StorageError> {
-    use redb::{ReadableTableMetadata, TableHandle};
-    const WHAT: &str = "the openraft log";
-    let names: Vec<String> = txn
-        .list_tables()
-        .map_err(StorageError::read(WHAT))?
-        .map(|t| t.name().to_owned())
-        .collect();
-    if names.iter().any(|n| n == OPENRAFT_LOG.name()) {
-        let log = txn
-            .open_table(OPENRAFT_LOG)
-            .map_err(StorageError::read(WHAT))?;
-        if log.len().map_err(StorageError::read(WHAT))? > 0 {
-            return Ok(true);
-        }
-    }
-    if names.iter().any(|n| n == OPENRAFT_META.name()) {
-        let meta = txn
-            .open_table(OPENRAFT_META)
-            .map_err(StorageError::read(WHAT))?;
-        if meta
-            .get("vote")
-            .map_err(StorageError::read(WHAT))?
-            .is_some()
-        {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }

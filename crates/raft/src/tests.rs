@@ -166,33 +166,3 @@ fn an_unknown_storage_format_is_a_typed_error() {
         "{e:?}"
     );
 }
-
-/// A data dir the openraft engine wrote (its log in the file) is refused with the way across,
-/// not opened as an empty member.
-#[test]
-fn an_openraft_data_dir_is_refused_naming_the_way_across() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let db = redb::Database::create(dir.path().join("leasehold.redb")).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let log: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("raft_log");
-            txn.open_table(log)
-                .unwrap()
-                .insert(1, &b"entry"[..])
-                .unwrap();
-        }
-        txn.commit().unwrap();
-    }
-    let Err(e) = storage::open(dir.path()) else {
-        panic!("openraft's data dir opened")
-    };
-    assert!(
-        matches!(e, storage::StorageError::OpenraftDataDir { .. }),
-        "{e:?}"
-    );
-    let said = e.to_string();
-    for way in ["etcdctl snapshot save", "leasehold snapshot restore"] {
-        assert!(said.contains(way), "no {way:?} in {said}");
-    }
-}

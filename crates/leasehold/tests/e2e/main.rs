@@ -38,7 +38,6 @@ mod lock_safety;
 mod members;
 mod metrics;
 mod move_leader;
-mod openraft_data_dir;
 mod partition;
 mod python_client;
 mod restart;

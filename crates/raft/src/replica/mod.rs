@@ -89,7 +89,7 @@ pub struct RaftStatus {
 
 pub struct Replica {
     engine: Arc<RsEngine>,
-    /// Raft's progress, whichever engine runs.
+    /// Raft's progress, as the Raft thread publishes it.
     status: watch::Receiver<EngineStatus>,
     /// This member's mapping from real time to lease time; `Some` while it leads (and so times
     /// leases). A single member leads from start-up on.
@@ -198,7 +198,7 @@ impl QuotaSize {
 }
 
 impl Replica {
-    /// Opens storage, starts Raft on the default engine (raft-rs) and, on a new data dir,
+    /// Opens storage, starts Raft (raft-rs, on its own thread) and, on a new data dir,
     /// bootstraps a one-member cluster. Waits (bounded) until this member leads and times
     /// leases.
     pub async fn start(cfg: ReplicaConfig) -> Result<Arc<Replica>, StartError> {
@@ -269,32 +269,8 @@ impl Replica {
             telemetry: telemetry.clone(),
             transport,
         };
-        let (rs, status) = RsEngine::start(log, start);
-        let parts = Parts {
-            engine: rs,
-            status,
-            shared,
-            db_closed,
-            db: db_weak,
-            telemetry,
-        };
-        Replica::assemble(cfg, parts, forwarder).await
-    }
-
-    /// The proposer, the read rounds, leadership following.
-    async fn assemble(
-        cfg: ReplicaConfig,
-        parts: Parts,
-        forwarder: Arc<dyn Forwarder>,
-    ) -> Result<Arc<Replica>, StartError> {
-        let Parts {
-            engine,
-            status,
-            shared,
-            db_closed,
-            db,
-            telemetry,
-        } = parts;
+        let (engine, status) = RsEngine::start(log, start);
+        // The proposer, the read rounds, leadership following.
         let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
         let queue = Arc::new(tokio::sync::Mutex::new(queue));
         let lease_clock = SharedClock::new();
@@ -327,7 +303,7 @@ impl Replica {
             shared,
             member_id: cfg.member_id,
             db_path: cfg.data_dir.join("leasehold.redb"),
-            db,
+            db: db_weak,
             forwarder,
             stopping: tokio::sync::watch::Sender::new(false),
             quota_bytes: cfg.quota_bytes,
@@ -1137,16 +1113,6 @@ impl Replica {
     pub fn storage_closed(&self) -> bool {
         self.db_closed.has_changed().is_err()
     }
-}
-
-/// What the engine's start hands the other parts of a replica.
-struct Parts {
-    engine: Arc<RsEngine>,
-    status: watch::Receiver<EngineStatus>,
-    shared: Shared,
-    db_closed: watch::Receiver<()>,
-    db: std::sync::Weak<storage::Db>,
-    telemetry: Arc<Telemetry>,
 }
 
 /// The leadership as a member sees it, followed: see [`Replica::subscribe_leadership`].

@@ -48,15 +48,6 @@ pub enum StorageError {
     /// A data dir written in a storage format this build does not read.
     #[error("unsupported storage format {found}; this build reads {supported}")]
     Format { found: u32, supported: u32 },
-    /// A data dir the openraft engine (before raft-rs) wrote: its Raft log is in the database, in
-    /// a format this build no longer reads. There was no release with openraft, so the way
-    /// across names a build from before its removal.
-    #[error(
-        "{dir} was written by the openraft engine, which this build no longer runs: with a build \
-         that still does, `etcdctl snapshot save` its data, then `leasehold snapshot restore` the \
-         file into a new data dir"
-    )]
-    OpenraftDataDir { dir: PathBuf },
     /// The blocking thread that ran a write panicked or was cancelled.
     #[error("the storage thread {what}: {error}")]
     Thread {
