@@ -25,8 +25,9 @@ use leasehold_consensus::{
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
-    self, ExpiryConfig, ExpiryWork, LeaderRenewals, PROMOTION_WAIT_MAX, Promotion, PromotionStep,
-    ReadRounds, RenewStep, StampGate, answered_before_apply, expiry_pass, stamp_gate,
+    self, EntryOutcome, ExpiryConfig, ExpiryWork, LeaderRenewals, PROMOTION_WAIT_MAX, Promotion,
+    PromotionStep, ReadRounds, RenewStep, StampGate, Waiters, answered_before_apply, expiry_pass,
+    stamp_gate,
 };
 use leasehold_raft::{
     Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
@@ -210,10 +211,11 @@ pub enum Out {
     Note(String),
 }
 
+/// One write of a proposed entry, waiting for it (the entry's waiters, by index and term, are
+/// `steps::Waiters`'s).
 struct Waiter {
     /// The write's place among its entry's commands.
     pos: usize,
-    term: u64,
     origin: Origin,
     stamped_at: Option<Stamp>,
     /// A renewal that found its lease past the deadline its holder was told, waiting for the
@@ -281,7 +283,7 @@ pub struct Member {
     /// done with once this member applies that far.
     ending: Vec<(u64, Vec<LeaseId>)>,
     covering: Vec<(u64, LeaseId)>,
-    waiters: BTreeMap<u64, Vec<Waiter>>,
+    waiters: Waiters<Vec<Waiter>>,
     /// How long the batcher lets writes gather before it takes them (true µs): the proposer
     /// task's turn in production. 0: each write is its own entry, proposed as it arrives.
     pub batch_window_us: u64,
@@ -378,7 +380,7 @@ impl Member {
             cover_margin_ms: leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS,
             ending: Vec::new(),
             covering: Vec::new(),
-            waiters: BTreeMap::new(),
+            waiters: Waiters::default(),
             batch_window_us: 0,
             batch: Vec::new(),
             batch_at: None,
@@ -457,7 +459,7 @@ impl Member {
         self.core = None;
         self.lease_clock = None;
         self.forget_renewals();
-        self.waiters.clear();
+        self.waiters.drain();
         self.batch.clear();
         self.batch_at = None;
         self.held = None;
@@ -1058,13 +1060,13 @@ impl Member {
                 .into_iter()
                 .map(|(pos, origin, stamped_at)| Waiter {
                     pos,
-                    term: status.term,
                     origin,
                     stamped_at,
                     renewal_end,
                 })
                 .collect();
-            self.waiters.insert(status.last_index, waiters);
+            self.waiters
+                .insert(status.last_index, status.term, false, waiters);
         }
         Some(status.last_index)
     }
@@ -1414,12 +1416,18 @@ impl Member {
         self.covering.clear();
     }
 
-    fn answer(&mut self, index: u64, term: u64, applied: Vec<Applied>, out: &mut Vec<Out>) {
-        // Waiters at or below an index whose term differs lost their entry to another leader.
-        let stale: Vec<u64> = self.waiters.range(..=index).map(|(i, _)| *i).collect();
-        for i in stale {
-            for waiter in self.waiters.remove(&i).expect("listed") {
-                let answer = if i == index && waiter.term == term && waiter.renewal_end {
+    fn answer(
+        &mut self,
+        index: u64,
+        term: u64,
+        conf_change: bool,
+        applied: Vec<Applied>,
+        out: &mut Vec<Out>,
+    ) {
+        for (_, waiters, outcome) in self.waiters.applied(index, term, conf_change) {
+            let entry_applied = outcome == EntryOutcome::Applied;
+            for waiter in waiters {
+                let answer = if entry_applied && waiter.renewal_end {
                     // The replica's `finish_renewal`: TTL 0 once the end revoked the lease; an
                     // end that found it renewed through the log first is decided again (here:
                     // the client asks again).
@@ -1432,7 +1440,7 @@ impl Member {
                         },
                         _ => Answer::Failed("renewed meanwhile"),
                     }
-                } else if i == index && waiter.term == term {
+                } else if entry_applied {
                     match applied.get(waiter.pos) {
                         Some(applied) => Answer::Applied {
                             applied: applied.clone(),
@@ -1454,6 +1462,7 @@ impl Member {
     fn apply(&mut self, committed: Vec<Committed>, out: &mut Vec<Out>) {
         for c in committed {
             let (index, term) = (c.entry().index, c.entry().term);
+            let conf_change = matches!(c, Committed::ConfChange { .. });
             let applied = match c {
                 Committed::Normal(entry) => {
                     let named = lease_ids_in(&entry.data);
@@ -1498,7 +1507,7 @@ impl Member {
                     Vec::new()
                 }
             };
-            self.answer(index, term, applied, out);
+            self.answer(index, term, conf_change, applied, out);
         }
     }
 }
@@ -1526,6 +1535,12 @@ impl Host for Around<'_> {
             Ok(()) => {
                 m.saved = snapshot.data.to_vec();
                 let (index, _) = m.machine.applied();
+                // As the replica's: proposals whose entries the snapshot covered are lost.
+                for waiters in m.waiters.skipped_to(index) {
+                    for waiter in waiters {
+                        reply(self.out, waiter.origin, 0, Answer::Failed("no leader"));
+                    }
+                }
                 self.out.push(Out::Note(format!(
                     "m{} installed a snapshot at {index}",
                     m.id

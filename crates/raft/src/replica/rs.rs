@@ -41,7 +41,7 @@ use super::forward::{BoxFuture, Forwarded, MemberChange};
 use crate::command::Proposal;
 use crate::position::{self, LogPosition};
 use crate::state_machine::{self, Applying, Shared};
-use crate::steps::AppendTimes;
+use crate::steps::{self, AppendTimes, EntryOutcome};
 use crate::storage::{self, Db};
 use crate::telemetry::Telemetry;
 
@@ -73,17 +73,9 @@ impl RaftTransport for NoTransport {
     fn send(&self, _: u64, _: Vec<u8>) {}
 }
 
-/// A proposal waiting for its entry: answered when the entry at `index` is applied, with its
-/// replies if it still has `term`, "no leader" if another leader's entry took its place.
-struct Waiter {
-    term: u64,
-    /// A membership change: answered once its conf change entry is applied (raft-rs proposes
-    /// an empty entry instead while another change is pending).
-    conf_change: bool,
-    reply: oneshot::Sender<Result<Forwarded, ReplicaError>>,
-}
-
-type Waiters = Arc<Mutex<BTreeMap<u64, Waiter>>>;
+/// Proposals waiting for their entries (`steps::Waiters` decides which entry answers which):
+/// each answered with its entry's replies, or why not.
+type Waiters = Arc<Mutex<steps::Waiters<oneshot::Sender<Result<Forwarded, ReplicaError>>>>>;
 
 /// The engine's handle: inputs for the Raft thread, and the proposals waiting on it.
 pub(crate) struct RsEngine {
@@ -332,13 +324,8 @@ impl RsEngine {
         let telemetry = self.telemetry.clone();
         let landed: Reply<Result<Proposed, CoreError>> = Box::new(move |proposed| match proposed {
             Ok(Proposed { index, term }) => {
-                let waiter = Waiter {
-                    term,
-                    conf_change,
-                    reply,
-                };
                 let mut waiters = waiters.lock().expect("waiters lock poisoned");
-                waiters.insert(index, waiter);
+                waiters.insert(index, term, conf_change, reply);
             }
             Err(e) => {
                 // Not the leader (any more), or a transfer is under way.
@@ -530,9 +517,9 @@ impl RsEngine {
             c.bell.ring(|r| r.stop = true);
             let _ = c.thread.join();
         }
-        let waiters = std::mem::take(&mut *self.waiters.lock().expect("waiters lock poisoned"));
-        for (_, waiter) in waiters {
-            let _ = waiter.reply.send(Err(ReplicaError::Stopped));
+        let waiters = self.waiters.lock().expect("waiters lock poisoned").drain();
+        for reply in waiters {
+            let _ = reply.send(Err(ReplicaError::Stopped));
         }
     }
 }
@@ -708,7 +695,17 @@ impl Host for RsMachine {
             .clone();
         self.transport
             .set_peers(peers_of(&self.members, self.member_id));
-        self.publish(Some(snapshot.get_metadata().index));
+        let index = snapshot.get_metadata().index;
+        self.publish(Some(index));
+        // Proposals whose entries the snapshot covered are never applied here one by one.
+        let lost = self
+            .waiters
+            .lock()
+            .expect("waiters lock poisoned")
+            .skipped_to(index);
+        for reply in lost {
+            let _ = reply.send(Err(ReplicaError::NoLeader));
+        }
         Ok(())
     }
 }
@@ -778,20 +775,19 @@ impl Machine for RsMachine {
         {
             let mut waiters = self.waiters.lock().expect("waiters lock poisoned");
             for ((index, term, conf_change), applied) in ids.into_iter().zip(replies) {
-                if let Some(waiter) = waiters.remove(&index) {
-                    let answer = if waiter.term != term {
-                        Err(ReplicaError::NoLeader)
-                    } else if waiter.conf_change && !conf_change {
-                        Err(ReplicaError::MembershipChange(
-                            "a membership change is already in progress".into(),
-                        ))
-                    } else {
-                        Ok(Forwarded {
+                let mut applied = Some(applied);
+                for (_, reply, outcome) in waiters.applied(index, term, conf_change) {
+                    let answer = match outcome {
+                        EntryOutcome::Applied => Ok(Forwarded {
                             log_index: index,
-                            applied,
-                        })
+                            applied: applied.take().unwrap_or_default(),
+                        }),
+                        EntryOutcome::Lost => Err(ReplicaError::NoLeader),
+                        EntryOutcome::ChangeInProgress => Err(ReplicaError::MembershipChange(
+                            "a membership change is already in progress".into(),
+                        )),
                     };
-                    let _ = waiter.reply.send(answer);
+                    let _ = reply.send(answer);
                 }
             }
         }

@@ -12,7 +12,8 @@
 //! - [`learner_in_sync`]: whether a learner may be promoted;
 //! - [`reconfig`]: etcd's `--strict-reconfig-check` on membership changes;
 //! - [`AppendTimes`]: when entries reached this member, which dates the lease time they carry;
-//! - [`ReadRounds`]: which read-index round answers which linearizable reader.
+//! - [`ReadRounds`]: which read-index round answers which linearizable reader;
+//! - [`Waiters`]: which applied entry answers which waiting proposal.
 
 use std::time::{Duration, Instant};
 
@@ -26,12 +27,14 @@ mod promotion;
 mod read_rounds;
 pub mod reconfig;
 mod renewals;
+mod waiters;
 
 pub use append_times::AppendTimes;
 pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
 pub use promotion::{Promotion, PromotionStep};
 pub use read_rounds::ReadRounds;
 pub use renewals::{LeaderRenewals, RenewStep};
+pub use waiters::{EntryOutcome, Waiters};
 
 /// A step that needs lease time was asked of a member that does not time leases (it does not
 /// lead, or has not promoted itself yet): its callers answer "no leader".
