@@ -49,6 +49,10 @@ pub struct CoreConfig {
     /// `SnapshotCatchUpEntries`).
     pub catch_up_entries: u64,
     pub wal: WalOptions,
+    /// etcd's `--force-new-cluster`: at open, every other member is removed by membership
+    /// changes appended to the log and committed with everything before them, so that this
+    /// member leads a cluster of one with all the data it holds ([`forced_removals`]).
+    pub force_new_cluster: bool,
 }
 
 impl CoreConfig {
@@ -63,6 +67,7 @@ impl CoreConfig {
             max_inflight_msgs: 512,
             catch_up_entries: 5000,
             wal: WalOptions::default(),
+            force_new_cluster: false,
         }
     }
 }
@@ -182,6 +187,69 @@ impl<F: Fs> std::fmt::Debug for Core<F> {
     }
 }
 
+/// The membership changes `--force-new-cluster` commits for member `me`: one per other member
+/// (voter or learner) of the membership as of the log's last entry (the checkpoint's, then the
+/// changes after it), each its own single change; first the promotion of `me` if it is a
+/// learner. A member that is not in that membership is refused: it has no data of its own to
+/// lead with.
+fn forced_removals(
+    me: u64,
+    checkpoint: &Checkpoint,
+    entries: &[Entry],
+) -> Result<Vec<eraftpb::ConfChangeV2>, CoreError> {
+    use eraftpb::ConfChangeType::{AddLearnerNode, AddNode, RemoveNode};
+    let mut voters: std::collections::BTreeSet<u64> =
+        checkpoint.conf_state.voters.iter().copied().collect();
+    let mut learners: std::collections::BTreeSet<u64> =
+        checkpoint.conf_state.learners.iter().copied().collect();
+    let committed = entries
+        .iter()
+        .filter(|e| e.index > checkpoint.applied_index)
+        .filter(|e| e.get_entry_type() != eraftpb::EntryType::EntryNormal);
+    for entry in committed {
+        let cc = crate::proto::decode_conf_change(entry)
+            .map_err(|e| CoreError::Mismatch(format!("conf change at {}: {e}", entry.index)))?;
+        for change in cc.get_changes() {
+            let id = change.node_id;
+            match change.get_change_type() {
+                AddNode => {
+                    learners.remove(&id);
+                    voters.insert(id);
+                }
+                AddLearnerNode => {
+                    voters.remove(&id);
+                    learners.insert(id);
+                }
+                RemoveNode => {
+                    voters.remove(&id);
+                    learners.remove(&id);
+                }
+            }
+        }
+    }
+    if !voters.contains(&me) && !learners.contains(&me) {
+        return Err(CoreError::Mismatch(format!(
+            "--force-new-cluster: member {me:x} is not in the cluster this data dir holds"
+        )));
+    }
+    let single = |change_type, node_id| {
+        let mut single = eraftpb::ConfChangeSingle::default();
+        single.set_change_type(change_type);
+        single.node_id = node_id;
+        let mut cc = eraftpb::ConfChangeV2::default();
+        cc.mut_changes().push(single);
+        cc
+    };
+    let mut changes = Vec::new();
+    if learners.contains(&me) {
+        changes.push(single(AddNode, me));
+    }
+    for id in voters.iter().chain(&learners).filter(|id| **id != me) {
+        changes.push(single(RemoveNode, *id));
+    }
+    Ok(changes)
+}
+
 impl<F: Fs> Core<F> {
     /// Opens the log in `dir` and starts Raft from the host's checkpoint. A member that is the
     /// only voter campaigns at once.
@@ -232,6 +300,40 @@ impl<F: Fs> Core<F> {
                 "commit index {} beyond the last entry {last}",
                 hard_state.commit
             )));
+        }
+        if config.force_new_cluster {
+            let changes = forced_removals(config.id, &checkpoint, &entries)?;
+            if !changes.is_empty() {
+                // The removals follow the last entry, in the current term, and are committed
+                // with everything before them. etcd drops the entries its log does not record
+                // as committed; this log records the commit index only now and then (with
+                // membership changes), so entries other members acknowledged may lie past it:
+                // all are kept. An entry never committed becomes committed: a write whose
+                // client was told nothing (a timeout) may then appear.
+                let first = entries.len();
+                let mut index = last;
+                for cc in &changes {
+                    index += 1;
+                    let mut e = Entry::default();
+                    e.set_entry_type(eraftpb::EntryType::EntryConfChangeV2);
+                    e.term = hard_state.term;
+                    e.index = index;
+                    e.data = crate::proto::encode_conf_change(cc).into();
+                    entries.push(e);
+                }
+                hard_state.commit = index;
+                wal.append(&Batch {
+                    compacted: None,
+                    entries: entries[first..].iter().map(entry_from_raft).collect(),
+                    hard_state: Some(hard_state_from_raft(&hard_state)),
+                })?;
+                tracing::warn!(
+                    removed = changes.len(),
+                    commit = hard_state.commit,
+                    "forcing a new cluster of this member alone (--force-new-cluster): every \
+                     other member removed, every entry of the log committed"
+                );
+            }
         }
         let storage = LogStorage::new(
             hard_state,

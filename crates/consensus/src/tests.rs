@@ -157,7 +157,13 @@ impl Cluster {
 
     /// (Re)starts member `id` from what its disk and its checkpoint hold.
     fn start(&mut self, id: u64) {
-        let cfg = config(id, self.catch_up_entries);
+        self.start_with(id, false);
+    }
+
+    /// [`Cluster::start`], with `--force-new-cluster` or not.
+    fn start_with(&mut self, id: u64, force_new_cluster: bool) {
+        let mut cfg = config(id, self.catch_up_entries);
+        cfg.force_new_cluster = force_new_cluster;
         let member = self.members.get_mut(&id).expect("member");
         let durable = member.machine.durable.clone().expect("a saved checkpoint");
         member.machine = *durable;
@@ -877,4 +883,67 @@ mod driver {
             d.stop();
         }
     }
+}
+
+#[test]
+fn force_new_cluster_leaves_the_member_alone_with_its_committed_data() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    for i in 0..10 {
+        c.propose(leader, &format!("c{i}"));
+    }
+    c.run_until(50, |c| {
+        c.members.keys().all(|id| c.applied(*id).len() == 10)
+    });
+    // The leader alone takes one more write: never committed, but in its log.
+    for other in [1, 2, 3].into_iter().filter(|id| *id != leader) {
+        c.cut.insert((leader, other));
+    }
+    c.propose(leader, "never committed");
+    c.settle();
+    for id in [1, 2, 3] {
+        c.crash(id);
+    }
+    c.cut.clear();
+    // The old leader comes back alone, forced: the others are removed, every entry of its log
+    // is committed (its log does not record how far the cluster committed), and it leads a
+    // cluster of one.
+    c.start_with(leader, true);
+    c.run_until(100, |c| c.leader() == Some(leader));
+    assert_eq!(c.members[&leader].machine.conf_state.voters, vec![leader]);
+    assert!(c.members[&leader].machine.conf_state.learners.is_empty());
+    c.propose(leader, "alone");
+    c.run_until(50, |c| c.applied(leader).len() == 12);
+    let applied = data(c.applied(leader));
+    let committed: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+    assert_eq!(applied[..10], committed);
+    assert_eq!(applied[10..], ["never committed", "alone"]);
+    // Forced again (etcd's flag left on): nothing left to remove, and it still leads alone.
+    c.crash(leader);
+    c.start_with(leader, true);
+    c.run_until(100, |c| c.leader() == Some(leader));
+    c.propose(leader, "again");
+    c.run_until(50, |c| c.applied(leader).len() == 13);
+}
+
+#[test]
+fn force_new_cluster_refuses_a_member_that_is_not_in_the_cluster() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    c.elect();
+    c.crash(1);
+    let member = c.members.get_mut(&1).expect("member");
+    let mut cfg = config(9, 5000);
+    cfg.force_new_cluster = true;
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let opened = Core::open(
+        member.fs.clone(),
+        &dir(),
+        &cfg,
+        member.machine.checkpoint(),
+        &logger,
+    );
+    let Err(e) = opened else {
+        panic!("a member outside the cluster was forced into it")
+    };
+    assert!(e.to_string().contains("not in the cluster"), "{e}");
 }

@@ -80,6 +80,12 @@ pub struct NodeConfig {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "true", value_parser = parse_go_bool)]
     pub strict_reconfig_check: bool,
+    /// Disaster recovery, as etcd's flag: on a data dir that holds a cluster, this member removes
+    /// every other member with membership changes it commits alone, and leads a cluster of one
+    /// with all the data its log holds. Without a data dir it does nothing.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = parse_go_bool)]
+    pub force_new_cluster: bool,
     /// Serve etcd's JSON gateway (`/v3/...`) on the client URLs, as etcd does by default.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "true", value_parser = parse_go_bool)]
@@ -497,6 +503,7 @@ impl NodeConfig {
             "quota-backend-bytes" = self.quota_backend_bytes,
             "max-request-bytes" = self.max_request_bytes,
             "strict-reconfig-check" = self.strict_reconfig_check,
+            "force-new-cluster" = self.force_new_cluster,
             "auto-compaction-mode" = %self.auto_compaction_mode,
             "auto-compaction-retention" = %self.auto_compaction_retention,
             "auth-token" = %self.auth_token.split(',').next().unwrap_or_default(),

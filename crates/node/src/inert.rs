@@ -205,12 +205,6 @@ const TABLE: &[Inert] = &[
         "a follower further behind than min(--snapshot-count, 5000) entries gets a snapshot",
     ),
     inert("unsafe-no-fsync", Bool, "leasehold always fsyncs"),
-    only(
-        "force-new-cluster",
-        Bool,
-        "false",
-        "rewriting the membership is not supported",
-    ),
     // etcd's `ignored` list.
     inert("cluster-active-size", Legacy, LEGACY),
     inert("cluster-remove-delay", Legacy, LEGACY),

@@ -184,6 +184,7 @@ impl Node {
             lease_cover_margin_ms: u64::try_from(config.lease_cover_margin.as_millis())
                 .unwrap_or(u64::MAX),
             strict_reconfig_check: config.strict_reconfig_check,
+            force_new_cluster: config.force_new_cluster,
         };
         // The links report a peer they cannot reach to the replica, which starts after them
         // (its Raft thread sends through them from the start).

@@ -62,6 +62,7 @@ async fn replica_restart_recovers_every_write() {
         auth_token_ttl: std::time::Duration::from_secs(300),
         lease_cover_margin_ms: crate::LEASE_COVER_MARGIN_DEFAULT_MS,
         strict_reconfig_check: true,
+        force_new_cluster: false,
         member_id: 7,
         peer_url: "http://127.0.0.1:1".into(),
         initial_peers: BTreeMap::new(),

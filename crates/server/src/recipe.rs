@@ -296,6 +296,7 @@ mod tests {
             auth_token_ttl: std::time::Duration::from_secs(300),
             lease_cover_margin_ms: leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS,
             strict_reconfig_check: true,
+            force_new_cluster: false,
             member_id: 1,
             peer_url: "http://127.0.0.1:1".into(),
             initial_peers: Default::default(),

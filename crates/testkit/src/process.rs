@@ -602,6 +602,11 @@ impl Server {
         }
     }
 
+    /// Adds flags for the next start (`spawn`, `restart`).
+    pub fn add_args(&mut self, args: &[&str]) {
+        self.extra_args.extend(args.iter().map(|a| a.to_string()));
+    }
+
     /// Starts the process again on the same data dir and ports (SIGKILLing it first if it is
     /// still running) and waits until it serves.
     pub async fn restart(&mut self) {

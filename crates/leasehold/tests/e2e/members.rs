@@ -7,6 +7,8 @@
 //!   etcd's errors.
 //! - A member removed from the cluster stops by itself, its process exiting as etcd's does,
 //!   while the other two go on serving.
+//! - `--force-new-cluster` brings one member of a stopped cluster back alone, with its data, and
+//!   again with the flag left on.
 
 use std::time::{Duration, Instant};
 
@@ -244,4 +246,46 @@ async fn a_removed_member_stops_by_itself_as_etcds_does() {
     );
     let got = removal(Kind::Leasehold).await;
     assert_eq!(got, want, "leasehold vs etcd");
+}
+
+/// Three members with data, all stopped; the first started again with `--force-new-cluster`:
+/// what the member list, the data and a new write show, and again after a restart with the
+/// flag still on.
+async fn forced(kind: Kind) -> Vec<String> {
+    let mut cluster = Cluster::start(kind, 3).await;
+    let via = cluster.members[0].endpoint();
+    for i in 0..5 {
+        let out = etcdctl(&via, &["put", &format!("k{i}"), &format!("v{i}")]).await;
+        assert!(out.status.success(), "{}", common::describe_output(&out));
+    }
+    for member in &mut cluster.members {
+        member.terminate().await;
+    }
+    let survivor = &mut cluster.members[0];
+    survivor.add_args(&["--force-new-cluster"]);
+    let mut log = Vec::new();
+    for round in ["forced", "restarted with the flag on"] {
+        survivor.restart().await;
+        let names: Vec<String> = listed(&via).await.into_iter().map(|m| m.0).collect();
+        log.push(format!("{round}: members {names:?}"));
+        let out = etcdctl(&via, &["get", "k", "--prefix", "--print-value-only"]).await;
+        log.push(format!(
+            "{round}: values {:?}",
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        ));
+        let out = etcdctl(&via, &["put", &format!("after {round}"), "x"]).await;
+        log.push(format!("{round}: put {}", out.status.success()));
+    }
+    log
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_new_cluster_brings_one_member_back_alone_with_its_data_as_etcd_does() {
+    let want = forced(Kind::Etcd).await;
+    eprintln!("etcd: {want:#?}");
+    let got = forced(Kind::Leasehold).await;
+    assert_eq!(got, want, "leasehold vs etcd");
+    assert_eq!(got[0], "forced: members [\"m1\"]", "{got:?}");
 }

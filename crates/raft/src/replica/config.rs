@@ -33,6 +33,10 @@ pub struct ReplicaConfig {
     /// etcd's `--strict-reconfig-check`: the leader refuses membership changes that would
     /// leave the cluster without a working quorum (`steps::reconfig`).
     pub strict_reconfig_check: bool,
+    /// etcd's `--force-new-cluster`: on a data dir that holds a cluster, every other member is
+    /// removed at start (`CoreConfig::force_new_cluster`); ignored on a new data dir, as etcd
+    /// ignores it without a log.
+    pub force_new_cluster: bool,
 }
 
 /// `--lease-cover-margin`'s default.

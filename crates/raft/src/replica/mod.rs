@@ -233,6 +233,7 @@ impl Replica {
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
             election_timeout_ms: cfg.election_timeout_ms,
             catch_up_entries: cfg.snapshot_log_entries_max,
+            force_new_cluster: cfg.force_new_cluster && last_applied.is_some(),
             last_applied,
             members: rs::starting_membership(last_applied, membership, bootstrap.as_ref()),
         };

@@ -149,6 +149,8 @@ pub(super) struct LogOpening {
     /// Entries the log keeps behind a checkpoint for followers that lag (`--snapshot-count`,
     /// at most etcd's 5,000 catch-up entries); one further behind gets a snapshot.
     pub(super) catch_up_entries: u64,
+    /// `--force-new-cluster`, on a data dir that holds a cluster.
+    pub(super) force_new_cluster: bool,
     pub(super) last_applied: Option<LogPosition>,
     /// The membership to start with ([`starting_membership`]).
     pub(super) members: position::Members,
@@ -188,6 +190,7 @@ pub(super) fn open_log(opening: LogOpening) -> Result<OpenedLog, String> {
         heartbeat_interval_ms,
         election_timeout_ms,
         catch_up_entries,
+        force_new_cluster,
         last_applied,
         members,
     } = opening;
@@ -206,6 +209,7 @@ pub(super) fn open_log(opening: LogOpening) -> Result<OpenedLog, String> {
         usize::try_from((election_timeout_ms / heartbeat_ms).max(2)).unwrap_or(usize::MAX);
     let election_tick = config.election_tick as u64;
     config.catch_up_entries = catch_up_entries.clamp(1, config.catch_up_entries);
+    config.force_new_cluster = force_new_cluster;
     let logger = leasehold_consensus::tracing_logger();
     let core = Core::open(StdFs, &data_dir.join("wal"), &config, checkpoint, &logger)
         .map_err(|e| e.to_string())?;
