@@ -50,6 +50,26 @@ impl Endpoint {
     }
 }
 
+/// A refused handshake's error as the log says it: a client certificate outside
+/// `--*-cert-allowed-cn` / `--*-cert-allowed-hostname` in etcd's words (`client certificate
+/// authentication failed`, which operators and etcd's tests look for); others as rustls says.
+fn handshake_error(e: &std::io::Error) -> String {
+    let refused_name = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| {
+            matches!(
+                r,
+                rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName)
+            )
+        });
+    if refused_name {
+        "client certificate authentication failed".into()
+    } else {
+        e.to_string()
+    }
+}
+
 /// The connections from `listener`: TLS with `tls`, else plain TCP.
 pub(crate) fn incoming(
     listener: TcpListener,
@@ -284,7 +304,7 @@ fn tls<L: Accept>(
                     }
                     Ok(Err(e)) => tracing::warn!(
                         "remote-addr" = %from,
-                        "error" = %format!("TLS handshake failed: {e}"),
+                        "error" = %format!("TLS handshake failed: {}", handshake_error(&e)),
                         "{}",
                         endpoint.rejected()
                     ),
@@ -299,4 +319,26 @@ fn tls<L: Accept>(
         }
     });
     ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::handshake_error;
+
+    #[test]
+    fn a_certificate_outside_the_allowed_names_is_refused_in_etcds_words() {
+        let refused = rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, refused);
+        assert_eq!(
+            handshake_error(&io),
+            "client certificate authentication failed"
+        );
+        let other = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, other);
+        assert!(
+            handshake_error(&io).contains("UnknownIssuer"),
+            "{}",
+            handshake_error(&io)
+        );
+    }
 }

@@ -214,11 +214,20 @@ async fn run_link(
                 }
             }
         };
-        tracing::debug!(
-            peer = %format!("{id:x}"),
-            status = ?ended,
-            "raft link broke; reconnecting"
-        );
+        match ended.as_ref().and_then(|e| tls_alert_words(e)) {
+            // The peer refused this member's certificate (or this member refused the peer's):
+            // said in Go's words, as etcd's members log it, for operators and their tools.
+            Some(words) => tracing::warn!(
+                "remote-peer-id" = %format!("{id:x}"),
+                error = words,
+                "lost TCP streaming connection with remote peer"
+            ),
+            None => tracing::debug!(
+                peer = %format!("{id:x}"),
+                status = ?ended,
+                "raft link broke; reconnecting"
+            ),
+        }
         on_unreachable(id);
         tokio::time::sleep(retry).await;
         retry = (retry * 2).min(RETRY_MAX);
@@ -469,5 +478,59 @@ mod tests {
             *inbox.got.lock().unwrap(),
             vec![b"one".to_vec(), b"two".to_vec()]
         );
+    }
+}
+
+/// A TLS alert the other side sent, found anywhere in `error`'s chain, as Go's TLS stack words
+/// it (`remote error: tls: bad certificate`), which etcd's members log.
+fn tls_alert_words(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cur = Some(error);
+    while let Some(e) = cur {
+        let found = e.downcast_ref::<rustls::Error>().or_else(|| {
+            e.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(rustls::Error::AlertReceived(alert)) = found {
+            return Some(format!("remote error: tls: {}", go_alert_words(*alert)));
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// Go's `tls.alert` strings for the alerts a peer sends about certificates; others by name.
+fn go_alert_words(alert: rustls::AlertDescription) -> String {
+    use rustls::AlertDescription as A;
+    match alert {
+        A::BadCertificate => "bad certificate".into(),
+        A::UnsupportedCertificate => "unsupported certificate".into(),
+        A::CertificateRevoked => "revoked certificate".into(),
+        A::CertificateExpired => "expired certificate".into(),
+        A::CertificateUnknown => "unknown certificate".into(),
+        A::UnknownCA => "unknown certificate authority".into(),
+        A::AccessDenied => "access denied".into(),
+        A::HandshakeFailure => "handshake failure".into(),
+        A::CertificateRequired => "certificate required".into(),
+        A::DecryptError => "error decrypting message".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tls_words_tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_certificate_is_said_in_gos_words_wherever_it_is_in_the_chain() {
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::BadCertificate);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, alert);
+        let status = tonic::Status::from_error(Box::new(io));
+        assert_eq!(
+            tls_alert_words(&status).as_deref(),
+            Some("remote error: tls: bad certificate")
+        );
+        let plain = tonic::Status::unavailable("connection refused");
+        assert_eq!(tls_alert_words(&plain), None);
     }
 }

@@ -119,6 +119,52 @@ pub(crate) fn decode<T: DeserializeOwned>(
     postcard::from_bytes(bytes).map_err(StorageError::decode(what))
 }
 
+/// What wakes the checkpointer: rows staged (by apply, or put back after a failed write: the
+/// [`Db`] rings for both), a snapshot a follower wants (the Raft thread rings), and the stop.
+/// Rings that come while it works fold into one.
+#[derive(Default)]
+pub(crate) struct Bell {
+    rung: Mutex<Rung>,
+    wake: Condvar,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Rung {
+    pub(crate) staged: bool,
+    pub(crate) snapshot: bool,
+    pub(crate) stop: bool,
+}
+
+impl Bell {
+    pub(crate) fn ring(&self, what: impl FnOnce(&mut Rung)) {
+        what(&mut self.rung.lock().expect("bell lock poisoned"));
+        self.wake.notify_one();
+    }
+
+    /// Sleeps until rung, and takes the ring (the stop stays rung).
+    pub(crate) fn wait(&self) -> Rung {
+        let rung = self.rung.lock().expect("bell lock poisoned");
+        let mut rung = self
+            .wake
+            .wait_while(rung, |r| !(r.staged || r.snapshot || r.stop))
+            .expect("bell lock poisoned");
+        let taken = *rung;
+        rung.staged = false;
+        rung.snapshot = false;
+        taken
+    }
+
+    /// Sleeps `at_most`, or until the stop rings; whether it did.
+    pub(crate) fn stopped_within(&self, at_most: std::time::Duration) -> bool {
+        let rung = self.rung.lock().expect("bell lock poisoned");
+        let (rung, _) = self
+            .wake
+            .wait_timeout_while(rung, at_most, |r| !r.stop)
+            .expect("bell lock poisoned");
+        rung.stop
+    }
+}
+
 /// The open database. Fields drop in order, so `closed` fires only once the file (and redb's
 /// lock on it) is released: that is what a restart in the same process must wait for.
 pub(crate) struct Db {
@@ -134,6 +180,8 @@ pub(crate) struct Db {
     /// State-machine writes applied but not yet in the file; the next log commit (or snapshot
     /// build) writes them.
     staged_sm: Mutex<StagedSm>,
+    /// Rung whenever rows are staged, so that the checkpointer writes them.
+    checkpoint_bell: Arc<Bell>,
     closed: tokio::sync::watch::Sender<()>,
     /// Commit times and the other counters operators read.
     telemetry: Arc<Telemetry>,
@@ -409,6 +457,8 @@ impl Db {
         if newer.meta.is_some() {
             staged.meta = newer.meta;
         }
+        drop(staged);
+        self.checkpoint_bell.ring(|r| r.staged = true);
     }
 
     /// Writes the staged state-machine changes in one durable transaction and returns the applied
@@ -528,6 +578,13 @@ impl Db {
         staged.changes.extend(changes);
         staged.leases.extend(leases);
         staged.meta = Some(meta);
+        drop(staged);
+        self.checkpoint_bell.ring(|r| r.staged = true);
+    }
+
+    /// What wakes this file's checkpointer ([`Bell`]).
+    pub(crate) fn checkpoint_bell(&self) -> &Arc<Bell> {
+        &self.checkpoint_bell
     }
 
     /// Writes the staged state-machine changes now, in a durable transaction of their own
@@ -625,7 +682,37 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         path,
         out_of_space: AtomicBool::new(false),
         staged_sm: Mutex::new(StagedSm::default()),
+        checkpoint_bell: Arc::default(),
         closed,
         telemetry: Arc::default(),
     }))
+}
+
+#[cfg(test)]
+mod bell_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_checkpoint_bell_folds_rings_and_keeps_the_stop() {
+        let bell = Arc::new(Bell::default());
+        bell.ring(|r| r.staged = true);
+        bell.ring(|r| r.staged = true);
+        bell.ring(|r| r.snapshot = true);
+        let rung = bell.wait();
+        assert!(rung.staged && rung.snapshot && !rung.stop);
+        // Taken: a window passes with nothing rung and no stop.
+        assert!(!bell.stopped_within(Duration::from_millis(1)));
+        // A sleeper is woken by a ring from another thread.
+        let ringer = bell.clone();
+        let thread = std::thread::spawn(move || ringer.ring(|r| r.staged = true));
+        assert!(bell.wait().staged);
+        thread.join().unwrap();
+        // The stop wakes the window and stays rung.
+        bell.ring(|r| r.stop = true);
+        assert!(bell.stopped_within(Duration::from_secs(60)));
+        assert!(bell.wait().stop);
+        assert!(bell.wait().stop);
+    }
 }

@@ -227,13 +227,20 @@ impl Replica {
             members.insert(cfg.member_id, cfg.peer_url.clone());
             members
         });
+        // As etcd's: only a data dir that holds a cluster (a log, or an applied state) is
+        // forced; a new one starts as it would without the flag.
+        let holds_cluster = last_applied.is_some() || cfg.data_dir.join("wal").exists();
+        let force_new_cluster = cfg.force_new_cluster && holds_cluster;
+        if cfg.force_new_cluster && !holds_cluster {
+            tracing::warn!("--force-new-cluster ignored: the data dir holds no cluster yet");
+        }
         let opening = rs::LogOpening {
             member_id: cfg.member_id,
             data_dir: cfg.data_dir.clone(),
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
             election_timeout_ms: cfg.election_timeout_ms,
             catch_up_entries: cfg.snapshot_log_entries_max,
-            force_new_cluster: cfg.force_new_cluster && last_applied.is_some(),
+            force_new_cluster,
             last_applied,
             members: rs::starting_membership(last_applied, membership, bootstrap.as_ref()),
         };

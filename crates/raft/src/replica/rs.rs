@@ -21,7 +21,7 @@
 //! replaying entries that never held the initial members.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_consensus::driver::{Committed, Driver, Input, Machine, Proposed, Reply};
@@ -42,7 +42,7 @@ use crate::command::Proposal;
 use crate::position::{self, LogPosition};
 use crate::state_machine::{self, Applying, Shared};
 use crate::steps::{self, AppendTimes, EntryOutcome};
-use crate::storage::{self, Db};
+use crate::storage::{self, Bell, Db};
 use crate::telemetry::Telemetry;
 
 /// How often the applied state reaches its file (and the log may be compacted behind it).
@@ -90,52 +90,8 @@ pub(crate) struct RsEngine {
 
 struct Checkpointer {
     bell: Arc<Bell>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-/// What wakes the checkpointer: rows that apply staged, a snapshot a follower wants (the Raft
-/// thread rings for both), and the stop. Rings that come while it works fold into one.
-#[derive(Default)]
-struct Bell {
-    rung: Mutex<Rung>,
-    wake: Condvar,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct Rung {
-    staged: bool,
-    snapshot: bool,
-    stop: bool,
-}
-
-impl Bell {
-    fn ring(&self, what: impl FnOnce(&mut Rung)) {
-        what(&mut self.rung.lock().expect("bell lock poisoned"));
-        self.wake.notify_one();
-    }
-
-    /// Sleeps until rung, and takes the ring (the stop stays rung).
-    fn wait(&self) -> Rung {
-        let rung = self.rung.lock().expect("bell lock poisoned");
-        let mut rung = self
-            .wake
-            .wait_while(rung, |r| !(r.staged || r.snapshot || r.stop))
-            .expect("bell lock poisoned");
-        let taken = *rung;
-        rung.staged = false;
-        rung.snapshot = false;
-        taken
-    }
-
-    /// Sleeps `at_most`, or until the stop rings; whether it did.
-    fn stopped_within(&self, at_most: Duration) -> bool {
-        let rung = self.rung.lock().expect("bell lock poisoned");
-        let (rung, _) = self
-            .wake
-            .wait_timeout_while(rung, at_most, |r| !r.stop)
-            .expect("bell lock poisoned");
-        rung.stop
-    }
+    /// Joined by [`RsEngine::stop`]; left to finish by itself when dropped otherwise.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// What opening the log needs: where, how Raft is tuned, and the state machine's applied
@@ -275,7 +231,6 @@ impl RsEngine {
         });
         let (fatal, _) = watch::channel(None);
         let waiters = Waiters::default();
-        let bell = Arc::new(Bell::default());
         let machine = RsMachine {
             member_id,
             shared,
@@ -288,12 +243,11 @@ impl RsEngine {
             core: CoreStatus::default(),
             members,
             append_times: AppendTimes::default(),
-            checkpoints: bell.clone(),
         };
         let reads = ReadBatcher::new((election_tick / 2).max(1), election_tick * 2);
         let driver = Driver::start(core, machine, Duration::from_millis(heartbeat_ms), reads);
         let inputs = driver.inputs();
-        let checkpointer = Checkpointer::start(db, bell, inputs.clone(), fatal.clone());
+        let checkpointer = Checkpointer::start(db, inputs.clone(), fatal.clone());
         (
             Arc::new(RsEngine {
                 member_id,
@@ -517,9 +471,11 @@ impl RsEngine {
             .lock()
             .expect("checkpointer lock poisoned")
             .take();
-        if let Some(c) = checkpointer {
+        if let Some(mut c) = checkpointer {
             c.bell.ring(|r| r.stop = true);
-            let _ = c.thread.join();
+            if let Some(thread) = c.thread.take() {
+                let _ = thread.join();
+            }
         }
         let waiters = self.waiters.lock().expect("waiters lock poisoned").drain();
         for reply in waiters {
@@ -531,16 +487,26 @@ impl RsEngine {
 impl Checkpointer {
     fn start(
         db: Arc<Db>,
-        bell: Arc<Bell>,
         inputs: std::sync::mpsc::Sender<Input<StdFs>>,
         fatal: watch::Sender<Option<Fatal>>,
     ) -> Checkpointer {
-        let rung = bell.clone();
+        let bell = db.checkpoint_bell().clone();
         let thread = std::thread::Builder::new()
             .name("leasehold-checkpoint".into())
-            .spawn(move || run_checkpoints(&db, &rung, &inputs, &fatal))
+            .spawn(move || run_checkpoints(&db, &inputs, &fatal))
             .expect("spawn the checkpoint thread");
-        Checkpointer { bell, thread }
+        Checkpointer {
+            bell,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    /// An engine dropped without [`RsEngine::stop`] (a start that failed after it, say) still
+    /// ends its checkpointer, which writes what was staged and lets go of the file.
+    fn drop(&mut self) {
+        self.bell.ring(|r| r.stop = true);
     }
 }
 
@@ -549,10 +515,10 @@ impl Checkpointer {
 /// behind it, and offers a snapshot when a follower needs one. Once more when stopped.
 fn run_checkpoints(
     db: &Db,
-    bell: &Bell,
     inputs: &std::sync::mpsc::Sender<Input<StdFs>>,
     fatal: &watch::Sender<Option<Fatal>>,
 ) {
+    let bell = db.checkpoint_bell();
     loop {
         let rung = bell.wait();
         let stopping = rung.stop || bell.stopped_within(CHECKPOINT_EVERY);
@@ -568,7 +534,8 @@ fn run_checkpoints(
             return;
         }
         if db.out_of_space() {
-            // The stage waits for room: try again after the next window.
+            // The stage waits for room: try again after the next window. (A write that fails
+            // for want of space rings too, when it puts its rows back.)
             bell.ring(|r| r.staged = true);
         }
         if durable.is_none() && !rung.snapshot {
@@ -645,8 +612,6 @@ struct RsMachine {
     members: BTreeMap<u64, EngineMember>,
     /// When the entries not yet applied were appended here, to date the lease time they carry.
     append_times: AppendTimes,
-    /// Rung once applied rows are staged, and while a follower wants a snapshot.
-    checkpoints: Arc<Bell>,
 }
 
 impl RsMachine {
@@ -767,7 +732,6 @@ impl Machine for RsMachine {
         let replies = state_machine::apply_entries(&self.shared, &self.db, entries, |index| {
             append_times.appended_at(index)
         });
-        self.checkpoints.ring(|r| r.staged = true);
         // Published before anyone is answered: a caller that reads the members or waits to
         // apply an index next sees this apply.
         if let Some(last) = ids.last().map(|(index, ..)| *index) {
@@ -811,7 +775,7 @@ impl Machine for RsMachine {
     }
 
     fn snapshot_wanted(&mut self) {
-        self.checkpoints.ring(|r| r.snapshot = true);
+        self.db.checkpoint_bell().ring(|r| r.snapshot = true);
     }
 
     fn log_room(&mut self, has_room: bool) {
@@ -887,31 +851,4 @@ fn peers_of(members: &BTreeMap<u64, EngineMember>, me: u64) -> Vec<(u64, String)
         .filter(|(id, _)| **id != me)
         .map(|(id, m)| (*id, m.peer_url.clone()))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_checkpoint_bell_folds_rings_and_keeps_the_stop() {
-        let bell = Arc::new(Bell::default());
-        bell.ring(|r| r.staged = true);
-        bell.ring(|r| r.staged = true);
-        bell.ring(|r| r.snapshot = true);
-        let rung = bell.wait();
-        assert!(rung.staged && rung.snapshot && !rung.stop);
-        // Taken: a window passes with nothing rung and no stop.
-        assert!(!bell.stopped_within(Duration::from_millis(1)));
-        // A sleeper is woken by a ring from another thread.
-        let ringer = bell.clone();
-        let thread = std::thread::spawn(move || ringer.ring(|r| r.staged = true));
-        assert!(bell.wait().staged);
-        thread.join().unwrap();
-        // The stop wakes the window and stays rung.
-        bell.ring(|r| r.stop = true);
-        assert!(bell.stopped_within(Duration::from_secs(60)));
-        assert!(bell.wait().stop);
-        assert!(bell.wait().stop);
-    }
 }
