@@ -162,6 +162,8 @@ async fn run_link(
     keepalive: Option<Keepalive>,
 ) {
     let mut retry = RETRY_MIN;
+    // The TLS refusal last logged for this link.
+    let mut told: Option<String> = None;
     loop {
         // With a keepalive the stream opens with one, without waiting for a message.
         let first = match keepalive {
@@ -189,6 +191,7 @@ async fn run_link(
         {
             request.metadata_mut().insert(SENDER_HEADER, sender);
         }
+        let opened = std::time::Instant::now();
         let call = client.messages(request);
         tokio::pin!(call);
         // A period that never ends when there is no keepalive.
@@ -214,19 +217,31 @@ async fn run_link(
                 }
             }
         };
-        match ended.as_ref().and_then(|e| tls_alert_words(e)) {
+        let tls_words = ended.as_ref().and_then(|e| tls_alert_words(e));
+        match tls_words {
             // The peer refused this member's certificate (or this member refused the peer's):
-            // said in Go's words, as etcd's members log it, for operators and their tools.
-            Some(words) => tracing::warn!(
-                "remote-peer-id" = %format!("{id:x}"),
-                error = words,
-                "lost TCP streaming connection with remote peer"
-            ),
-            None => tracing::debug!(
-                peer = %format!("{id:x}"),
-                status = ?ended,
-                "raft link broke; reconnecting"
-            ),
+            // said in Go's words, as etcd's members log it, for operators and their tools;
+            // once, not at every retry.
+            Some(words) if told.as_ref() != Some(&words) => {
+                tracing::warn!(
+                    "remote-peer-id" = %format!("{id:x}"),
+                    error = %words,
+                    "lost TCP streaming connection with remote peer"
+                );
+                told = Some(words);
+            }
+            tls_words => {
+                if tls_words.is_none() && opened.elapsed() >= RETRY_MAX {
+                    // A stream that worked a while ended otherwise: a refusal after it is news
+                    // again. (Refused connections also end as broken pipes in between.)
+                    told = None;
+                }
+                tracing::debug!(
+                    peer = %format!("{id:x}"),
+                    status = ?ended,
+                    "raft link broke; reconnecting"
+                );
+            }
         }
         on_unreachable(id);
         tokio::time::sleep(retry).await;
@@ -486,35 +501,45 @@ mod tests {
 fn tls_alert_words(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut cur = Some(error);
     while let Some(e) = cur {
-        let found = e.downcast_ref::<rustls::Error>().or_else(|| {
-            e.downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        });
-        if let Some(rustls::Error::AlertReceived(alert)) = found {
-            return Some(format!("remote error: tls: {}", go_alert_words(*alert)));
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        for e in [Some(e), inner].into_iter().flatten() {
+            let alert = match e.downcast_ref::<rustls::Error>() {
+                Some(rustls::Error::AlertReceived(alert)) => Some(format!("{alert:?}")),
+                // rustls's reader hands the alert over as text inside an I/O error.
+                _ => e
+                    .to_string()
+                    .strip_prefix("received fatal alert: ")
+                    .map(str::to_owned),
+            };
+            if let Some(alert) = alert {
+                return Some(format!("remote error: tls: {}", go_alert_words(&alert)));
+            }
         }
         cur = e.source();
     }
     None
 }
 
-/// Go's `tls.alert` strings for the alerts a peer sends about certificates; others by name.
-fn go_alert_words(alert: rustls::AlertDescription) -> String {
-    use rustls::AlertDescription as A;
+/// Go's `tls.alert` strings for the alerts a peer sends about certificates (by rustls's name of
+/// the alert); others by that name.
+fn go_alert_words(alert: &str) -> String {
     match alert {
-        A::BadCertificate => "bad certificate".into(),
-        A::UnsupportedCertificate => "unsupported certificate".into(),
-        A::CertificateRevoked => "revoked certificate".into(),
-        A::CertificateExpired => "expired certificate".into(),
-        A::CertificateUnknown => "unknown certificate".into(),
-        A::UnknownCA => "unknown certificate authority".into(),
-        A::AccessDenied => "access denied".into(),
-        A::HandshakeFailure => "handshake failure".into(),
-        A::CertificateRequired => "certificate required".into(),
-        A::DecryptError => "error decrypting message".into(),
-        other => format!("{other:?}"),
+        "BadCertificate" => "bad certificate",
+        "UnsupportedCertificate" => "unsupported certificate",
+        "CertificateRevoked" => "revoked certificate",
+        "CertificateExpired" => "expired certificate",
+        "CertificateUnknown" => "unknown certificate",
+        "UnknownCA" => "unknown certificate authority",
+        "AccessDenied" => "access denied",
+        "HandshakeFailure" => "handshake failure",
+        "CertificateRequired" => "certificate required",
+        "DecryptError" => "error decrypting message",
+        other => other,
     }
+    .to_owned()
 }
 
 #[cfg(test)]
@@ -525,6 +550,16 @@ mod tls_words_tests {
     fn a_refused_certificate_is_said_in_gos_words_wherever_it_is_in_the_chain() {
         let alert = rustls::Error::AlertReceived(rustls::AlertDescription::BadCertificate);
         let io = std::io::Error::new(std::io::ErrorKind::InvalidData, alert);
+        let status = tonic::Status::from_error(Box::new(io));
+        assert_eq!(
+            tls_alert_words(&status).as_deref(),
+            Some("remote error: tls: bad certificate")
+        );
+        // As rustls's reader gives it: the alert as text in an I/O error.
+        let io = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "received fatal alert: BadCertificate",
+        );
         let status = tonic::Status::from_error(Box::new(io));
         assert_eq!(
             tls_alert_words(&status).as_deref(),
