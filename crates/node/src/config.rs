@@ -598,7 +598,8 @@ impl NodeConfig {
 
     /// `--listen-client-urls`, in order: TCP, or Unix sockets (`unix://`, `unixs://`).
     pub fn client_urls(&self) -> anyhow::Result<Vec<ListenUrl>> {
-        listen_urls("--listen-client-urls", &self.listen_client_urls, true)
+        let urls = listen_urls("--listen-client-urls", &self.listen_client_urls, true)?;
+        Ok(one_listener_per_port(urls))
     }
 
     /// `--listen-peer-urls`, in order.
@@ -728,6 +729,9 @@ fn server_tls(
 pub struct ListenUrl {
     pub addr: ListenAddr,
     pub tls: bool,
+    /// TLS and plain on this one port: `--listen-client-urls` named it with `http://` and
+    /// `https://` both, which etcd serves on one socket, telling them apart by the first byte.
+    pub plain_too: bool,
 }
 
 /// Where a listener listens.
@@ -757,6 +761,25 @@ impl std::fmt::Display for ListenAddr {
     }
 }
 
+/// `http://` and `https://` URLs of one TCP address become one listener that serves both, as
+/// etcd's do; the first of them keeps its place.
+fn one_listener_per_port(urls: Vec<ListenUrl>) -> Vec<ListenUrl> {
+    let mut merged: Vec<ListenUrl> = Vec::with_capacity(urls.len());
+    for url in urls {
+        let same_port = merged.iter_mut().find(|m| {
+            matches!(m.addr, ListenAddr::Tcp(_)) && m.addr == url.addr && m.tls != url.tls
+        });
+        match same_port {
+            Some(m) => {
+                m.tls = true;
+                m.plain_too = true;
+            }
+            None => merged.push(url),
+        }
+    }
+    merged
+}
+
 fn listen_urls(flag: &str, urls: &str, unix: bool) -> anyhow::Result<Vec<ListenUrl>> {
     split_urls(urls)
         .iter()
@@ -775,6 +798,7 @@ pub(crate) fn parse_listen_url(url: &str, unix: bool) -> anyhow::Result<ListenUr
         Ok(ListenUrl {
             addr: ListenAddr::Unix(path.into()),
             tls,
+            plain_too: false,
         })
     };
     let (rest, tls) = if let Some(rest) = url.strip_prefix("http://") {
@@ -798,6 +822,7 @@ pub(crate) fn parse_listen_url(url: &str, unix: bool) -> anyhow::Result<ListenUr
     Ok(ListenUrl {
         addr: ListenAddr::Tcp(addr),
         tls,
+        plain_too: false,
     })
 }
 
@@ -1080,11 +1105,36 @@ mod tests {
             [
                 ListenUrl {
                     addr: ListenAddr::Unix("x:1".into()),
-                    tls: false
+                    tls: false,
+                    plain_too: false,
                 },
                 ListenUrl {
                     addr: ListenAddr::Unix("y".into()),
-                    tls: true
+                    tls: true,
+                    plain_too: false,
+                }
+            ]
+        );
+        // http:// and https:// on one port: one listener that serves both.
+        let both = parse(&[
+            "--listen-client-urls",
+            "http://127.0.0.1:5,https://127.0.0.1:5,http://127.0.0.1:6",
+        ])
+        .client_urls()
+        .unwrap();
+        let tcp = |port: u16| ListenAddr::Tcp(([127, 0, 0, 1], port).into());
+        assert_eq!(
+            both,
+            [
+                ListenUrl {
+                    addr: tcp(5),
+                    tls: true,
+                    plain_too: true,
+                },
+                ListenUrl {
+                    addr: tcp(6),
+                    tls: false,
+                    plain_too: false,
                 }
             ]
         );
@@ -1095,7 +1145,8 @@ mod tests {
                 .unwrap(),
             [ListenUrl {
                 addr: ListenAddr::Unix("x:1".into()),
-                tls: false
+                tls: false,
+                plain_too: false,
             }]
         );
         assert!(

@@ -228,7 +228,10 @@ impl Node {
         // serve plain HTTP.
         let schemes = |urls: Vec<ListenUrl>| move |i: usize| urls.get(i).is_some_and(|u| u.tls);
         let (client_tls, peer_tls) = (config.client_tls()?, config.peer_tls()?);
-        let client_is_tls = schemes(config.client_urls()?);
+        let client_urls = config.client_urls()?;
+        let client_plain_too =
+            |i: usize| client_urls.get(i).is_some_and(|u: &ListenUrl| u.plain_too);
+        let client_is_tls = schemes(client_urls.clone());
         let peer_is_tls = schemes(config.peer_urls()?);
         let metrics_is_tls = schemes(config.metrics_urls()?);
         let client_http_is_tls = schemes(config.client_http_urls()?);
@@ -289,7 +292,9 @@ impl Node {
                 (ClientListener::Tcp(_), tls) => scheme(tls),
             };
             let incoming = match listener {
-                ClientListener::Tcp(l) => transport::incoming(l, tls, transport::Endpoint::Peer),
+                ClientListener::Tcp(l) => {
+                    transport::incoming(l, tls, false, transport::Endpoint::Peer)
+                }
                 ClientListener::Unix(l) => transport::incoming_unix(l, tls),
             };
             let served = leasehold_peer::serve_peers(
@@ -314,18 +319,23 @@ impl Node {
         for (i, listener) in listeners.client.into_iter().enumerate() {
             let addr = listener.local_addr()?;
             let tls = tls_of(client_is_tls(i), &client_tls)?;
+            let plain_too = client_plain_too(i);
             // etcd's words, which tools wait for.
-            let address = format!("{}://{addr}", scheme(tls.is_some()));
             if tls.is_some() {
+                let address = format!("{}://{addr}", scheme(true));
                 tracing::info!(address, "serving client traffic securely");
-            } else {
+            }
+            if tls.is_none() || plain_too {
+                let address = format!("{}://{addr}", scheme(false));
                 tracing::warn!(
                     address,
                     "serving client traffic insecurely; this is strongly discouraged!"
                 );
             }
             let incoming = match listener {
-                ClientListener::Tcp(l) => transport::incoming(l, tls, transport::Endpoint::Client),
+                ClientListener::Tcp(l) => {
+                    transport::incoming(l, tls, plain_too, transport::Endpoint::Client)
+                }
                 ClientListener::Unix(l) => transport::incoming_unix(l, tls),
             };
             let served = leasehold_server::serve_client(
@@ -343,7 +353,7 @@ impl Node {
                 "address" = %format!("{}://{addr}", scheme(tls.is_some())),
                 "serving HTTP client traffic"
             );
-            let incoming = transport::incoming(listener, tls, transport::Endpoint::Client);
+            let incoming = transport::incoming(listener, tls, false, transport::Endpoint::Client);
             let served = leasehold_server::serve_client(
                 ctx.clone(),
                 incoming,
@@ -357,7 +367,7 @@ impl Node {
             let addr = listener.local_addr()?;
             let tls = tls_of(metrics_is_tls(i), &client_tls)?;
             let https = scheme(tls.is_some());
-            let incoming = transport::incoming(listener, tls, transport::Endpoint::Client);
+            let incoming = transport::incoming(listener, tls, false, transport::Endpoint::Client);
             let served =
                 leasehold_server::serve_http(ctx.clone(), incoming, stopped(stop_rx.clone()));
             serve_in_background(

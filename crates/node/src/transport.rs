@@ -70,14 +70,22 @@ fn handshake_error(e: &std::io::Error) -> String {
     }
 }
 
-/// The connections from `listener`: TLS with `tls`, else plain TCP.
+/// The connections from `listener`: TLS with `tls`, else plain TCP. With `plain_too` (TLS and
+/// plain on one port, as etcd serves `http://` and `https://` URLs of one host and port), a
+/// connection whose first byte does not open a TLS handshake is taken as plain.
 pub(crate) fn incoming(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
+    plain_too: bool,
     endpoint: Endpoint,
 ) -> Pin<Box<dyn Stream<Item = std::io::Result<Conn>> + Send>> {
     match tls {
-        Some(config) => Box::pin(self::tls(listener, config, endpoint).map(|c| c.map(Conn::tls))),
+        Some(config) => Box::pin(self::tls(listener, config, plain_too, endpoint).map(|c| {
+            c.map(|accepted| match accepted {
+                Accepted::Tls(stream) => Conn::tls(*stream),
+                Accepted::Plain(stream) => Conn::Plain(stream),
+            })
+        })),
         None => Box::pin(plain(listener).map(|c| c.map(Conn::Plain))),
     }
 }
@@ -88,9 +96,14 @@ pub(crate) fn incoming_unix(
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> Pin<Box<dyn Stream<Item = std::io::Result<Conn>> + Send>> {
     match tls {
-        Some(config) => {
-            Box::pin(self::tls(listener, config, Endpoint::Client).map(|c| c.map(Conn::unix_tls)))
-        }
+        Some(config) => Box::pin(
+            self::tls(listener, config, false, Endpoint::Client).map(|c| {
+                c.map(|accepted| match accepted {
+                    Accepted::Tls(stream) => Conn::unix_tls(*stream),
+                    Accepted::Plain(stream) => Conn::Unix(stream),
+                })
+            }),
+        ),
         None => Box::pin(
             tokio_stream::wrappers::UnixListenerStream::new(listener).map(|c| c.map(Conn::Unix)),
         ),
@@ -225,6 +238,12 @@ trait Accept: Send + Sync + 'static {
     fn accept_one(
         &self,
     ) -> impl std::future::Future<Output = std::io::Result<(Self::Stream, String)>> + Send;
+
+    /// Whether `stream`'s first byte opens a TLS handshake (a TLS record of type 22), waiting
+    /// for it; a socket that cannot tell says yes.
+    fn opens_tls(
+        stream: &Self::Stream,
+    ) -> impl std::future::Future<Output = std::io::Result<bool>> + Send;
 }
 
 impl Accept for TcpListener {
@@ -237,6 +256,22 @@ impl Accept for TcpListener {
         }
         Ok((tcp, from.to_string()))
     }
+
+    async fn opens_tls(stream: &TcpStream) -> std::io::Result<bool> {
+        let mut first = [0u8; 1];
+        let n = stream.peek(&mut first).await?;
+        Ok(n == 0 || first[0] == TLS_HANDSHAKE_RECORD)
+    }
+}
+
+/// The content type of a TLS record that carries a handshake: a TLS client's first byte.
+const TLS_HANDSHAKE_RECORD: u8 = 22;
+
+/// What a TLS listener accepted: a TLS session, or (with `plain_too`) a plain connection.
+enum Accepted<S> {
+    /// Boxed: a TLS session's state is far larger than a socket.
+    Tls(Box<TlsStream<S>>),
+    Plain(S),
 }
 
 impl Accept for UnixListener {
@@ -245,6 +280,10 @@ impl Accept for UnixListener {
     async fn accept_one(&self) -> std::io::Result<(UnixStream, String)> {
         let (stream, _) = self.accept().await?;
         Ok((stream, "a unix socket client".to_owned()))
+    }
+
+    async fn opens_tls(_: &UnixStream) -> std::io::Result<bool> {
+        Ok(true)
     }
 }
 
@@ -263,13 +302,15 @@ fn plain(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>
 }
 
 /// TLS connections from `listener`, each handshaken on a task of its own, at most
-/// [`HANDSHAKES_MAX`] at once. The accept loop ends when the stream is dropped (the server
+/// [`HANDSHAKES_MAX`] at once; with `plain_too`, a connection that does not open with a TLS
+/// handshake is handed over plain. The accept loop ends when the stream is dropped (the server
 /// stopped).
 fn tls<L: Accept>(
     listener: L,
     config: Arc<rustls::ServerConfig>,
+    plain_too: bool,
     endpoint: Endpoint,
-) -> impl Stream<Item = std::io::Result<TlsStream<L::Stream>>> {
+) -> impl Stream<Item = std::io::Result<Accepted<L::Stream>>> {
     let acceptor = TlsAcceptor::from(config);
     let (tx, rx) = mpsc::channel(ACCEPTED_QUEUE_LEN);
     let handshakes = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES_MAX));
@@ -295,8 +336,14 @@ fn tls<L: Accept>(
             };
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
-                let handshake =
-                    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+                    if plain_too && !L::opens_tls(&stream).await? {
+                        return Ok(Accepted::Plain(stream));
+                    }
+                    let tls = acceptor.accept(stream).await?;
+                    Ok(Accepted::Tls(Box::new(tls)))
+                })
+                .await;
                 drop(permit);
                 match handshake {
                     Ok(Ok(stream)) => {

@@ -25,7 +25,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn binary(self) -> PathBuf {
+    /// The server binary of this kind.
+    pub fn binary(self) -> PathBuf {
         match self {
             Kind::Leasehold => leasehold_binary(),
             Kind::Etcd => etcd_binary(),
