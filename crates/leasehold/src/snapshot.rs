@@ -83,6 +83,7 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from(format!("{}.etcd", args.name)));
     let restored =
         leasehold_snapshot::restore(&args.file, &data_dir, &members, args.skip_hash_check)?;
+    leasehold_node::write_member_ids(&data_dir, &identity)?;
     eprintln!(
         "restored snapshot {} into {}: revision {}, {} versions, {} leases, member {:x} of {}",
         args.file.display(),

@@ -269,7 +269,8 @@ pub const INITIAL_ADVERTISE_PEER_URLS_DEFAULT: &str = "http://127.0.0.1:2380";
 /// `--initial-cluster-token` when not given (etcd's).
 pub const INITIAL_CLUSTER_TOKEN_DEFAULT: &str = "etcd-cluster";
 
-/// The member's identity, derived as etcd derives it: from its peer URLs and the cluster token.
+/// The member's identity: etcd's bootstrap flags, and the member's and the cluster's IDs (derived
+/// from them as etcd derives them, or as the data dir or the joined cluster holds them).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Identity {
     pub member_id: u64,
@@ -279,6 +280,8 @@ pub struct Identity {
     pub peers: std::collections::BTreeMap<u64, String>,
     /// Every member of the initial cluster: id → name.
     pub names: std::collections::BTreeMap<u64, String>,
+    /// `--initial-cluster` as given: name → peer URLs (sorted).
+    pub initial: Vec<(String, Vec<String>)>,
 }
 
 pub(crate) fn split_urls(s: &str) -> Vec<String> {
@@ -343,7 +346,12 @@ impl NodeConfig {
     }
 
     pub fn identity(&self) -> anyhow::Result<Identity> {
-        Identity::derive(
+        self.identity_with(Ids::Etcd)
+    }
+
+    pub(crate) fn identity_with(&self, ids: Ids) -> anyhow::Result<Identity> {
+        Identity::derive_with(
+            ids,
             &self.name,
             self.initial_cluster.as_deref(),
             &self.initial_advertise_peer_urls,
@@ -352,11 +360,36 @@ impl NodeConfig {
     }
 }
 
+/// How a member's and a cluster's IDs are derived from the flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ids {
+    /// etcd's derivation (`leasehold_server::identity`).
+    Etcd,
+    /// Earlier builds' derivation, kept by the data dirs they made (`identity::legacy`).
+    Legacy,
+}
+
 impl Identity {
     /// A member's identity from etcd's bootstrap flags: `--name`, `--initial-cluster` (when not
     /// given: this member alone, at `--initial-advertise-peer-urls`) and
     /// `--initial-cluster-token`. Serving and `snapshot restore` both derive it here.
     pub fn derive(
+        name: &str,
+        initial_cluster: Option<&str>,
+        initial_advertise_peer_urls: &str,
+        token: &str,
+    ) -> anyhow::Result<Identity> {
+        Identity::derive_with(
+            Ids::Etcd,
+            name,
+            initial_cluster,
+            initial_advertise_peer_urls,
+            token,
+        )
+    }
+
+    pub fn derive_with(
+        ids: Ids,
         name: &str,
         initial_cluster: Option<&str>,
         initial_advertise_peer_urls: &str,
@@ -380,33 +413,76 @@ impl Identity {
                 .or_default()
                 .push(url.clone());
         }
+        for urls in by_name.values_mut() {
+            urls.sort();
+        }
         let Some(mine) = by_name.get(name).cloned() else {
             bail!("couldn't find local name {name:?} in the initial cluster configuration");
         };
-        let mut mine = mine;
-        mine.sort();
-        let member_id = identity::member_id(&mine, token);
+        let id_of = |urls: &[String]| match ids {
+            Ids::Etcd => identity::member_id(urls, token, None),
+            Ids::Legacy => identity::legacy::member_id(urls, token),
+        };
+        let member_id = id_of(&mine);
         let mut peers = std::collections::BTreeMap::new();
         let mut names = std::collections::BTreeMap::new();
         for (other, urls) in &by_name {
-            let id = identity::member_id(urls, token);
+            let id = id_of(urls);
             names.insert(id, (*other).to_owned());
             if *other != name {
-                let mut urls = urls.clone();
-                urls.sort();
                 peers.insert(id, urls[0].clone());
             }
         }
         if peers.contains_key(&member_id) {
             bail!("--initial-cluster: two members share the peer URLs {mine:?}");
         }
+        let cluster_id = match ids {
+            Ids::Etcd => identity::cluster_id(&names.keys().copied().collect::<Vec<_>>()),
+            Ids::Legacy => identity::legacy::cluster_id(token),
+        };
         Ok(Identity {
             member_id,
-            cluster_id: identity::cluster_id(token),
+            cluster_id,
             peer_urls: mine,
             peers,
             names,
+            initial: by_name
+                .into_iter()
+                .map(|(name, urls)| (name.to_owned(), urls))
+                .collect(),
         })
+    }
+
+    /// This identity with the IDs a data dir holds (or a joined cluster gave): the member's and
+    /// the cluster's, and the other members it started with. Names come from
+    /// `--initial-cluster`, matched by peer URL.
+    pub fn with_ids(self, member_id: u64, cluster_id: u64, peers: &[(u64, String)]) -> Identity {
+        let name_of = |url: &str| {
+            self.initial
+                .iter()
+                .find(|(_, urls)| urls.iter().any(|u| u == url))
+                .map(|(name, _)| name.clone())
+        };
+        let mut names = std::collections::BTreeMap::new();
+        let mut others = std::collections::BTreeMap::new();
+        for (id, url) in peers {
+            if let Some(name) = name_of(url) {
+                names.insert(*id, name);
+            }
+            if *id != member_id {
+                others.insert(*id, url.clone());
+            }
+        }
+        if let Some(name) = self.peer_urls.first().and_then(|u| name_of(u)) {
+            names.insert(member_id, name);
+        }
+        Identity {
+            member_id,
+            cluster_id,
+            peers: others,
+            names,
+            ..self
+        }
     }
 }
 
@@ -891,7 +967,7 @@ pub(crate) fn parse_feature_gates(s: &str) -> Result<FeatureGates, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use clap::Parser;
 
     use super::*;
@@ -902,7 +978,7 @@ mod tests {
         a: NodeConfig,
     }
 
-    fn parse(args: &[&str]) -> NodeConfig {
+    pub(crate) fn parse(args: &[&str]) -> NodeConfig {
         P::try_parse_from(std::iter::once("leasehold").chain(args.iter().copied()))
             .unwrap()
             .a

@@ -14,10 +14,12 @@
 //! ```
 //!
 //! **Architecture Invariant:** this crate wires; it has no behaviour of its own. It never
-//! parses a client request or touches storage except through `Replica`.
+//! parses a client request or touches storage except through `Replica`, but for the data dir's
+//! `member-ids` (`member_ids.rs`), which names the member before the replica opens.
 
 mod config;
 mod inert;
+mod member_ids;
 mod node;
 mod sources;
 mod tls;
@@ -30,6 +32,7 @@ pub use config::{
 };
 pub use inert::InertFlags;
 pub use leasehold_server::ETCD_API_VERSION;
+pub use member_ids::write_for as write_member_ids;
 pub use node::{ClientListener, Listeners, Node};
 pub use sources::{Notice, NoticeLevel, Resolved, normalize_args};
 pub use tls::{ClientTls, PeerTls, TlsFlags};

@@ -150,10 +150,11 @@ impl Node {
         S: Future<Output = ()> + Send + 'static,
     {
         config.validate()?;
-        let identity = config.identity()?;
         let data_dir = config.data_dir();
         let fresh = !data_dir.join("leasehold.redb").exists();
         let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
+        let network = leasehold_peer::PeerNetwork::with_tls(config.peer_client_tls()?);
+        let identity = crate::member_ids::resolve(&config, &data_dir, !fresh, &network).await?;
         tracing::info!(
             name = %config.name,
             member_id = %format!("{:x}", identity.member_id),
@@ -163,8 +164,7 @@ impl Node {
             if fresh { "new data dir" } else { "recovering from data dir" },
         );
         config.log_as_etcd();
-        let network = leasehold_peer::PeerNetwork::with_tls(config.peer_client_tls()?)
-            .for_cluster(identity.cluster_id);
+        let network = network.for_cluster(identity.cluster_id);
         let forwarder = Arc::new(leasehold_peer::PeerForwarder::new(
             network.clone(),
             std::time::Duration::from_millis(config.election_timeout),

@@ -228,6 +228,7 @@ impl PeerNetwork {
             match rpc {
                 Rpc::ChangeMembers => client.change_members(payload).await,
                 Rpc::HashKv => client.hash_kv(payload).await,
+                Rpc::Members => client.members(payload).await,
             }
         };
         match tokio::time::timeout(timeout, call).await {
@@ -248,6 +249,31 @@ impl PeerNetwork {
 enum Rpc {
     ChangeMembers,
     HashKv,
+    Members,
+}
+
+/// The cluster as a member that joins it learns it from a member already in it (etcd's peer
+/// `GET /members`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ClusterMembers {
+    pub cluster_id: u64,
+    /// Every member, voters and learners: (ID, peer URL).
+    pub members: Vec<(u64, String)>,
+}
+
+impl PeerNetwork {
+    /// Asks the member at `addr` for its cluster's ID and members, within `timeout`.
+    pub async fn cluster_members(
+        &self,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<ClusterMembers, String> {
+        let answer = self
+            .call(addr, timeout, encode(&()), Rpc::Members)
+            .await
+            .map_err(|e| e.to_string())?;
+        decode(&answer).map_err(|e| format!("peer {addr}: undecodable members: {e}"))
+    }
 }
 
 /// Takes a follower's writes and read-index requests to the leader over the leader's line (one
@@ -364,11 +390,15 @@ impl Forwarder for PeerForwarder {
 /// requests.
 pub struct PeerService {
     replica: Arc<Replica>,
+    cluster_id: u64,
 }
 
 impl PeerService {
-    pub fn new(replica: Arc<Replica>) -> PeerService {
-        PeerService { replica }
+    pub fn new(replica: Arc<Replica>, cluster_id: u64) -> PeerService {
+        PeerService {
+            replica,
+            cluster_id,
+        }
     }
 
     pub fn into_server(self) -> PeerServer<PeerService> {
@@ -403,6 +433,19 @@ impl Peer for PeerService {
             Ok(self.replica.member_hash(revision));
         Ok(Response::new(encode(&result)))
     }
+
+    async fn members(&self, _req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let members = ClusterMembers {
+            cluster_id: self.cluster_id,
+            members: self
+                .replica
+                .members()
+                .into_iter()
+                .map(|m| (m.id, m.peer_url))
+                .collect(),
+        };
+        Ok(Response::new(encode(&members)))
+    }
 }
 
 /// Serves the peer transport on the connections `incoming` yields (plain TCP or TLS, with
@@ -429,7 +472,7 @@ where
     let inbox = Arc::new(ReplicaInbox(replica.clone()));
     tonic::transport::Server::builder()
         .add_service(tonic::service::interceptor::InterceptedService::new(
-            PeerService::new(replica).into_server(),
+            PeerService::new(replica, cluster_id).into_server(),
             cluster_id::Check::new(cluster_id),
         ))
         .add_service(RaftService::server(inbox, cluster_id))

@@ -145,7 +145,12 @@ impl Cluster for ClusterService {
             Some(first) if req.peer_ur_ls.iter().all(|u| is_peer_url(u)) => first.clone(),
             _ => return Err(ApiError::BadPeerUrls.into()),
         };
-        let id = identity::member_id(&req.peer_ur_ls, &self.ctx.cluster_token);
+        // etcd's: the URLs, the token and the second of the addition, so a member removed and
+        // added back at the same URLs is a new member.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let id = identity::member_id(&req.peer_ur_ls, &self.ctx.cluster_token, Some(now));
         self.change(MemberChange::Add {
             id,
             peer_url,

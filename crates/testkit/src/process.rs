@@ -706,7 +706,9 @@ impl Cluster {
     }
 
     /// Starts a member that joins the running cluster (`--initial-cluster-state existing`),
-    /// after a MemberAdd for `peer_port`; returns its index once it serves.
+    /// after a MemberAdd for `peer_port`; returns its index once it serves. Its
+    /// `--initial-cluster` is every member started or joined so far and itself, as `etcdctl
+    /// member add` prints it while none has been removed.
     pub async fn join(&mut self, name: &str, ports: [u16; 2]) -> usize {
         let initial_cluster = format!(
             "{},{name}=http://127.0.0.1:{}",
@@ -722,6 +724,7 @@ impl Cluster {
         );
         member.wait_ready().await;
         self.members.push(member);
+        self.initial_cluster = initial_cluster;
         self.members.len() - 1
     }
 

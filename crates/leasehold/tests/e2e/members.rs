@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use leasehold_testkit as common;
 use serde_json::Value;
 
-use common::{Cluster, Kind, etcdctl, free_ports};
+use common::{Cluster, Kind, Server, etcdctl, free_ports};
 
 /// `etcdctl member list -w json` through `endpoint`: (name, peer URLs, client URLs), by name.
 async fn listed(endpoint: &str) -> Vec<(String, Vec<String>, Vec<String>)> {
@@ -184,6 +184,57 @@ async fn member_list_and_update_match_etcd() {
     let want = scenario(Kind::Etcd).await;
     let got = scenario(Kind::Leasehold).await;
     eprintln!("etcd: {want:#?}");
+    assert_eq!(got, want, "leasehold vs etcd");
+}
+
+/// Three members of `kind` on `ports`, with one token: the cluster ID and each member's ID by
+/// name, as `etcdctl member list -w json` prints them.
+async fn ids_on(kind: Kind, ports: &[[u16; 2]]) -> (u64, Vec<(String, u64)>) {
+    let initial = ports
+        .iter()
+        .enumerate()
+        .map(|(i, [_, peer])| format!("m{}=http://127.0.0.1:{peer}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut members: Vec<Server> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, ports)| {
+            Server::spawn_member(kind, &format!("m{}", i + 1), *ports, &initial, "ids", &[])
+        })
+        .collect();
+    for member in &mut members {
+        member.wait_ready().await;
+    }
+    let out = etcdctl(&members[0].endpoint(), &["member", "list", "-w", "json"]).await;
+    assert!(out.status.success(), "{}", common::describe_output(&out));
+    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut ids: Vec<(String, u64)> = json["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| {
+            let name = m["name"].as_str().unwrap_or_default().to_owned();
+            (name, m["ID"].as_u64().expect("ID"))
+        })
+        .collect();
+    ids.sort();
+    (
+        json["header"]["cluster_id"].as_u64().expect("cluster_id"),
+        ids,
+    )
+}
+
+/// The same flags give the same member and cluster IDs as etcd's (etcd derives them from the
+/// peer URLs and the token, and the cluster's from its members'), so tools and runbooks that
+/// name members by ID read the same IDs. Both clusters run on the same ports, one after the
+/// other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_and_cluster_ids_are_etcds() {
+    let ports: Vec<[u16; 2]> = (0..3).map(|_| free_ports::<2>()).collect();
+    let want = ids_on(Kind::Etcd, &ports).await;
+    let got = ids_on(Kind::Leasehold, &ports).await;
+    assert_eq!(want.1.len(), 3, "{want:?}");
     assert_eq!(got, want, "leasehold vs etcd");
 }
 
