@@ -50,6 +50,10 @@ pub struct NodeConfig {
     /// `/readyz`, `/version`), as etcd's `--listen-metrics-urls`; none by default.
     #[arg(long, default_value = "")]
     pub listen_metrics_urls: String,
+    /// `--metrics`: `extensive` adds the gRPC handling-time histograms
+    /// (`grpc_server_handling_seconds`); anything else is etcd's `basic`.
+    #[arg(long, default_value = "basic")]
+    pub metrics: String,
     /// This member's peer URLs to advertise to the rest of the cluster.
     #[arg(long, default_value = INITIAL_ADVERTISE_PEER_URLS_DEFAULT)]
     pub initial_advertise_peer_urls: String,

@@ -148,7 +148,6 @@ const TABLE: &[Inert] = &[
         "logs are not rotated: use logrotate or the journal",
     ),
     inert("enable-pprof", Bool, "there are no Go profiles"),
-    inert("metrics", Str, "the metrics served do not depend on it"),
     inert("experimental-enable-distributed-tracing", Bool, NO_TRACING),
     inert("experimental-distributed-tracing-address", Str, NO_TRACING),
     inert(

@@ -165,6 +165,7 @@ impl Node {
         );
         config.log_as_etcd();
         let network = network.for_cluster(identity.cluster_id);
+        let traffic = network.traffic();
         let forwarder = Arc::new(leasehold_peer::PeerForwarder::new(
             network.clone(),
             std::time::Duration::from_millis(config.election_timeout),
@@ -272,7 +273,8 @@ impl Node {
             cluster_token: config.initial_cluster_token.clone(),
             member_names: identity.names.clone(),
             metrics: Arc::new(
-                leasehold_server::Metrics::new(replica.clone())
+                leasehold_server::Metrics::new(replica.clone(), config.metrics == "extensive")
+                    .with_peer_traffic(peer_traffic_source(traffic.clone()))
                     .warn_of_requests_over(config.warning_unary_request_duration()),
             ),
             limits: config.limits(),
@@ -300,6 +302,7 @@ impl Node {
             let served = leasehold_peer::serve_peers(
                 replica.clone(),
                 identity.cluster_id,
+                traffic.clone(),
                 incoming,
                 stopped(stop_rx.clone()),
             );
@@ -581,4 +584,23 @@ fn tls_of(
         // `NodeConfig::client_tls`/`peer_tls` make one whenever a URL is https://.
         (true, None) => bail!("an https:// listener without a TLS configuration"),
     }
+}
+
+/// The peer links' traffic, as the metrics read it.
+fn peer_traffic_source(
+    traffic: Arc<leasehold_peer::Traffic>,
+) -> leasehold_server::PeerTrafficSource {
+    Arc::new(move || {
+        traffic
+            .readings()
+            .into_iter()
+            .map(|p| leasehold_server::PeerTraffic {
+                id: p.id,
+                sent_bytes: p.sent_bytes,
+                received_bytes: p.received_bytes,
+                sent_failures: p.sent_failures,
+                active: p.active,
+            })
+            .collect()
+    })
 }

@@ -33,8 +33,10 @@ mod cluster_id;
 mod line;
 mod raft_link;
 mod tls_connector;
+mod traffic;
 
 pub use raft_link::{LINK_QUEUE_LEN, OnUnreachable, RaftInbox, RaftLinks, RaftService};
+pub use traffic::{PeerReading, Traffic};
 
 /// The answers on a `Forwarding` stream, as the generated server trait names them.
 type AnswerStream =
@@ -94,6 +96,8 @@ pub struct PeerNetwork {
     tls: Option<PeerTls>,
     /// The cluster every request is stamped with (`None`: unstamped).
     cluster_id: Option<u64>,
+    /// What the Raft links send, per peer.
+    traffic: Arc<Traffic>,
 }
 
 /// How a member reaches `https://` peers.
@@ -117,6 +121,12 @@ impl PeerNetwork {
             tls,
             ..PeerNetwork::default()
         }
+    }
+
+    /// Where this network's Raft links count what they send (the serving side counts what it
+    /// receives in the same place, given to [`serve_peers`]).
+    pub fn traffic(&self) -> Arc<Traffic> {
+        self.traffic.clone()
     }
 
     /// The same network, stamping every request with `cluster_id` (see `cluster_id.rs`).
@@ -455,6 +465,7 @@ impl Peer for PeerService {
 pub async fn serve_peers<I, IO, E>(
     replica: Arc<Replica>,
     cluster_id: u64,
+    traffic: Arc<Traffic>,
     incoming: I,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error>
@@ -475,7 +486,7 @@ where
             PeerService::new(replica, cluster_id).into_server(),
             cluster_id::Check::new(cluster_id),
         ))
-        .add_service(RaftService::server(inbox, cluster_id))
+        .add_service(RaftService::counted(inbox, cluster_id, traffic))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::traffic::{PeerCounts, Traffic};
 use crate::{PEER_MESSAGE_BYTES_MAX, PeerNetwork, cluster_id};
 
 /// Messages waiting for one peer at most; past it a message is dropped and the peer reported
@@ -76,6 +77,7 @@ struct Link {
     addr: String,
     queue: mpsc::Sender<Vec<u8>>,
     task: tokio::task::JoinHandle<()>,
+    counts: Arc<PeerCounts>,
 }
 
 impl Drop for Link {
@@ -123,6 +125,7 @@ impl RaftLinks {
                 continue;
             }
             let (queue, queued) = mpsc::channel(LINK_QUEUE_LEN);
+            let counts = self.network.traffic().of(id);
             let task = self.runtime.spawn(run_link(
                 self.network.clone(),
                 id,
@@ -131,7 +134,15 @@ impl RaftLinks {
                 self.on_unreachable.clone(),
                 self.keepalive,
             ));
-            links.insert(id, Link { addr, queue, task });
+            links.insert(
+                id,
+                Link {
+                    addr,
+                    queue,
+                    task,
+                    counts,
+                },
+            );
         }
     }
 
@@ -140,7 +151,13 @@ impl RaftLinks {
         let queued = {
             let links = self.links.lock().expect("raft links lock poisoned");
             match links.get(&to) {
-                Some(link) => link.queue.try_send(message).is_ok(),
+                Some(link) => {
+                    let queued = link.queue.try_send(message).is_ok();
+                    if !queued {
+                        self.network.traffic().not_sent(&link.counts);
+                    }
+                    queued
+                }
                 None => false,
             }
         };
@@ -161,6 +178,8 @@ async fn run_link(
     on_unreachable: OnUnreachable,
     keepalive: Option<Keepalive>,
 ) {
+    let traffic = network.traffic();
+    let counts = traffic.of(id);
     let mut retry = RETRY_MIN;
     // The TLS refusal last logged for this link.
     let mut told: Option<String> = None;
@@ -201,9 +220,12 @@ async fn run_link(
                 ended = &mut call => break ended.err(),
                 next = queue.recv() => {
                     let Some(message) = next else { return };
+                    let bytes = message.len();
                     if stream.send(Payload { data: message }).await.is_err() {
+                        traffic.not_sent(&counts);
                         break None;
                     }
+                    traffic.sent(&counts, bytes);
                     // Delivered to the stream: the link works.
                     retry = RETRY_MIN;
                 }
@@ -252,6 +274,8 @@ async fn run_link(
 /// The receiving side.
 pub struct RaftService {
     inbox: Arc<dyn RaftInbox>,
+    /// What each peer sent (counted for streams that name their sender).
+    traffic: Arc<Traffic>,
 }
 
 impl RaftService {
@@ -263,8 +287,20 @@ impl RaftService {
         RaftServer<RaftService>,
         impl tonic::service::Interceptor + Clone,
     > {
+        RaftService::counted(inbox, cluster_id, Arc::default())
+    }
+
+    /// [`RaftService::server`], counting what each peer sends in `traffic`.
+    pub fn counted(
+        inbox: Arc<dyn RaftInbox>,
+        cluster_id: u64,
+        traffic: Arc<Traffic>,
+    ) -> tonic::service::interceptor::InterceptedService<
+        RaftServer<RaftService>,
+        impl tonic::service::Interceptor + Clone,
+    > {
         tonic::service::interceptor::InterceptedService::new(
-            RaftServer::new(RaftService { inbox })
+            RaftServer::new(RaftService { inbox, traffic })
                 .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
             cluster_id::Check::new(cluster_id),
@@ -283,8 +319,12 @@ impl Raft for RaftService {
             .get(SENDER_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| u64::from_str_radix(v, 16).ok());
+        let counts = sender.map(|id| self.traffic.of(id));
         let mut messages = request.into_inner();
         while let Some(payload) = messages.message().await? {
+            if let Some(counts) = &counts {
+                self.traffic.received(counts, payload.data.len());
+            }
             if payload.data.is_empty() {
                 // A keepalive: nothing for Raft.
                 if let Some(sender) = sender {

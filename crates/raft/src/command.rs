@@ -366,6 +366,32 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The command's kind as etcd's `apply_duration_seconds` names it in its `op` label (etcd's
+    /// request types; leasehold's own lease commands by their own names).
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Command::Put(_) => "Put",
+            Command::DeleteRange(_) => "DeleteRange",
+            Command::Txn(_) => "Txn",
+            Command::Compact { .. } => "Compaction",
+            Command::LeaseGrant { .. } => "LeaseGrant",
+            // An expiry is a revoke in etcd.
+            Command::LeaseRevoke { .. }
+            | Command::LeaseExpire { .. }
+            | Command::LeaseExpireTold { .. } => "LeaseRevoke",
+            Command::LeaseRenew { .. } | Command::LeaseCover { .. } => "LeaseRenew",
+            Command::LeaseTick { .. } => "LeaseTick",
+            Command::LeasePromote { .. } => "LeasePromote",
+            Command::Alarm(_) => "Alarm",
+            Command::Publish(_) => "ClusterMemberAttrSet",
+            Command::Auth(_) => "Auth",
+            Command::Authenticate(_) => "Authenticate",
+            Command::As { command, .. } => command.op_name(),
+        }
+    }
+}
+
 /// What applying one command produced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Applied {
@@ -396,6 +422,30 @@ pub enum Applied {
     /// A follower's forwarded write that adds data, refused by a leader whose disk is full
     /// (etcd's NOSPACE): never proposed.
     NoSpace,
+}
+
+impl Applied {
+    /// Whether the command did what it asked (etcd's `success` label): not refused, not an
+    /// error.
+    pub fn succeeded(&self) -> bool {
+        match self {
+            Applied::Put(r) => r.is_ok(),
+            Applied::Txn(r) => r.is_ok(),
+            Applied::Compact(r) => r.is_ok(),
+            Applied::LeaseGrant(r) => r.is_ok(),
+            Applied::LeaseRevoke(r) => r.is_ok(),
+            Applied::Auth(r) => r.is_ok(),
+            Applied::Authenticate(r) => r.is_ok(),
+            Applied::LeaseRenew(ttl) => ttl.is_some(),
+            Applied::Denied(_) | Applied::NoSpace => false,
+            Applied::DeleteRange(_)
+            | Applied::LeaseExpire(_)
+            | Applied::LeaseTick
+            | Applied::LeasePromote
+            | Applied::Alarm(_)
+            | Applied::Publish(()) => true,
+        }
+    }
 }
 
 #[cfg(test)]

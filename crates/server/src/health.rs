@@ -167,6 +167,13 @@ async fn read_check(ctx: &ServerContext, linearizable: bool) -> Result<(), Strin
 }
 
 async fn health(State(ctx): State<Arc<ServerContext>>, RawQuery(query): RawQuery) -> Response {
+    let answer = health_answer(&ctx, query).await;
+    ctx.metrics
+        .health_checked(answer.status() == StatusCode::OK);
+    answer
+}
+
+async fn health_answer(ctx: &ServerContext, query: Option<String>) -> Response {
     let pairs = query_pairs(query.as_deref());
     let serializable = pairs
         .iter()
@@ -186,7 +193,7 @@ async fn health(State(ctx): State<Arc<ServerContext>>, RawQuery(query): RawQuery
     if !serializable && ctx.replica.status().leader.is_none() {
         return unhealthy("RAFT NO LEADER".to_owned());
     }
-    if let Err(why) = read_check(&ctx, !serializable).await {
+    if let Err(why) = read_check(ctx, !serializable).await {
         return unhealthy(format!("RANGE ERROR:{why}"));
     }
     text(

@@ -205,14 +205,11 @@ impl Kv for KvService {
             .check_read(caller.as_ref(), &req.key, &req.range_end)?;
         let linearizable = !req.serializable;
         let req = convert::range_request(req);
-        let resp = self
-            .ctx
-            .replica
-            .range(linearizable, req)
-            .await
-            .map_err(ApiError::from)?
-            .map_err(ApiError::from)?;
-        self.ctx.metrics.range_served();
+        let started = std::time::Instant::now();
+        let resp = self.ctx.replica.range(linearizable, req).await;
+        let ok = matches!(resp, Ok(Ok(_)));
+        self.ctx.metrics.range_served(ok, started.elapsed());
+        let resp = resp.map_err(ApiError::from)?.map_err(ApiError::from)?;
         let header = self.ctx.header().at(resp.revision);
         Ok(Response::new(convert::range_response(header, resp)))
     }

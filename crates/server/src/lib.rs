@@ -73,7 +73,7 @@ pub use context::ServerContext;
 pub use corruption::{drive_compaction_hash_checks, drive_corruption_checks, initial_check};
 pub use expiry::{ExpiryConfig, drive_lease_expiry};
 pub use lease_ids::LeaseIdGenerator;
-pub use metrics::Metrics;
+pub use metrics::{Metrics, PeerTraffic, PeerTrafficSource};
 pub use validate::lease_ttl_secs_min;
 pub use validate::{Limits, REQUEST_BYTES_MAX_DEFAULT, TXN_OPS_MAX_DEFAULT};
 pub use version::ETCD_API_VERSION;

@@ -156,13 +156,10 @@ impl Maintenance for MaintenanceService {
         req: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
         self.admin(&req)?;
-        match self
-            .ctx
-            .replica
-            .defragment()
-            .await
-            .map_err(ApiError::from)?
-        {
+        let defragmenting = self.ctx.metrics.defragmenting();
+        let done = self.ctx.replica.defragment().await;
+        drop(defragmenting);
+        match done.map_err(ApiError::from)? {
             Some(done) => {
                 tracing::info!(
                     bytes_before = done.bytes_before,
@@ -190,12 +187,16 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<pb::HashKvResponse>, Status> {
         self.admin(&req)?;
         let revision = req.into_inner().revision;
-        let (hashed, current) = self
+        let (hashed, current, took) = self
             .ctx
             .replica
-            .read(false, |s| (s.hash_kv(revision), s.current_revision()))
+            .read(false, |s| {
+                let started = std::time::Instant::now();
+                (s.hash_kv(revision), s.current_revision(), started.elapsed())
+            })
             .await
             .map_err(ApiError::from)?;
+        self.ctx.metrics.hashed(true, took);
         let hashed = hashed.map_err(ApiError::from)?;
         Ok(Response::new(pb::HashKvResponse {
             header: self.ctx.header().at(current),
@@ -212,12 +213,16 @@ impl Maintenance for MaintenanceService {
         req: Request<pb::HashRequest>,
     ) -> Result<Response<pb::HashResponse>, Status> {
         self.admin(&req)?;
-        let (hashed, current) = self
+        let (hashed, current, took) = self
             .ctx
             .replica
-            .read(false, |s| (s.hash_kv(0), s.current_revision()))
+            .read(false, |s| {
+                let started = std::time::Instant::now();
+                (s.hash_kv(0), s.current_revision(), started.elapsed())
+            })
             .await
             .map_err(ApiError::from)?;
+        self.ctx.metrics.hashed(false, took);
         let hashed = hashed.map_err(ApiError::from)?;
         Ok(Response::new(pb::HashResponse {
             header: self.ctx.header().at(current),
@@ -234,6 +239,7 @@ impl Maintenance for MaintenanceService {
         req: Request<pb::SnapshotRequest>,
     ) -> Result<Response<BoxStream<pb::SnapshotResponse>>, Status> {
         self.admin(&req)?;
+        let began = std::time::Instant::now();
         let replica = &self.ctx.replica;
         let view = replica.view_state().await.map_err(ApiError::from)?;
         let revision = view.current_revision;
@@ -250,7 +256,9 @@ impl Maintenance for MaintenanceService {
             "sending a snapshot"
         );
         let (tx, rx) = mpsc::channel(SNAPSHOT_PIECES_QUEUED);
+        let metrics = self.ctx.metrics.clone();
         tokio::task::spawn_blocking(move || {
+            let mut whole = true;
             for piece in backend.chunks() {
                 // No header on any piece, as etcd (3.4 to 3.7) sends them; each names the
                 // file's storage version, as etcd 3.6+ does.
@@ -264,8 +272,12 @@ impl Maintenance for MaintenanceService {
                     .map_err(|e| Status::new(tonic::Code::Unknown, format!("snapshot: {e}")));
                 // The client went away: stop reading.
                 if tx.blocking_send(message).is_err() {
+                    whole = false;
                     break;
                 }
+            }
+            if whole {
+                metrics.snapshot_sent(began.elapsed());
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

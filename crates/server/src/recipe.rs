@@ -309,7 +309,7 @@ mod tests {
         .await
         .unwrap();
         std::sync::Arc::new(ServerContext {
-            metrics: std::sync::Arc::new(crate::Metrics::new(replica.clone())),
+            metrics: std::sync::Arc::new(crate::Metrics::new(replica.clone(), false)),
             replica,
             cluster_id: 1,
             member_id: 1,

@@ -111,7 +111,9 @@ impl WatchService {
             pumped_through: 0,
             progress_requested: 0,
             identity,
+            counted: (0, 0),
         };
+        self.ctx.metrics.watch.streams.inc();
         let task = stream.run(inbound);
         tokio::spawn(async move {
             let (ctx, tx) = guard;
@@ -155,6 +157,29 @@ struct WatchStream {
     /// The auth token and client certificate name the stream was opened with: each watcher it
     /// creates is checked for the caller they name then.
     identity: (Option<String>, Option<String>),
+    /// This stream's share of the member's watcher gauges: (watchers, watchers catching up).
+    counted: (i64, i64),
+}
+
+impl WatchStream {
+    /// Brings this stream's share of the member's watcher gauges up to date.
+    fn recount(&mut self) {
+        let watchers = self.watchers.len() as i64;
+        let slow = self.watchers.values().filter(|w| !w.synced).count() as i64;
+        let counts = &self.ctx.metrics.watch;
+        counts.watchers.inc_by(watchers - self.counted.0);
+        counts.slow_watchers.inc_by(slow - self.counted.1);
+        self.counted = (watchers, slow);
+    }
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        let counts = &self.ctx.metrics.watch;
+        counts.watchers.dec_by(self.counted.0);
+        counts.slow_watchers.dec_by(self.counted.1);
+        counts.streams.dec();
+    }
 }
 
 impl WatchStream {
@@ -172,6 +197,7 @@ impl WatchStream {
         let mut progress = tokio::time::interval(self.ctx.watch_progress_interval);
         progress.tick().await;
         loop {
+            self.recount();
             if self.dirty {
                 match self.pump().await {
                     Ok(behind) => self.dirty = behind,
@@ -427,7 +453,7 @@ impl WatchStream {
                 if take < groups.len() {
                     next_revision = groups[take][0].kv.mod_revision;
                 }
-                let batch = groups[..take]
+                let batch: Vec<mvccpb::Event> = groups[..take]
                     .iter()
                     .flat_map(|g| g.iter())
                     .map(|e| w.to_wire(e))
@@ -437,6 +463,7 @@ impl WatchStream {
             let fragment = w.fragment;
             let any = !responses.is_empty();
             for (revision, events) in responses {
+                self.ctx.metrics.watch.events.inc_by(events.len() as u64);
                 let resp = pb::WatchResponse {
                     header: self.ctx.header().at(revision),
                     watch_id: id,

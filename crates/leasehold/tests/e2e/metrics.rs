@@ -221,3 +221,148 @@ async fn a_leader_kill_raises_the_leader_change_counter() {
         assert_eq!(led.value("etcd_server_is_leader", &[]), Some(1.0), "{side}");
     }
 }
+
+/// etcd 3.7's metrics beyond [`ETCD_METRICS`] that leasehold exports, with the types etcd 3.7
+/// gives them (its source, `go.etcd.io/etcd/server/v3@v3.7.3`); the ones a 3-member cluster
+/// adds are at the end.
+const ETCD_37_METRICS: [(&str, &str); 41] = [
+    ("etcd_cluster_version", "gauge"),
+    ("etcd_debugging_auth_revision", "gauge"),
+    ("etcd_debugging_mvcc_current_revision", "gauge"),
+    ("etcd_debugging_mvcc_compact_revision", "gauge"),
+    ("etcd_debugging_mvcc_keys_total", "gauge"),
+    ("etcd_debugging_mvcc_db_compaction_keys_total", "counter"),
+    ("etcd_debugging_mvcc_db_compaction_last", "gauge"),
+    ("etcd_debugging_mvcc_events_total", "counter"),
+    (
+        "etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds",
+        "histogram",
+    ),
+    ("etcd_debugging_mvcc_slow_watcher_total", "gauge"),
+    ("etcd_debugging_mvcc_total_put_size_in_bytes", "gauge"),
+    ("etcd_debugging_mvcc_watch_stream_total", "gauge"),
+    ("etcd_debugging_mvcc_watcher_total", "gauge"),
+    ("etcd_disk_backend_defrag_duration_seconds", "histogram"),
+    ("etcd_disk_backend_snapshot_duration_seconds", "histogram"),
+    ("etcd_disk_defrag_inflight", "gauge"),
+    ("etcd_mvcc_db_total_size_in_use_in_bytes", "gauge"),
+    ("etcd_mvcc_hash_duration_seconds", "histogram"),
+    ("etcd_mvcc_hash_rev_duration_seconds", "histogram"),
+    ("etcd_mvcc_put_total", "counter"),
+    ("etcd_network_client_grpc_received_bytes_total", "counter"),
+    ("etcd_network_client_grpc_sent_bytes_total", "counter"),
+    ("etcd_network_known_peers", "gauge"),
+    ("etcd_server_apply_duration_seconds", "histogram"),
+    ("etcd_server_client_requests_total", "counter"),
+    ("etcd_server_health_failures", "counter"),
+    ("etcd_server_health_success", "counter"),
+    ("etcd_server_heartbeat_send_failures_total", "counter"),
+    ("etcd_server_id", "gauge"),
+    ("etcd_server_learner_promote_successes", "counter"),
+    ("etcd_server_quota_backend_bytes", "gauge"),
+    ("etcd_server_range_duration_seconds", "histogram"),
+    ("etcd_server_read_indexes_failed_total", "counter"),
+    ("etcd_server_request_duration_seconds", "histogram"),
+    ("etcd_server_slow_apply_total", "counter"),
+    ("etcd_server_slow_read_indexes_total", "counter"),
+    ("etcd_server_snapshot_apply_in_progress_total", "gauge"),
+    ("grpc_server_msg_received_total", "counter"),
+    ("grpc_server_msg_sent_total", "counter"),
+    ("os_fd_used", "gauge"),
+    ("os_fd_limit", "gauge"),
+];
+
+/// What only a member with peers exports (etcd 3.7's types).
+const ETCD_37_PEER_METRICS: [(&str, &str); 3] = [
+    ("etcd_network_active_peers", "gauge"),
+    ("etcd_network_peer_received_bytes_total", "counter"),
+    ("etcd_network_peer_sent_bytes_total", "counter"),
+];
+
+/// A member of three: every metric of [`ETCD_37_METRICS`] and [`ETCD_37_PEER_METRICS`] exists
+/// with etcd 3.7's type, and they say what happened: the member's ID, its two peers active and
+/// sent to, a put's messages and bytes, a health check, the default quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_37s_metrics_exist_with_their_types_and_count_the_work() {
+    let cluster = Cluster::start(Kind::Leasehold, 3).await;
+    let server = &cluster.members[0];
+    let ep = server.endpoint();
+    let mut client = server.client().await;
+    let status = client.status().await.expect("status");
+    let member_id = format!("{:x}", status.header().expect("header").member_id());
+    let before = scrape(&ep);
+    for (name, kind) in ETCD_37_METRICS.iter().chain(&ETCD_37_PEER_METRICS) {
+        assert_eq!(
+            before.types.get(*name).map(String::as_str),
+            Some(*kind),
+            "TYPE of {name}"
+        );
+    }
+    client.put("m", "v", None).await.expect("put");
+    let health = Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "10"])
+        .arg(format!("{ep}/health"))
+        .output()
+        .expect("run curl");
+    assert!(health.status.success(), "{health:?}");
+    // Peers are active once heard from: keepalives come every heartbeat (bounded wait).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let after = scrape(&ep);
+        if after.count("etcd_network_active_peers", &[]) == 2.0 || Instant::now() > deadline {
+            break after;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let g = |name: &str, labels: &[(&str, &str)]| grew(&before, &after, name, labels);
+    assert_eq!(
+        after.value("etcd_server_id", &[("server_id", &member_id)]),
+        Some(1.0)
+    );
+    assert_eq!(
+        after.count("etcd_network_known_peers", &[("Local", &member_id)]),
+        3.0,
+        "itself and two peers"
+    );
+    let peers: Vec<&common::prometheus::Sample> = after
+        .samples
+        .iter()
+        .filter(|s| s.name == "etcd_network_active_peers")
+        .collect();
+    assert_eq!(peers.len(), 2, "{peers:?}");
+    assert!(peers.iter().all(|s| s.value == 1.0), "{peers:?}");
+    // Raft messages go between the leader and each follower (followers exchange keepalives,
+    // which carry no message), so this member sent some bytes to at least one peer.
+    for name in [
+        "etcd_network_peer_sent_bytes_total",
+        "etcd_network_peer_received_bytes_total",
+    ] {
+        assert!(after.count(name, &[]) > 0.0, "{name}");
+    }
+    let put = [("grpc_method", "Put")];
+    assert_eq!(g("grpc_server_msg_received_total", &put), 1.0);
+    assert_eq!(g("grpc_server_msg_sent_total", &put), 1.0);
+    assert!(g("etcd_network_client_grpc_received_bytes_total", &[]) >= 4.0);
+    assert!(g("etcd_network_client_grpc_sent_bytes_total", &[]) > 0.0);
+    assert_eq!(
+        g(
+            "etcd_server_request_duration_seconds_count",
+            &[("type", "Put"), ("success", "true")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        g(
+            "etcd_server_apply_duration_seconds_count",
+            &[("op", "Put"), ("success", "true")]
+        ),
+        1.0
+    );
+    assert_eq!(g("etcd_debugging_mvcc_total_put_size_in_bytes", &[]), 2.0);
+    assert_eq!(g("etcd_server_health_success", &[]), 1.0);
+    assert_eq!(
+        after.value("etcd_server_quota_backend_bytes", &[]),
+        Some(2_147_483_648.0)
+    );
+    assert!(after.value("os_fd_used", &[]).is_some_and(|n| n > 0.0));
+}

@@ -94,7 +94,14 @@ impl Replica {
                 }
             }
         }
-        self.engine.change_members(&change, learner_now).await
+        let promoting = matches!(change, MemberChange::Promote { .. });
+        self.engine.change_members(&change, learner_now).await?;
+        if promoting {
+            self.telemetry
+                .learners_promoted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// The voters as `--strict-reconfig-check` sees them from here: started or not, and for

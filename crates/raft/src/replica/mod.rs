@@ -292,9 +292,11 @@ impl Replica {
             queue.clone(),
         ));
         let leader_reads =
-            ReadIndexRounds::leader(engine.clone(), status.clone(), lease_clock.clone());
+            ReadIndexRounds::leader(engine.clone(), status.clone(), lease_clock.clone())
+                .counted(telemetry.clone());
         let follower_reads =
-            ReadIndexRounds::follower(status.clone(), cfg.member_id, forwarder.clone());
+            ReadIndexRounds::follower(status.clone(), cfg.member_id, forwarder.clone())
+                .counted(telemetry.clone());
         let replica = Arc::new(Replica {
             engine,
             status,
@@ -620,7 +622,18 @@ impl Replica {
 
     /// The transport could not deliver a raft-rs message to `id`.
     pub fn report_unreachable(&self, id: u64) {
+        self.telemetry
+            .undelivered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.engine.unreachable(id);
+    }
+
+    /// How many times the transport could not deliver this member's Raft messages
+    /// ([`Replica::report_unreachable`]).
+    pub fn messages_dropped(&self) -> u64 {
+        self.telemetry
+            .undelivered
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Follows this member's lease clock: `Some` while it leads and times leases. For drivers
@@ -1061,6 +1074,28 @@ impl Replica {
             .ok()
             .flatten();
         in_use.unwrap_or_else(|| self.db_size_bytes())
+    }
+
+    /// [`Replica::db_size_in_use_bytes`], read again only when the last reading (this one's or
+    /// the quota check's) is stale.
+    pub async fn db_size_in_use_recent(&self) -> u64 {
+        if let Some(bytes) = self.quota_in_use.cached() {
+            return bytes;
+        }
+        let started = std::time::Instant::now();
+        let bytes = self.db_size_in_use_bytes().await;
+        self.quota_in_use.record(bytes, started.elapsed());
+        bytes
+    }
+
+    /// The auth store's revision, as applied here (etcd's `etcd_debugging_auth_revision`).
+    pub fn auth_revision(&self) -> u64 {
+        self.shared
+            .state
+            .read()
+            .expect("state lock poisoned")
+            .auth
+            .revision
     }
 
     /// Compacts this member's database file (etcd's Defragment, which is per member too).

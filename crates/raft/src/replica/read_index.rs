@@ -14,6 +14,7 @@ use super::forward::{
 use super::lease_time::SharedClock;
 use super::rs::RsEngine;
 use crate::steps::ReadRounds;
+use crate::telemetry::Telemetry;
 
 type Round = Arc<dyn Fn() -> BoxFuture<Result<ReadIndex, ReplicaError>> + Send + Sync>;
 
@@ -24,6 +25,8 @@ type Reader = oneshot::Sender<Result<ReadIndex, ReplicaError>>;
 pub(super) struct ReadIndexRounds {
     round: Round,
     waiting: Arc<Mutex<ReadRounds<Reader>>>,
+    /// Where failed and slow rounds are counted.
+    telemetry: Option<Arc<Telemetry>>,
 }
 
 impl ReadIndexRounds {
@@ -31,6 +34,15 @@ impl ReadIndexRounds {
         ReadIndexRounds {
             round,
             waiting: Arc::default(),
+            telemetry: None,
+        }
+    }
+
+    /// The same rounds, each counted in `telemetry` when it fails or is slow.
+    pub(super) fn counted(self, telemetry: Arc<Telemetry>) -> ReadIndexRounds {
+        ReadIndexRounds {
+            telemetry: Some(telemetry),
+            ..self
         }
     }
 
@@ -84,6 +96,7 @@ impl ReadIndexRounds {
             tokio::spawn(run_rounds(
                 self.round.clone(),
                 self.waiting.clone(),
+                self.telemetry.clone(),
                 readers,
             ));
         }
@@ -96,10 +109,15 @@ impl ReadIndexRounds {
 async fn run_rounds(
     round: Round,
     waiting: Arc<Mutex<ReadRounds<Reader>>>,
+    telemetry: Option<Arc<Telemetry>>,
     mut readers: Vec<Reader>,
 ) {
     loop {
+        let started = std::time::Instant::now();
         let result = round().await;
+        if let Some(telemetry) = &telemetry {
+            telemetry.read_index_round(result.is_err(), started.elapsed());
+        }
         for reader in readers {
             let _ = reader.send(result.clone());
         }

@@ -4,6 +4,7 @@
 use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable, Renewal};
 use leasehold_mvcc::{Change, Record, ResponseOp, Store};
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 
 use super::SmState;
 use super::check::check_command;
@@ -40,6 +41,12 @@ pub(super) struct Effects {
     leases_touched: BTreeSet<LeaseId>,
     /// The KV operations applied, counted as etcd's `etcd_mvcc_*_total` count them.
     ops: KvOps,
+    /// Each command's kind, outcome and apply time, for the member's telemetry.
+    timed: Vec<(&'static str, bool, std::time::Duration)>,
+    /// Bytes of keys and values put.
+    put_bytes: u64,
+    /// Compactions applied: versions removed, and how long each held the apply back.
+    compactions: Vec<(u64, std::time::Duration)>,
 }
 
 /// KV operations applied, as etcd counts them per write transaction: each put and each
@@ -88,6 +95,15 @@ impl Effects {
     /// Records KV changes and keeps key bindings in step with them.
     pub(super) fn kv(&mut self, store: &Store, leases: &mut LeaseTable, changes: Vec<Change>) {
         rebind(store, leases, &changes);
+        for change in &changes {
+            if let Change::Write {
+                record: Record::Put(kv),
+                ..
+            } = change
+            {
+                self.put_bytes += (kv.key.len() + kv.value.len()) as u64;
+            }
+        }
         self.changes.extend(changes);
     }
 
@@ -170,7 +186,9 @@ pub(super) fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects
             resp
         })),
         Command::Compact { revision } => {
+            let started = std::time::Instant::now();
             Applied::Compact(store.compact(*revision).map(|(rev, c)| {
+                fx.compactions.push((c.len() as u64, started.elapsed()));
                 // etcd's words, which its tests wait for.
                 tracing::info!(
                     "compact-revision" = *revision,
@@ -347,7 +365,13 @@ pub(super) fn apply_entry(
             state.leases.begin_entry(position.index);
             commands
                 .iter()
-                .map(|cmd| apply_command(state, cmd, fx))
+                .map(|cmd| {
+                    let started = std::time::Instant::now();
+                    let applied = apply_command(state, cmd, fx);
+                    fx.timed
+                        .push((cmd.op_name(), applied.succeeded(), started.elapsed()));
+                    applied
+                })
                 .collect()
         }
     }
@@ -403,6 +427,14 @@ pub(crate) fn apply_entries(
     }
     shared.publish_revision(meta.current_revision);
     shared.count_kv_ops(fx.ops);
+    let telemetry = db.telemetry();
+    telemetry.apply.observe(fx.timed.drain(..));
+    telemetry
+        .put_bytes
+        .fetch_add(fx.put_bytes, Ordering::Relaxed);
+    for (removed, took) in fx.compactions.drain(..) {
+        telemetry.compacted(removed, took);
+    }
     shared
         .key_deletes
         .deleted(fx.changes.iter().filter_map(|change| match change {

@@ -229,6 +229,8 @@ pub(crate) fn install_snapshot_bytes(
     at: Option<AppliedAt>,
 ) -> Result<(), StorageError> {
     const WHAT: &str = "a snapshot";
+    let telemetry = db.telemetry().clone();
+    let _installing = telemetry.installing_snapshot();
     let payload: SnapshotPayload = decode(WHAT, bytes)?;
     // Staged changes predate the snapshot and must never be written over it.
     db.discard_staged_sm();
