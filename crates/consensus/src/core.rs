@@ -122,6 +122,8 @@ pub struct Handled {
     pub wrote_log: bool,
     /// The first and last index of the entries this round appended to the log.
     pub appended: Option<(u64, u64)>,
+    /// The round's appends as they reached the log's file.
+    pub writes: Vec<leasehold_wal::Written>,
 }
 
 /// Ticks between tries to make the log's spare segment again while it has none.
@@ -722,6 +724,7 @@ impl<F: Fs> Core<F> {
         }
         handled.committed.extend(light.take_committed_entries());
         self.sync_commit_of_membership(&mut handled)?;
+        handled.writes = self.wal.take_written();
         // A single member commits its first entry here, not in `step`.
         self.release_held_reads();
         Ok(handled)

@@ -84,6 +84,9 @@ pub trait Machine: Host {
     /// A round wrote the log and took `took`, its `fdatasync` included (for the member's disk
     /// metrics); `appended` names the entries it appended (first and last index), now durable.
     fn log_written(&mut self, _took: Duration, _appended: Option<(u64, u64)>) {}
+    /// The bytes each append of a round wrote to the log's file, and how long each write took
+    /// before its sync.
+    fn log_bytes_written(&mut self, _writes: &[leasehold_wal::Written]) {}
     /// Whether the log has room set aside ([`Core::log_has_room`]): told once at the start and
     /// then on every change. Without it the member must take no writes that add data.
     fn log_room(&mut self, _has_room: bool) {}
@@ -275,6 +278,9 @@ pub fn round<F: Fs>(
     let handled = core.handle_ready(machine)?;
     if handled.wrote_log {
         machine.log_written(clock().saturating_duration_since(started), handled.appended);
+    }
+    if !handled.writes.is_empty() {
+        machine.log_bytes_written(&handled.writes);
     }
     if !handled.committed.is_empty() {
         let last = handled.committed.last().map(|e| e.index);

@@ -172,6 +172,10 @@ pub(crate) struct Telemetry {
     /// Bytes of keys and values put, as applied.
     pub(crate) put_bytes: AtomicU64,
     pub(crate) compaction: CompactionStats,
+    /// Each write to the log's file, before its sync.
+    pub(crate) wal_write: DurationHistogram,
+    /// Bytes written to the log's file.
+    pub(crate) wal_bytes: AtomicU64,
     /// Times the transport reported a peer it could not deliver a Raft message to.
     pub(crate) undelivered: AtomicU64,
     /// Learners this member promoted as leader.
@@ -214,6 +218,12 @@ impl Telemetry {
         self.leader_changes.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One append written to the log's file: its bytes, and the write before its sync.
+    pub(crate) fn wal_written(&self, bytes: u64, write: Duration) {
+        self.wal_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.wal_write.observe(write);
+    }
+
     /// A compaction applied: the versions it removed, and how long it held the apply back.
     pub(crate) fn compacted(&self, versions_removed: u64, took: Duration) {
         let c = &self.compaction;
@@ -252,6 +262,8 @@ impl Telemetry {
     pub(crate) fn read(&self) -> TelemetryReading {
         let (apply, slow_applies) = self.apply.read();
         TelemetryReading {
+            wal_write: self.wal_write.read(),
+            wal_bytes: self.wal_bytes.load(Ordering::Relaxed),
             apply,
             slow_applies,
             put_bytes: self.put_bytes.load(Ordering::Relaxed),
@@ -303,6 +315,10 @@ impl Drop for PendingProposal<'_> {
 /// What [`crate::Replica::telemetry`] reports.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TelemetryReading {
+    /// Writes to the log's file, before their syncs.
+    pub wal_write: HistogramReading,
+    /// Bytes written to the log's file.
+    pub wal_bytes: u64,
     /// Apply times by (op, succeeded).
     pub apply: Vec<(&'static str, bool, HistogramReading)>,
     /// Applies slower than 100 ms.

@@ -22,6 +22,9 @@ use crate::proto::{Batch, Compacted, Entry, Frame, FrameKind, HardState, Segment
 /// (the same but for a zero where the check is).
 pub const WAL_FORMAT: u32 = 2;
 /// etcd's segment size.
+/// Appends [`Wal::take_written`] keeps between takes.
+pub const WRITTEN_KEPT_MAX: usize = 1024;
+
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 const ZEROS_CHUNK_BYTES: usize = 1024 * 1024;
 /// The next segment, made ahead of need (zero-filled and synced, with no header and no segment
@@ -89,6 +92,16 @@ pub struct Wal<F: Fs = StdFs> {
     poisoned: bool,
     /// The next segment, made ahead ([`SPARE_NAME`]); `None` when there was no room for it.
     spare: Option<F::File>,
+    /// The appends since [`Wal::take_written`] last took them.
+    written: Vec<Written>,
+}
+
+/// One append as it reached the file: the bytes written and how long the write took before
+/// its sync (for the member's disk metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub bytes: u64,
+    pub write: std::time::Duration,
 }
 
 impl<F: Fs> std::fmt::Debug for Wal<F> {
@@ -303,6 +316,7 @@ impl<F: Fs> Wal<F> {
             scratch: Vec::new(),
             poisoned: false,
             spare: None,
+            written: Vec::new(),
         };
         let mut wal = wal;
         wal.note_terms(&recovered.entries);
@@ -338,6 +352,7 @@ impl<F: Fs> Wal<F> {
             scratch: Vec::new(),
             poisoned: false,
             spare: None,
+            written: Vec::new(),
         };
         let mut wal = wal;
         wal.make_spare();
@@ -351,6 +366,12 @@ impl<F: Fs> Wal<F> {
     }
 
     /// The last entry's index (the compaction mark's when no entry follows it).
+    /// The appends since the last call, oldest first (at most [`WRITTEN_KEPT_MAX`] of them: a
+    /// caller that never takes them loses the rest, not memory).
+    pub fn take_written(&mut self) -> Vec<Written> {
+        std::mem::take(&mut self.written)
+    }
+
     pub fn last_index(&self) -> u64 {
         self.last_index
     }
@@ -465,13 +486,24 @@ impl<F: Fs> Wal<F> {
             self.cut(framed)?;
         }
         let path = &self.segments.last().expect("an active segment").path;
+        let started = std::time::Instant::now();
+        let mut write_took = std::time::Duration::ZERO;
         let written = self
             .active
             .write_at(self.offset, &self.scratch)
-            .and_then(|()| self.active.sync_data());
+            .and_then(|()| {
+                write_took = started.elapsed();
+                self.active.sync_data()
+            });
         if let Err(e) = written {
             self.poisoned = true;
             return Err(WalError::io(path)(e));
+        }
+        if self.written.len() < WRITTEN_KEPT_MAX {
+            self.written.push(Written {
+                bytes: framed,
+                write: write_took,
+            });
         }
         self.offset += framed;
         if let Some(mark) = batch.compacted

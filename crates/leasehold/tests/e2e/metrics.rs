@@ -225,7 +225,7 @@ async fn a_leader_kill_raises_the_leader_change_counter() {
 /// etcd 3.7's metrics beyond [`ETCD_METRICS`] that leasehold exports, with the types etcd 3.7
 /// gives them (its source, `go.etcd.io/etcd/server/v3@v3.7.3`); the ones a 3-member cluster
 /// adds are at the end.
-const ETCD_37_METRICS: [(&str, &str); 41] = [
+const ETCD_37_METRICS: [(&str, &str); 43] = [
     ("etcd_cluster_version", "gauge"),
     ("etcd_debugging_auth_revision", "gauge"),
     ("etcd_debugging_mvcc_current_revision", "gauge"),
@@ -245,6 +245,8 @@ const ETCD_37_METRICS: [(&str, &str); 41] = [
     ("etcd_disk_backend_defrag_duration_seconds", "histogram"),
     ("etcd_disk_backend_snapshot_duration_seconds", "histogram"),
     ("etcd_disk_defrag_inflight", "gauge"),
+    ("etcd_disk_wal_write_bytes_total", "gauge"),
+    ("etcd_disk_wal_write_duration_seconds", "histogram"),
     ("etcd_mvcc_db_total_size_in_use_in_bytes", "gauge"),
     ("etcd_mvcc_hash_duration_seconds", "histogram"),
     ("etcd_mvcc_hash_rev_duration_seconds", "histogram"),
@@ -360,6 +362,10 @@ async fn etcd_37s_metrics_exist_with_their_types_and_count_the_work() {
     );
     assert_eq!(g("etcd_debugging_mvcc_total_put_size_in_bytes", &[]), 2.0);
     assert_eq!(g("etcd_server_health_success", &[]), 1.0);
+    assert!(
+        g("etcd_disk_wal_write_bytes_total", &[]) > 0.0,
+        "the put was logged"
+    );
     assert_eq!(
         after.value("etcd_server_quota_backend_bytes", &[]),
         Some(2_147_483_648.0)

@@ -793,6 +793,12 @@ impl Machine for RsMachine {
         }
     }
 
+    fn log_bytes_written(&mut self, writes: &[leasehold_wal::Written]) {
+        for write in writes {
+            self.telemetry.wal_written(write.bytes, write.write);
+        }
+    }
+
     fn log_written(&mut self, took: Duration, appended: Option<(u64, u64)>) {
         self.telemetry.log_commit.observe(took);
         if let Some((first, last)) = appended {

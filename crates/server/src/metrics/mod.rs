@@ -602,7 +602,7 @@ impl MemberCollector {
         };
         // etcd names some counters without `_total`; they are exported as gauges under
         // etcd's names (prometheus-client adds `_total` to what it encodes as a counter).
-        let gauges: [(&str, &str, i64); 6] = [
+        let gauges: [(&str, &str, i64); 7] = [
             (
                 "etcd_server_quota_backend_bytes",
                 "The database's space quota in bytes (0: none)",
@@ -617,6 +617,11 @@ impl MemberCollector {
                 "etcd_debugging_auth_revision",
                 "The auth store's revision",
                 clamp(self.replica.auth_revision()),
+            ),
+            (
+                "etcd_disk_wal_write_bytes_total",
+                "Bytes written to the Raft log's file",
+                clamp(telemetry.wal_bytes),
             ),
             (
                 "etcd_debugging_mvcc_total_put_size_in_bytes",
@@ -723,6 +728,12 @@ impl MemberCollector {
             "Milliseconds each compaction held the apply back while it dropped the old versions",
             &telemetry.compaction_pause,
             1000.0,
+        )?;
+        histogram(
+            encoder,
+            "etcd_disk_wal_write_duration_seconds",
+            "Seconds each write to the Raft log's file took, before its sync",
+            &telemetry.wal_write,
         )?;
         histogram(
             encoder,
