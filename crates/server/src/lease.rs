@@ -118,6 +118,9 @@ async fn keep_alive_stream<S>(
 {
     let mut in_flight = FuturesOrdered::new();
     let mut inbound_open = true;
+    let received = ctx
+        .metrics
+        .received_on("etcdserverpb.Lease", "LeaseKeepAlive");
     loop {
         tokio::select! {
             // Answers first: they free room for more requests and never wait on the client.
@@ -132,6 +135,7 @@ async fn keep_alive_stream<S>(
             msg = inbound.next(), if inbound_open && in_flight.len() < KEEPALIVE_IN_FLIGHT_MAX => {
                 match msg {
                     Some(Ok(msg)) => {
+                        received.one(prost::Message::encoded_len(&msg));
                         let ctx = ctx.clone();
                         in_flight.push_back(async move {
                             keep_alive_once(&ctx, msg.id).await.map_err(Status::from)

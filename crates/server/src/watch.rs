@@ -194,6 +194,7 @@ impl WatchStream {
         // A clone, so the select below may wait on it while a branch borrows `self`.
         let tx = self.tx.clone();
         let mut revisions = self.ctx.replica.subscribe_revisions();
+        let received = self.ctx.metrics.received_on("etcdserverpb.Watch", "Watch");
         let mut progress = tokio::time::interval(self.ctx.watch_progress_interval);
         progress.tick().await;
         loop {
@@ -214,6 +215,7 @@ impl WatchStream {
             tokio::select! {
                 msg = inbound.next(), if inbound_open => match msg {
                     Some(Ok(req)) => {
+                        received.one(req.encoded_len());
                         if self.handle(req).await.is_err() {
                             return;
                         }

@@ -301,6 +301,13 @@ async fn etcd_37s_metrics_exist_with_their_types_and_count_the_work() {
         );
     }
     client.put("m", "v", None).await.expect("put");
+    // Two renewals on one stream: the client sends the first and reads its answer itself.
+    let id = client.lease_grant(60, None).await.expect("grant").id();
+    let (mut keeper, mut answers) = client.lease_keep_alive(id).await.expect("keepalive");
+    keeper.keep_alive().await.expect("send a renewal");
+    let answer = answers.message().await.expect("renewal answer");
+    assert!(answer.is_some_and(|a| a.ttl() > 0));
+    drop((keeper, answers));
     let health = Command::new("curl")
         .args(["-sS", "--fail", "--max-time", "10"])
         .arg(format!("{ep}/health"))
@@ -344,6 +351,9 @@ async fn etcd_37s_metrics_exist_with_their_types_and_count_the_work() {
     let put = [("grpc_method", "Put")];
     assert_eq!(g("grpc_server_msg_received_total", &put), 1.0);
     assert_eq!(g("grpc_server_msg_sent_total", &put), 1.0);
+    let renewals = [("grpc_method", "LeaseKeepAlive")];
+    assert_eq!(g("grpc_server_msg_received_total", &renewals), 2.0);
+    assert_eq!(g("grpc_server_msg_sent_total", &renewals), 2.0);
     assert!(g("etcd_network_client_grpc_received_bytes_total", &[]) >= 4.0);
     assert!(g("etcd_network_client_grpc_sent_bytes_total", &[]) > 0.0);
     assert_eq!(
