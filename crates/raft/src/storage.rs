@@ -638,7 +638,8 @@ impl Db {
 const DB_FILE: &str = "leasehold.redb";
 
 /// Opens (or creates) the database under `dir` and makes sure every table exists, so that
-/// readers never meet a missing table.
+/// readers never meet a missing table. A database that has them all is only read here: a
+/// restart on a full disk must not need the space a commit takes.
 pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
     std::fs::create_dir_all(dir).map_err(|error| StorageError::CreateDir {
         dir: dir.to_path_buf(),
@@ -652,6 +653,54 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
             path: path.clone(),
             error: e.into(),
         })?;
+    if !tables_ready(&db)? {
+        make_tables(&db)?;
+    }
+    let (closed, _) = tokio::sync::watch::channel(());
+    Ok(Arc::new(Db {
+        open: Arc::default(),
+        db: RwLock::new(Some(db)),
+        path,
+        out_of_space: AtomicBool::new(false),
+        staged_sm: Mutex::new(StagedSm::default()),
+        checkpoint_bell: Arc::default(),
+        closed,
+        telemetry: Arc::default(),
+    }))
+}
+
+/// Whether every table exists and the format row says this build's format; an unknown format
+/// is refused.
+fn tables_ready(db: &Database) -> Result<bool, StorageError> {
+    use redb::ReadableDatabase as _;
+    let txn = db.begin_read().map_err(StorageError::read("the tables"))?;
+    // A table that is missing is `None`; any other failure is an error.
+    fn found<T>(opened: Result<T, redb::TableError>) -> Result<Option<T>, StorageError> {
+        match opened {
+            Ok(table) => Ok(Some(table)),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+            Err(e) => Err(StorageError::read("the tables")(e)),
+        }
+    }
+    let (Some(_), Some(_), Some(meta)) = (
+        found(txn.open_table(KV))?,
+        found(txn.open_table(LEASES))?,
+        found(txn.open_table(SM_META))?,
+    ) else {
+        return Ok(false);
+    };
+    match FORMAT.get(&meta)? {
+        None => Ok(false),
+        Some(FORMAT_VERSION) => Ok(true),
+        Some(found) => Err(StorageError::Format {
+            found,
+            supported: FORMAT_VERSION,
+        }),
+    }
+}
+
+/// Makes the tables and the format row that are missing.
+fn make_tables(db: &Database) -> Result<(), StorageError> {
     let txn = db
         .begin_write()
         .map_err(StorageError::write("the tables"))?;
@@ -674,18 +723,7 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
             }
         }
     }
-    txn.commit().map_err(StorageError::commit("the tables"))?;
-    let (closed, _) = tokio::sync::watch::channel(());
-    Ok(Arc::new(Db {
-        open: Arc::default(),
-        db: RwLock::new(Some(db)),
-        path,
-        out_of_space: AtomicBool::new(false),
-        staged_sm: Mutex::new(StagedSm::default()),
-        checkpoint_bell: Arc::default(),
-        closed,
-        telemetry: Arc::default(),
-    }))
+    txn.commit().map_err(StorageError::commit("the tables"))
 }
 
 #[cfg(test)]
@@ -714,5 +752,35 @@ mod bell_tests {
         assert!(bell.stopped_within(Duration::from_secs(60)));
         assert!(bell.wait().stop);
         assert!(bell.wait().stop);
+    }
+}
+
+#[cfg(test)]
+mod open_tests {
+    use super::*;
+
+    /// A member restarted on a full disk opens its database: that must not need a commit.
+    #[test]
+    fn a_database_that_has_its_tables_is_opened_without_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(DB_FILE);
+        drop(open(dir.path()).unwrap());
+        let made = std::fs::read(&file).unwrap();
+        let db = open(dir.path()).unwrap();
+        let opened = std::fs::read(&file).unwrap();
+        // redb marks an open file in its header's flag byte (offset 9): a write in place, which
+        // needs no space. Anything else written would be a commit.
+        const REDB_FLAGS: usize = 9;
+        let differ: Vec<usize> = (0..made.len().max(opened.len()))
+            .filter(|&i| i != REDB_FLAGS && made.get(i) != opened.get(i))
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "opening a database that has its tables changed its file ({} and {} bytes) at {:?}",
+            made.len(),
+            opened.len(),
+            &differ[..differ.len().min(64)]
+        );
+        drop(db);
     }
 }
