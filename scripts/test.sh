@@ -61,17 +61,20 @@ rm -rf "$chromium_profile"
 if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd >/dev/null 2>&1 || true; fi
 
 cargo test --workspace --all-targets --no-fail-fast "$@"
+# Where cargo put what it built (CARGO_TARGET_DIR, as a clone sharing a target dir sets it).
+target_dir=${CARGO_TARGET_DIR:-$PWD/target}
+case $target_dir in /*) ;; *) target_dir=$PWD/$target_dir ;; esac
 
 # The deterministic simulator over a fixed set of seeds (docs/testing.md), in release: whole
 # clusters in one thread with seeded faults, every promise checked. A failure prints its seed and
 # trace; the seed replays with `cargo run --release -p leasehold-sim -- --seed S --trace`.
-cargo run --release -q -p leasehold-sim -- --seeds 1..200 --failures-file target/sim-failures.txt | grep -v ': ok, trace'
+cargo run --release -q -p leasehold-sim -- --seeds 1..200 --failures-file "$target_dir/sim-failures.txt" | grep -v ': ok, trace'
 
 # Go's etcd client against leasehold and etcd 3.7, then kube-apiserver on both. Both use the
 # debug binary the tests above built.
 source scripts/lib/go-tools.sh
 find_go
-leasehold_bin="$PWD/target/debug/leasehold"
+leasehold_bin="$target_dir/debug/leasehold"
 etcd37=$(etcd37_bin)
 (cd go/clientv3 && LEASEHOLD_BIN="$leasehold_bin" ETCD37_BIN="$etcd37" go test -count=1 ./...)
 LEASEHOLD_BIN="$leasehold_bin" ./scripts/k8s-check.sh
