@@ -134,6 +134,24 @@ type failoverRun struct {
 	lost   int64         // leases whose key was gone at the end
 	closed int64         // keepalive channels clientv3 closed (lease expired, or no answer for a TTL)
 	maxGap time.Duration // the longest time any lease went without a keepalive answer
+	kills  []killSeen    // what each kill cost
+}
+
+// killSeen is one leader kill as the client saw it: how long until a new leader said it leads,
+// the Raft term it leads in (a term more than one past the killed leader's is an election that
+// took more than one round), and how long the slowest lease waited for its first answer after
+// the kill.
+type killSeen struct {
+	leaderAfter      time.Duration
+	termBefore, term uint64
+	firstAnswerMax   time.Duration // the slowest lease's first answer after the kill
+	waitedOverTTL    int           // leases with no answer for a whole TTL across the kill
+}
+
+func (k killSeen) String() string {
+	return fmt.Sprintf("leader after %s, term %d -> %d, slowest first answer %s, leases unanswered for a TTL %d",
+		k.leaderAfter.Round(time.Millisecond), k.termBefore, k.term,
+		k.firstAnswerMax.Round(time.Millisecond), k.waitedOverTTL)
 }
 
 // keepLeasesThroughKills is the failover scenario on a fresh cluster c of 3 members:
@@ -174,7 +192,8 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 	var closed atomic.Int64
 	var gapMu sync.Mutex
 	var maxGap time.Duration
-	for _, id := range ids {
+	answered := make([][]time.Time, len(ids)) // each lease's answer times, under gapMu
+	for i, id := range ids {
 		ch, err := cli.KeepAlive(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -185,6 +204,7 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 				now := time.Now()
 				gapMu.Lock()
 				maxGap = max(maxGap, now.Sub(last))
+				answered[i] = append(answered[i], now)
 				gapMu.Unlock()
 				last = now
 			}
@@ -194,10 +214,16 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 		}()
 	}
 	time.Sleep(2 * time.Second)
+	var killedAt []time.Time
+	var seen []killSeen
 	for kill := 1; kill <= kills; kill++ {
 		old := c.leader(t)
+		termBefore := c.term(t, old)
+		at := time.Now()
 		old.kill()
 		next := c.leader(t)
+		k := killSeen{leaderAfter: time.Since(at), termBefore: termBefore, term: c.term(t, next)}
+		killedAt, seen = append(killedAt, at), append(seen, k)
 		t.Logf("%s kill %d: %s killed, %s leads", c.target.name, kill, old.name, next.name)
 		old.start(t)
 		time.Sleep(3 * time.Second)
@@ -209,7 +235,26 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 	}
 	gapMu.Lock()
 	defer gapMu.Unlock()
-	return failoverRun{lost: int64(leases) - get.Count, closed: closed.Load(), maxGap: maxGap}
+	for k, at := range killedAt {
+		for _, times := range answered {
+			before, after := time.Time{}, time.Time{}
+			for _, a := range times {
+				if a.Before(at) {
+					before = a
+				} else if after.IsZero() {
+					after = a
+				}
+			}
+			if after.IsZero() {
+				after = time.Now() // never answered again
+			}
+			seen[k].firstAnswerMax = max(seen[k].firstAnswerMax, after.Sub(at))
+			if !before.IsZero() && after.Sub(before) > time.Duration(ttl)*time.Second {
+				seen[k].waitedOverTTL++
+			}
+		}
+	}
+	return failoverRun{lost: int64(leases) - get.Count, closed: closed.Load(), maxGap: maxGap, kills: seen}
 }
 
 // BenchmarkLeaseFailover is the failover scenario as a new user would try it, on both
@@ -236,6 +281,9 @@ func BenchmarkLeaseFailover(b *testing.B) {
 					run := keepLeasesThroughKills(b, c, 1000, 3, 2)
 					fmt.Printf("failover %s round %d: leases lost %d of 1000, keepalive channels closed %d, longest gap %s\n",
 						tg.name, r, run.lost, run.closed, run.maxGap.Round(time.Millisecond))
+					for k, seen := range run.kills {
+						fmt.Printf("failover %s round %d kill %d: %s\n", tg.name, r, k+1, seen)
+					}
 					lost += run.lost
 					closed += run.closed
 					worst = max(worst, run.maxGap)

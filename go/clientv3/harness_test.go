@@ -283,6 +283,19 @@ func (c *cluster) leader(t testing.TB) *member {
 	return nil
 }
 
+// term is the Raft term m reports in its Status.
+func (c *cluster) term(t testing.TB, m *member) uint64 {
+	t.Helper()
+	cli := c.memberClient(t, m)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, m.client)
+	if err != nil {
+		t.Fatalf("%s: status of %s: %v", c.target.name, m.name, err)
+	}
+	return st.RaftTerm
+}
+
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	t.Cleanup(cancel)
