@@ -7,6 +7,9 @@
 #
 #   scripts/bench-lease-failover.sh [rounds]     (default 10; each round a fresh cluster per target)
 #
+# LEASE_FAILOVER_TTL (seconds) and LEASE_FAILOVER_ELECTION_MS change the shape. A round that lost
+# leases says how many clientv3 gave up on (no answer for a whole TTL) and details the others.
+#
 # Build first: cargo build --release -p leasehold. etcd 3.7 is built from the Go module proxy
 # (scripts/lib/go-tools.sh), as scripts/test.sh builds it.
 set -euo pipefail

@@ -135,6 +135,12 @@ type failoverRun struct {
 	closed int64         // keepalive channels clientv3 closed (lease expired, or no answer for a TTL)
 	maxGap time.Duration // the longest time any lease went without a keepalive answer
 	kills  []killSeen    // what each kill cost
+	// Of the leases lost: those whose keepalive channel clientv3 closed a whole TTL or more after
+	// its last answer (the client gave up on an election that outlasted the TTL, and the server
+	// then ended the lease at its deadline, as it must), and the others (a channel closed sooner
+	// is an answer of TTL 0: the server ended a lease it had told alive, or no close at all).
+	lostGaveUp int
+	lostOther  []string
 }
 
 // killSeen is one leader kill as the client saw it: how long until a new leader said it leads,
@@ -193,6 +199,7 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 	var gapMu sync.Mutex
 	var maxGap time.Duration
 	answered := make([][]time.Time, len(ids)) // each lease's answer times, under gapMu
+	closedAt := make([]time.Time, len(ids))   // under gapMu
 	for i, id := range ids {
 		ch, err := cli.KeepAlive(ctx, id)
 		if err != nil {
@@ -210,6 +217,9 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 			}
 			if ctx.Err() == nil {
 				closed.Add(1)
+				gapMu.Lock()
+				closedAt[i] = time.Now()
+				gapMu.Unlock()
 			}
 		}()
 	}
@@ -229,12 +239,43 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 		time.Sleep(3 * time.Second)
 	}
 	time.Sleep(2 * time.Duration(ttl) * time.Second)
-	get, err := cli.Get(ctxT(t), "kept/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	get, err := cli.Get(ctxT(t), "kept/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
+	kept := make(map[string]bool, len(get.Kvs))
+	for _, kv := range get.Kvs {
+		kept[string(kv.Key)] = true
+	}
 	gapMu.Lock()
 	defer gapMu.Unlock()
+	run := failoverRun{lost: int64(leases) - get.Count, closed: closed.Load(), maxGap: maxGap}
+	lifetime := time.Duration(ttl) * time.Second
+	for i := range ids {
+		if kept[fmt.Sprintf("kept/%04d", i)] {
+			continue
+		}
+		var last time.Time
+		if n := len(answered[i]); n > 0 {
+			last = answered[i][n-1]
+		}
+		switch {
+		case !closedAt[i].IsZero() && !last.IsZero() && closedAt[i].Sub(last) >= lifetime:
+			run.lostGaveUp++
+		case closedAt[i].IsZero():
+			run.lostOther = append(run.lostOther, fmt.Sprintf("lease %d: key gone, channel open", i))
+		default:
+			at := func(t time.Time) string {
+				if len(killedAt) == 0 || t.IsZero() {
+					return "-"
+				}
+				return t.Sub(killedAt[len(killedAt)-1]).Round(time.Millisecond).String()
+			}
+			run.lostOther = append(run.lostOther, fmt.Sprintf(
+				"lease %d: closed %s after its last answer (last answer %s, closed %s from the last kill)",
+				i, closedAt[i].Sub(last).Round(time.Millisecond), at(last), at(closedAt[i])))
+		}
+	}
 	for k, at := range killedAt {
 		for _, times := range answered {
 			before, after := time.Time{}, time.Time{}
@@ -254,7 +295,8 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 			}
 		}
 	}
-	return failoverRun{lost: int64(leases) - get.Count, closed: closed.Load(), maxGap: maxGap, kills: seen}
+	run.kills = seen
+	return run
 }
 
 // BenchmarkLeaseFailover is the failover scenario as a new user would try it, on both
@@ -271,18 +313,50 @@ func BenchmarkLeaseFailover(b *testing.B) {
 		}
 		rounds = n
 	}
+	// The scenario's TTL (default 3 s) and election timeout (default etcd's 1,000 ms, with a
+	// heartbeat a tenth of it) can be changed to try other shapes.
+	ttl, election := int64(3), 1000
+	if s := os.Getenv("LEASE_FAILOVER_ELECTION_MS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 10 {
+			b.Fatalf("LEASE_FAILOVER_ELECTION_MS=%q", s)
+		}
+		election = n
+	}
+	if s := os.Getenv("LEASE_FAILOVER_TTL"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 2 {
+			b.Fatalf("LEASE_FAILOVER_TTL=%q", s)
+		}
+		ttl = n
+	}
+	timing := []string{"--election-timeout", strconv.Itoa(election), "--heartbeat-interval", strconv.Itoa(election / 10)}
 	for _, tg := range targets(b) {
 		b.Run(tg.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				var lost, closed int64
 				var worst time.Duration
 				for r := 1; r <= rounds; r++ {
-					c := startClusterWith(b, tg, 3)
-					run := keepLeasesThroughKills(b, c, 1000, 3, 2)
+					c := startClusterWith(b, tg, 3, timing...)
+					run := keepLeasesThroughKills(b, c, 1000, ttl, 2)
 					fmt.Printf("failover %s round %d: leases lost %d of 1000, keepalive channels closed %d, longest gap %s\n",
 						tg.name, r, run.lost, run.closed, run.maxGap.Round(time.Millisecond))
+					if r == 1 {
+						fmt.Printf("failover %s: TTL %d s, election timeout %d ms\n", tg.name, ttl, election)
+					}
 					for k, seen := range run.kills {
 						fmt.Printf("failover %s round %d kill %d: %s\n", tg.name, r, k+1, seen)
+					}
+					if run.lost > 0 {
+						fmt.Printf("failover %s round %d: of the %d lost, %d after clientv3 gave up (no answer for a TTL), %d otherwise\n",
+							tg.name, r, run.lost, run.lostGaveUp, len(run.lostOther))
+						for j, why := range run.lostOther {
+							if j == 10 {
+								fmt.Printf("failover %s round %d:   ...\n", tg.name, r)
+								break
+							}
+							fmt.Printf("failover %s round %d:   %s\n", tg.name, r, why)
+						}
 					}
 					lost += run.lost
 					closed += run.closed
