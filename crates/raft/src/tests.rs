@@ -167,3 +167,64 @@ fn an_unknown_storage_format_is_a_typed_error() {
         "{e:?}"
     );
 }
+
+/// A follower's forwarded batch of renewals that must go through the log (here every renewal
+/// does: margin 0) is committed in a few shared entries, not one entry per renewal in turn: in
+/// turn, a batch of hundreds held the follower's other writes past its forwarding time-out, and
+/// they failed with "no leader" under a live leader (go/clientv3's failover test caught it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_batch_of_renewals_through_the_log_shares_entries() {
+    use crate::{LeaseGrant, LeaseId, LeaseRenew, Write};
+    const LEASES: i64 = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ReplicaConfig {
+        quota_bytes: None,
+        auth_token_ttl: std::time::Duration::from_secs(300),
+        lease_cover_margin_ms: 0,
+        strict_reconfig_check: true,
+        force_new_cluster: false,
+        member_id: 7,
+        peer_url: "http://127.0.0.1:1".into(),
+        initial_peers: BTreeMap::new(),
+        bootstrap: true,
+        data_dir: dir.path().to_path_buf(),
+        heartbeat_interval_ms: 50,
+        election_timeout_ms: 200,
+        snapshot_log_entries_max: 100_000,
+    };
+    let replica = Replica::start(cfg).await.unwrap();
+    let ids: Vec<LeaseId> = (1..=LEASES)
+        .map(|id| LeaseId::from_wire(id).unwrap())
+        .collect();
+    let grants = ids
+        .iter()
+        .map(|&id| Write::LeaseGrant(LeaseGrant { id, ttl_secs: 60 }))
+        .collect();
+    let granted = replica.leader_commit(grants).await.unwrap();
+    assert!(
+        replica.lease_clock().is_some(),
+        "promoted by its first grant"
+    );
+    // Lease time moves on, so that no renewal's new deadline is within its cover (margin 0):
+    // each one must go through the log.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let renewals = ids
+        .iter()
+        .map(|&id| Write::LeaseRenew(LeaseRenew { id }))
+        .collect();
+    let renewed = replica.leader_commit(renewals).await.unwrap();
+    assert!(
+        renewed
+            .applied
+            .iter()
+            .all(|a| matches!(a, Applied::LeaseRenew(Some(60)))),
+        "every renewal renewed: {:?}",
+        &renewed.applied[..3]
+    );
+    let entries = renewed.log_index - granted.log_index;
+    assert!(
+        entries < 10,
+        "{LEASES} renewals through the log took {entries} entries"
+    );
+    replica.shutdown().await;
+}
