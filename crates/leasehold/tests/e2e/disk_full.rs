@@ -30,6 +30,24 @@ const RESUMES_WITHIN: Duration = Duration::from_secs(15);
 /// etcd's NOSPACE refusal.
 const NOSPACE: &str = "etcdserver: mvcc: database space exceeded";
 
+/// Every file under `dir` with its size, for failure messages.
+fn files_and_sizes(dir: &Path) -> String {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => dirs.push(path),
+                Ok(m) => out.push(format!("{} {} B", path.display(), m.len())),
+                Err(_) => {}
+            }
+        }
+    }
+    out.sort();
+    out.join(", ")
+}
+
 /// A tmpfs mounted on a temp dir, unmounted on drop.
 struct Tmpfs {
     dir: tempfile::TempDir,
@@ -230,8 +248,12 @@ async fn a_full_disk_refuses_writes_serves_reads_and_recovers_without_restart() 
 /// with NOSPACE rather than exit when the log cannot grow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_that_cannot_grow_refuses_writes_serves_reads_and_recovers_without_restart() {
-    const VALUE: usize = 256 * 1024;
-    const COMPACT_EVERY: usize = 16;
+    // Values just under 256 KiB, compacted every 8 puts: the redb file keeps few versions, each in
+    // one allocation, so it stays far below the room the log leaves. (With 256 KiB values
+    // compacted every 16, a run of the whole suite once had the redb file fill the disk first,
+    // after 205 puts, where alone it never did.)
+    const VALUE: usize = 255 * 1024;
+    const COMPACT_EVERY: usize = 8;
     let value = |n: usize| {
         let mut v = format!("log-{n}-").into_bytes();
         v.resize(VALUE, b'w');
@@ -287,7 +309,9 @@ async fn a_log_that_cannot_grow_refuses_writes_serves_reads_and_recovers_without
     let log = server.log_tail();
     assert!(
         log.contains("the raft log has no room"),
-        "the log, not the redb file, is what filled the disk, and the member says so:\n{log}"
+        "the log, not the redb file, is what filled the disk, and the member says so \
+         (files: {}):\n{log}",
+        files_and_sizes(&data_dir)
     );
     let (code, health) = common::curl("GET", &server.endpoint(), "/health", None);
     assert!(
