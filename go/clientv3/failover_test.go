@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,16 +80,13 @@ func keepAliveThroughLeaderKill(t *testing.T, c *cluster, tr *transcript) {
 	{
 		cli := c.client(t)
 		const ttlSeconds = 4
-		grant, err := cli.Grant(ctxT(t), ttlSeconds)
+		leaseID, err := grantWithKey(ctxT(t), cli, "ka/k", ttlSeconds)
 		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cli.Put(ctxT(t), "ka/k", "v", clientv3.WithLease(grant.ID)); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		ch, err := cli.KeepAlive(ctx, grant.ID)
+		ch, err := cli.KeepAlive(ctx, leaseID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +120,7 @@ func keepAliveThroughLeaderKill(t *testing.T, c *cluster, tr *transcript) {
 		tr.add("renewals after the kill: %t", after > 0)
 		get, err := cli.Get(ctxT(t), "ka/k")
 		tr.add("key after twice the TTL: %s count %d", errName(err), get.Count)
-		ttl, err := cli.TimeToLive(ctxT(t), grant.ID)
+		ttl, err := cli.TimeToLive(ctxT(t), leaseID)
 		tr.add("lease alive: %s %t", errName(err), ttl.TTL > 0)
 	}
 }
@@ -204,18 +200,25 @@ const leaseClockTick = 500 * time.Millisecond
 // holder was told a lease may live on after a failover (docs/lease.md).
 const leaseholdCoverMargin = 5 * time.Second
 
+// grantWithKey grants a lease of ttl seconds and puts key under it.
+func grantWithKey(ctx context.Context, cli *clientv3.Client, key string, ttl int64) (clientv3.LeaseID, error) {
+	g, err := cli.Grant(ctx, ttl)
+	if err != nil {
+		return 0, err
+	}
+	_, err = cli.Put(ctx, key, "v", clientv3.WithLease(g.ID))
+	return g.ID, err
+}
+
 // abandonAtKill grants a lease with a key "abandoned" and keeps it alive until die is called
-// (its holder dies); died says when that was. A renewal the holder sent before it died may be
-// answered later, at a new leader: the bound allows for that election.
-func abandonAtKill(t testing.TB, cli *clientv3.Client, ttl int64) (die func(), died func() time.Time, gone <-chan time.Time) {
-	g, err := cli.Grant(ctxT(t), ttl)
+// (its holder dies; die says when). A renewal the holder sent before it died may be answered
+// later, at a new leader: the bound allows for that election. gone says when the key's delete
+// event arrived.
+func abandonAtKill(t testing.TB, cli *clientv3.Client, ttl int64) (die func() time.Time, gone <-chan time.Time) {
+	id, err := grantWithKey(ctxT(t), cli, "abandoned", ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(ctxT(t), "abandoned", "v", clientv3.WithLease(g.ID)); err != nil {
-		t.Fatal(err)
-	}
-	// When the key's delete event arrives: no later than the bound means it ended within it.
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	t.Cleanup(stopWatch)
 	deleted := make(chan time.Time, 1)
@@ -230,11 +233,10 @@ func abandonAtKill(t testing.TB, cli *clientv3.Client, ttl int64) (die func(), d
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if _, err := cli.KeepAlive(ctx, g.ID); err != nil {
+	if _, err := cli.KeepAlive(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	var diedAt time.Time
-	return func() { diedAt = time.Now(); cancel() }, func() time.Time { return diedAt }, deleted
+	return func() time.Time { cancel(); return time.Now() }, deleted
 }
 
 // killSeen is one leader kill as the client saw it: how long until a new leader said it leads,
@@ -263,7 +265,6 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 	cli := c.client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var closed atomic.Int64
 	var gapMu sync.Mutex
 	var maxGap time.Duration
 	answered := make([][]time.Time, leases) // each lease's answer times, under gapMu
@@ -286,7 +287,6 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 				last = now
 			}
 			if ctx.Err() == nil {
-				closed.Add(1)
 				gapMu.Lock()
 				closedAt[i] = time.Now()
 				gapMu.Unlock()
@@ -301,12 +301,9 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 		go func(w int) {
 			defer wg.Done()
 			for i := w; i < leases; i += 16 {
-				g, err := cli.Grant(ctxT(t), ttl)
+				id, err := grantWithKey(ctxT(t), cli, fmt.Sprintf("kept/%04d", i), ttl)
 				if err == nil {
-					_, err = cli.Put(ctxT(t), fmt.Sprintf("kept/%04d", i), "v", clientv3.WithLease(g.ID))
-				}
-				if err == nil {
-					err = keep(i, g.ID)
+					err = keep(i, id)
 				}
 				if err != nil {
 					errs <- err
@@ -321,7 +318,8 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 		t.Fatal(err)
 	}
 	// One more lease, whose holder dies at the first kill: it must still end.
-	abandoned, abandonedAt, abandonedGone := abandonAtKill(t, cli, ttl)
+	abandon, abandonedGone := abandonAtKill(t, cli, ttl)
+	var abandonedAt time.Time
 	time.Sleep(2 * time.Second)
 	var killedAt []time.Time
 	var seen []killSeen
@@ -329,7 +327,7 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 		old := c.leader(t)
 		termBefore := c.term(t, old)
 		if kill == 1 {
-			abandoned()
+			abandonedAt = abandon()
 		}
 		at := time.Now()
 		old.kill()
@@ -351,7 +349,12 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 	}
 	gapMu.Lock()
 	defer gapMu.Unlock()
-	run := failoverRun{lost: int64(leases) - get.Count, closed: closed.Load(), maxGap: maxGap}
+	run := failoverRun{lost: int64(leases) - get.Count, maxGap: maxGap}
+	for _, at := range closedAt {
+		if !at.IsZero() {
+			run.closed++
+		}
+	}
 	lifetime := time.Duration(ttl) * time.Second
 	for i := range leases {
 		if kept[fmt.Sprintf("kept/%04d", i)] {
@@ -403,7 +406,7 @@ func keepLeasesThroughKills(t testing.TB, c *cluster, leases int, ttl int64, kil
 	// for each failover, the time without a leader and one lease clock tick (lease time does not
 	// count them), and one election timeout a new leader leaves an inherited lease at least
 	// (docs/lease.md); and a second for the expiry to be applied and seen.
-	told := abandonedAt().Add(lifetime)
+	told := abandonedAt.Add(lifetime)
 	run.abandonedAllowed = leaseholdCoverMargin + electionTimeout + time.Second
 	for _, k := range seen {
 		run.abandonedAllowed += k.leaderAfter + leaseClockTick

@@ -689,7 +689,12 @@ fn tables_ready(db: &Database) -> Result<bool, StorageError> {
     ) else {
         return Ok(false);
     };
-    match FORMAT.get(&meta)? {
+    format_written(FORMAT.get(&meta)?)
+}
+
+/// Whether the format row (`found`) is written: it must be this build's format if it is.
+fn format_written(found: Option<u32>) -> Result<bool, StorageError> {
+    match found {
         None => Ok(false),
         Some(FORMAT_VERSION) => Ok(true),
         Some(found) => Err(StorageError::Format {
@@ -712,15 +717,8 @@ fn make_tables(db: &Database) -> Result<(), StorageError> {
         let mut meta = txn
             .open_table(SM_META)
             .map_err(StorageError::write("the tables"))?;
-        match FORMAT.get(&meta)? {
-            None => FORMAT.put(&mut meta, &FORMAT_VERSION)?,
-            Some(FORMAT_VERSION) => {}
-            Some(found) => {
-                return Err(StorageError::Format {
-                    found,
-                    supported: FORMAT_VERSION,
-                });
-            }
+        if !format_written(FORMAT.get(&meta)?)? {
+            FORMAT.put(&mut meta, &FORMAT_VERSION)?;
         }
     }
     txn.commit().map_err(StorageError::commit("the tables"))

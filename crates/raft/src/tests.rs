@@ -54,10 +54,9 @@ fn state_machine_reopens_at_its_checkpoint() {
     assert_eq!(state.store.records(), records);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replica_restart_recovers_every_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = ReplicaConfig {
+/// A one-member cluster in `data_dir`, with quick timing and the default lease margin.
+fn one_member(data_dir: &std::path::Path) -> ReplicaConfig {
+    ReplicaConfig {
         quota_bytes: None,
         auth_token_ttl: std::time::Duration::from_secs(300),
         lease_cover_margin_ms: crate::LEASE_COVER_MARGIN_DEFAULT_MS,
@@ -67,11 +66,20 @@ async fn replica_restart_recovers_every_write() {
         peer_url: "http://127.0.0.1:1".into(),
         initial_peers: BTreeMap::new(),
         bootstrap: true,
-        data_dir: dir.path().to_path_buf(),
+        data_dir: data_dir.to_path_buf(),
         heartbeat_interval_ms: 50,
         election_timeout_ms: 200,
+        snapshot_log_entries_max: 100_000,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_restart_recovers_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ReplicaConfig {
         // Small, so that the log is compacted during the test.
         snapshot_log_entries_max: 20,
+        ..one_member(dir.path())
     };
     let mut written = BTreeMap::new();
     {
@@ -178,19 +186,8 @@ async fn a_forwarded_batch_of_renewals_through_the_log_shares_entries() {
     const LEASES: i64 = 200;
     let dir = tempfile::tempdir().unwrap();
     let cfg = ReplicaConfig {
-        quota_bytes: None,
-        auth_token_ttl: std::time::Duration::from_secs(300),
         lease_cover_margin_ms: 0,
-        strict_reconfig_check: true,
-        force_new_cluster: false,
-        member_id: 7,
-        peer_url: "http://127.0.0.1:1".into(),
-        initial_peers: BTreeMap::new(),
-        bootstrap: true,
-        data_dir: dir.path().to_path_buf(),
-        heartbeat_interval_ms: 50,
-        election_timeout_ms: 200,
-        snapshot_log_entries_max: 100_000,
+        ..one_member(dir.path())
     };
     let replica = Replica::start(cfg).await.unwrap();
     let ids: Vec<LeaseId> = (1..=LEASES)
@@ -222,9 +219,13 @@ async fn a_forwarded_batch_of_renewals_through_the_log_shares_entries() {
         &renewed.applied[..3]
     );
     let entries = renewed.log_index - granted.log_index;
+    // Shared: usually 2 entries, up to about 25 when the batcher cuts entries while the renewals
+    // are still being queued; one each in turn would be 200.
     assert!(
-        entries < 10,
-        "{LEASES} renewals through the log took {entries} entries"
+        (1..=LEASES as u64 / 4).contains(&entries),
+        "{LEASES} renewals through the log took {entries} entries: want 1 to {} (0: they were \
+         answered from memory, not the path under test; one each in turn: {LEASES})",
+        LEASES / 4
     );
     replica.shutdown().await;
 }
