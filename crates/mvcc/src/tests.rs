@@ -1053,3 +1053,54 @@ fn a_history_read_sees_a_compaction_since_its_caller_looked() {
     assert!(s.events_step(&mut scan, ScanBudget::UNBOUNDED).unwrap());
     assert_eq!(scan.finish(), s.events(4, s.current_revision(), usize::MAX));
 }
+
+proptest! {
+    /// A file whose compaction a stop interrupted holds the rows the compaction kept and some of
+    /// those it hides: restoring it gives the compacted store, and names the hidden rows still
+    /// there, which are the compaction's removals that were left.
+    #[test]
+    fn restore_leaves_out_and_names_what_an_interrupted_compaction_hides(
+        ops in proptest::collection::vec((0u8..4, any::<bool>()), 1..40),
+        at in any::<prop::sample::Index>(),
+        removed_before_the_stop in any::<prop::sample::Index>(),
+    ) {
+        let mut s = Store::new();
+        for (k, is_put) in ops {
+            let key = format!("k{k}");
+            if is_put {
+                put(&mut s, &key, "v");
+            } else {
+                s.delete_range(&DeleteRangeRequest { key: key.into_bytes(), ..Default::default() });
+            }
+        }
+        let before = s.records();
+        let revision = 1 + at.index(s.current_revision() as usize) as i64;
+        let mut compacted = s.clone();
+        let (_, changes) = compacted.compact(revision).unwrap();
+        let hidden: Vec<Revision> = changes
+            .iter()
+            .map(|c| match c {
+                Change::Remove { rev } => *rev,
+                Change::Write { .. } => unreachable!("a compaction only removes"),
+            })
+            .collect();
+        // Some of the removals reached the file before the stop.
+        let done = removed_before_the_stop.index(hidden.len() + 1);
+        let in_file: Vec<(Revision, Record)> = before
+            .into_iter()
+            .filter(|(rev, _)| !hidden[..done].contains(rev))
+            .collect();
+        let (restored, left) =
+            Store::restore_with_hidden(s.current_revision(), revision, in_file);
+        let mut want_left = hidden[done..].to_vec();
+        want_left.sort_unstable();
+        prop_assert_eq!(left, want_left);
+        prop_assert_eq!(restored.records(), compacted.records());
+        prop_assert_eq!(restored.compact_revision(), revision);
+        prop_assert_eq!(
+            restored.events(revision, restored.current_revision(), usize::MAX),
+            compacted.events(revision, compacted.current_revision(), usize::MAX)
+        );
+        restored.validate();
+    }
+}

@@ -135,6 +135,20 @@ pub struct NodeConfig {
     /// etcd 3.5's name for `--compact-hash-check-time`, which wins when both are given.
     #[arg(long, value_parser = parse_duration)]
     pub experimental_compact_hash_check_time: Option<Duration>,
+    /// A compaction's rows leave the database file at most this many per durable transaction
+    /// (0: etcd's 1,000; negative: all at once).
+    #[arg(long, allow_negative_numbers = true)]
+    pub compaction_batch_limit: Option<i64>,
+    /// etcd 3.5's name for `--compaction-batch-limit`; the newer name wins when both are given.
+    #[arg(long, allow_negative_numbers = true)]
+    pub experimental_compaction_batch_limit: Option<i64>,
+    /// The pause between two batches of a compaction's removals (0: etcd's 10ms).
+    #[arg(long, value_parser = parse_duration)]
+    pub compaction_sleep_interval: Option<Duration>,
+    /// etcd 3.5's name for `--compaction-sleep-interval`; the newer name wins when both are
+    /// given.
+    #[arg(long, value_parser = parse_duration)]
+    pub experimental_compaction_sleep_interval: Option<Duration>,
     /// etcd 3.6's name for `--experimental-corrupt-check-time`; wins when both are given.
     #[arg(long, value_parser = parse_duration)]
     pub corrupt_check_time: Option<Duration>,
@@ -333,6 +347,23 @@ impl NodeConfig {
     }
 
     /// `--bootstrap-defrag-threshold-megabytes` in bytes; `None` when off.
+    pub fn compaction_pace(&self) -> leasehold_raft::CompactionPace {
+        let etcd = leasehold_raft::CompactionPace::default();
+        let batch_limit = match self
+            .compaction_batch_limit
+            .or(self.experimental_compaction_batch_limit)
+        {
+            None | Some(0) => etcd.batch_limit,
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let pause = self
+            .compaction_sleep_interval
+            .or(self.experimental_compaction_sleep_interval)
+            .filter(|d| !d.is_zero())
+            .unwrap_or(etcd.pause);
+        leasehold_raft::CompactionPace { batch_limit, pause }
+    }
+
     pub fn bootstrap_defrag_threshold(&self) -> Option<u64> {
         self.bootstrap_defrag_threshold_megabytes
             .or(self.experimental_bootstrap_defrag_threshold_megabytes)

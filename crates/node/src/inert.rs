@@ -175,8 +175,6 @@ const TABLE: &[Inert] = &[
         Bool,
         "leases always keep their remaining TTL across restarts",
     ),
-    inert("experimental-compaction-batch-limit", Int, STORAGE),
-    inert("experimental-compaction-sleep-interval", Duration, STORAGE),
     inert(
         "experimental-downgrade-check-time",
         Duration,
@@ -264,14 +262,6 @@ const RENAMED: &[(&str, &str)] = &[
     (
         "distributed-tracing-sampling-rate",
         "experimental-distributed-tracing-sampling-rate",
-    ),
-    (
-        "compaction-batch-limit",
-        "experimental-compaction-batch-limit",
-    ),
-    (
-        "compaction-sleep-interval",
-        "experimental-compaction-sleep-interval",
     ),
     ("downgrade-check-time", "experimental-downgrade-check-time"),
     (

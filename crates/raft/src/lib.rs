@@ -33,10 +33,10 @@ pub use leasehold_lease::{
     LeaseView, RECENT_ENDS_LEN_MAX,
 };
 pub use replica::{
-    BoxFuture, Fatal, Forwarded, Forwarder, LEASE_COVER_MARGIN_DEFAULT_MS, LeadershipWatch,
-    LeaseTime, MemberChange, MemberHash, MemberInfo, MembershipError, NoForwarding, NoTransport,
-    RaftChanges, RaftStatus, RaftTransport, ReadIndex, Replica, ReplicaConfig, ReplicaError,
-    StartError,
+    BoxFuture, CompactionPace, Fatal, Forwarded, Forwarder, LEASE_COVER_MARGIN_DEFAULT_MS,
+    LeadershipWatch, LeaseTime, MemberChange, MemberHash, MemberInfo, MembershipError,
+    NoForwarding, NoTransport, RaftChanges, RaftStatus, RaftTransport, ReadIndex, Replica,
+    ReplicaConfig, ReplicaError, StartError,
 };
 pub use state_machine::{
     KvOps, LeaseTimeSeen, Machine, decode_proposal, encode_proposal, lease_time_at, rebind,

@@ -5,7 +5,9 @@
 //! only behind a durable checkpoint, replays what came after. Building a snapshot also writes the
 //! stage, in a durable transaction of its own (`Db::flush_staged_sm`), so that the snapshot it
 //! reads from the file holds everything applied; whichever writer takes the stage does so inside
-//! redb's single write transaction, so stages reach the file whole and in order.
+//! redb's single write transaction, so stages reach the file whole and in order. A compaction's
+//! hidden rows are the exception: they leave after its checkpoint, a batch at a time
+//! (`removals.rs`).
 
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
@@ -27,8 +29,10 @@ use crate::telemetry::Telemetry;
 use leasehold_auth::AuthState;
 
 mod error;
+mod removals;
 
 pub use error::StorageError;
+pub(crate) use removals::Scheduled;
 
 /// Every stored version of every key, by revision (`main` then `sub`, big-endian).
 pub(crate) const KV: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new("kv");
@@ -182,6 +186,10 @@ pub(crate) struct Db {
     staged_sm: Mutex<StagedSm>,
     /// Rung whenever rows are staged, so that the checkpointer writes them.
     checkpoint_bell: Arc<Bell>,
+    /// Compactions whose rows are yet to leave the file (`removals.rs`).
+    removals: removals::Removals,
+    /// Rung when a compaction's rows are to be removed, so that the compactor removes them.
+    compaction_bell: Arc<Bell>,
     closed: tokio::sync::watch::Sender<()>,
     /// Commit times and the other counters operators read.
     telemetry: Arc<Telemetry>,
@@ -193,6 +201,8 @@ struct StagedSm {
     /// The latest state of every lease touched since the last write (`None`: removed).
     leases: BTreeMap<LeaseId, Option<LeaseRecord>>,
     meta: Option<SmMeta>,
+    /// Compactions applied: their rows leave the file once this stage is in it.
+    compactions: Vec<Scheduled>,
 }
 
 /// The state-machine metadata rows: written with its changes, read back whole.
@@ -454,6 +464,7 @@ impl Db {
         let newer = std::mem::replace(&mut *staged, older);
         staged.changes.extend(newer.changes);
         staged.leases.extend(newer.leases);
+        staged.compactions.extend(newer.compactions);
         if newer.meta.is_some() {
             staged.meta = newer.meta;
         }
@@ -466,7 +477,8 @@ impl Db {
     /// staged ([`Db::restage`]); one that ran out of space also marks the disk full, until a
     /// later write gets through. Blocking.
     fn write_staged(&self, what: &'static str) -> Result<Option<LogPosition>, StorageError> {
-        if self.out_of_space() && !self.reopen()? {
+        let reopened = self.out_of_space();
+        if reopened && !self.reopen()? {
             return Err(StorageError::Write {
                 what,
                 error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
@@ -475,8 +487,13 @@ impl Db {
         // Taken once the write transaction has begun: transactions run one at a time, so what
         // is staged later lands in a later one, never under an older checkpoint.
         let mut txn = self.begin_write().map_err(StorageError::write(what))?;
-        let staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
+        let mut staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
         let Some(meta) = staged.meta.as_ref() else {
+            // A compaction's removal ran out of space, and nothing is staged: with the file
+            // open again, writes are admitted; the next write that finds no room says so.
+            if reopened && self.out_of_space.swap(false, Ordering::SeqCst) {
+                tracing::warn!("the database file is open again: writes are admitted");
+            }
             return Ok(None);
         };
         let applied = meta.last_applied;
@@ -502,6 +519,7 @@ impl Db {
                         "the disk has room again: the state is written and writes are admitted"
                     );
                 }
+                self.schedule_removals(std::mem::take(&mut staged.compactions));
                 Ok(applied)
             }
             Err(e) => {
@@ -529,6 +547,7 @@ impl Db {
         // rows written after the compaction (puts and the deletes that undo them, on the raft-rs
         // engine up to a checkpoint's worth) would grow the file again.
         self.flush_staged_sm()?;
+        self.remove_all_compacted()?;
         let bytes_before = size();
         // No transaction begins from here on; those already open are waited out (woken as the
         // last one ends).
@@ -573,10 +592,12 @@ impl Db {
         changes: Vec<Change>,
         leases: impl IntoIterator<Item = (LeaseId, Option<LeaseRecord>)>,
         meta: SmMeta,
+        compactions: Vec<Scheduled>,
     ) {
         let mut staged = self.staged_sm.lock().expect("staged lock poisoned");
         staged.changes.extend(changes);
         staged.leases.extend(leases);
+        staged.compactions.extend(compactions);
         staged.meta = Some(meta);
         drop(staged);
         self.checkpoint_bell.ring(|r| r.staged = true);
@@ -585,6 +606,11 @@ impl Db {
     /// What wakes this file's checkpointer ([`Bell`]).
     pub(crate) fn checkpoint_bell(&self) -> &Arc<Bell> {
         &self.checkpoint_bell
+    }
+
+    /// What wakes this file's compactor ([`Bell`]; `staged`: rows to remove).
+    pub(crate) fn compaction_bell(&self) -> &Arc<Bell> {
+        &self.compaction_bell
     }
 
     /// Writes the staged state-machine changes now, in a durable transaction of their own
@@ -664,6 +690,8 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         out_of_space: AtomicBool::new(false),
         staged_sm: Mutex::new(StagedSm::default()),
         checkpoint_bell: Arc::default(),
+        removals: removals::Removals::default(),
+        compaction_bell: Arc::default(),
         closed,
         telemetry: Arc::default(),
     }))

@@ -70,6 +70,7 @@ fn one_member(data_dir: &std::path::Path) -> ReplicaConfig {
         heartbeat_interval_ms: 50,
         election_timeout_ms: 200,
         snapshot_log_entries_max: 100_000,
+        compaction_pace: crate::CompactionPace::default(),
     }
 }
 
@@ -228,4 +229,90 @@ async fn a_forwarded_batch_of_renewals_through_the_log_shares_entries() {
         LEASES / 4
     );
     replica.shutdown().await;
+}
+
+/// The revisions of the rows the file in `dir` holds (the member must be stopped).
+fn kv_rows_in_file(dir: &std::path::Path) -> Vec<i64> {
+    use redb::ReadableTable as _;
+    let db = storage::open(dir).unwrap();
+    let txn = db.begin_read().unwrap();
+    let table = txn.open_table(storage::KV).unwrap();
+    let mut revs = Vec::new();
+    for row in table.iter().unwrap() {
+        revs.push(leasehold_mvcc::Revision::from_bytes(row.unwrap().0.value()).main);
+    }
+    revs
+}
+
+/// A compaction's rows leave the file a batch at a time after it is applied; a stop in the
+/// middle leaves the rest, which the next start removes (etcd's "resume scheduled compaction"),
+/// and a `physical` wait ends only then. Reads below the compaction are refused throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_a_stop_interrupts_resumes_at_the_next_start() {
+    use crate::{CompactionPace, command::Compact};
+    let dir = tempfile::tempdir().unwrap();
+    let get_at = |revision: i64| RangeRequest {
+        key: b"key".to_vec(),
+        revision,
+        ..Default::default()
+    };
+    {
+        // One row per batch, an hour apart: the stop comes before the second batch.
+        let slow = ReplicaConfig {
+            compaction_pace: CompactionPace {
+                batch_limit: 1,
+                pause: std::time::Duration::from_secs(3600),
+            },
+            ..one_member(dir.path())
+        };
+        let replica = Replica::start(slow).await.unwrap();
+        for i in 0..10 {
+            replica
+                .propose(PutRequest {
+                    key: b"key".to_vec(),
+                    value: format!("{i}").into_bytes(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(
+            replica.propose(Compact { revision: 5 }).await.unwrap(),
+            Ok(11)
+        );
+        let below = replica.read(true, |s| s.range(&get_at(4))).await.unwrap();
+        assert_eq!(below, Err(leasehold_mvcc::Error::Compacted));
+        // The stop does not wait out the pause.
+        tokio::time::timeout(std::time::Duration::from_secs(20), replica.shutdown())
+            .await
+            .expect("a stop in the compactor's pause is prompt");
+    }
+    // Revisions 2..=11 were put; the compaction at 5 hides 2, 3 and 4, and at most the first
+    // batch (one row) left.
+    let left = kv_rows_in_file(dir.path());
+    assert!(
+        left == (2..=11).collect::<Vec<_>>() || left == (3..=11).collect::<Vec<_>>(),
+        "one batch at most: {left:?}"
+    );
+    {
+        let replica = Replica::start(one_member(dir.path())).await.unwrap();
+        let below = replica.read(true, |s| s.range(&get_at(4))).await.unwrap();
+        assert_eq!(below, Err(leasehold_mvcc::Error::Compacted));
+        let at = replica
+            .read(true, |s| s.range(&get_at(5)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(at.kvs[0].value, b"3");
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            replica.compacted_physically(5),
+        )
+        .await
+        .expect("the resumed compaction finishes")
+        .unwrap();
+        replica.shutdown().await;
+    }
+    assert_eq!(kv_rows_in_file(dir.path()), (5..=11).collect::<Vec<_>>());
 }

@@ -263,8 +263,8 @@ impl Kv for KvService {
         self.ctx.admin(&req)?;
         let req = req.into_inner();
         self.ctx.limits.proposal_size(&req)?;
-        // Compaction is applied synchronously with the log entry, so `physical` is always
-        // satisfied by the time the response is sent.
+        // The compaction is applied (reads below it refused) by the time this member answers;
+        // its rows leave the file afterwards, which `physical` waits for.
         let revision = self
             .propose(
                 None,
@@ -274,6 +274,13 @@ impl Kv for KvService {
             )
             .await?
             .map_err(ApiError::from)?;
+        if req.physical {
+            self.ctx
+                .replica
+                .compacted_physically(req.revision)
+                .await
+                .map_err(ApiError::from)?;
+        }
         Ok(Response::new(pb::CompactionResponse {
             header: self.ctx.header().at(revision),
         }))

@@ -305,6 +305,7 @@ mod tests {
             heartbeat_interval_ms: 50,
             election_timeout_ms: 200,
             snapshot_log_entries_max: 10_000,
+            compaction_pace: Default::default(),
         })
         .await
         .unwrap();

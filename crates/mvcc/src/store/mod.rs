@@ -242,11 +242,24 @@ impl Store {
     /// Built in bulk rather than one insert at a time: the versions are grouped by key with one
     /// sort, each key's bytes allocated once, and the key map built from its sorted entries
     /// (full B-tree nodes, where inserting in revision order leaves them about half full).
+    ///
+    /// Versions a compaction at `compact_revision` hides (a file whose compaction a stop
+    /// interrupted still holds some) are left out: see [`Store::restore_with_hidden`].
     pub fn restore(
         current_revision: i64,
         compact_revision: i64,
         records: impl IntoIterator<Item = (Revision, Record)>,
     ) -> Store {
+        Store::restore_with_hidden(current_revision, compact_revision, records).0
+    }
+
+    /// [`Store::restore`], and the revisions of the records it left out because the compaction
+    /// at `compact_revision` hides them: what is left of that compaction's removals.
+    pub fn restore_with_hidden(
+        current_revision: i64,
+        compact_revision: i64,
+        records: impl IntoIterator<Item = (Revision, Record)>,
+    ) -> (Store, Vec<Revision>) {
         let mut records: Vec<(Revision, Record)> = records.into_iter().collect();
         if !records.is_sorted_by_key(|(rev, _)| *rev) {
             records.sort_by_key(|(rev, _)| *rev);
@@ -278,15 +291,23 @@ impl Store {
         by_key.sort_by(|&a, &b| key_bytes[a].cmp(&key_bytes[b]));
         let mut shared: Vec<Option<Key>> = vec![None; key_bytes.len()];
         let mut entries: Vec<(Key, Box<History>)> = Vec::new();
+        let mut hidden: Vec<Revision> = Vec::new();
         for group in by_key.chunk_by(|&a, &b| key_bytes[a] == key_bytes[b]) {
             let key = Key::from(key_bytes[group[0]].as_slice());
             let mut history: Vec<Version> = group
                 .iter()
-                .map(|&at| {
-                    shared[at] = Some(key.clone());
-                    versions[at].take().expect("each position is grouped once")
-                })
+                .map(|&at| versions[at].take().expect("each position is grouped once"))
                 .collect();
+            let gone = hidden_by_compaction(&history, compact_revision);
+            hidden.extend(history.drain(..gone).map(|v| v.rev));
+            if history.is_empty() {
+                continue;
+            }
+            // The positions of the versions kept: the group's last ones, as it is in revision
+            // order.
+            for &at in &group[gone..] {
+                shared[at] = Some(key.clone());
+            }
             let history = match history.len() {
                 1 => History::One(history.pop().expect("one version")),
                 _ => History::Many(history),
@@ -299,7 +320,7 @@ impl Store {
             .into_iter()
             .zip(shared)
             .filter(|(rev, _)| rev.main >= compact_revision)
-            .map(|(rev, key)| (rev, key.expect("every position has its key")))
+            .filter_map(|(rev, key)| Some((rev, key?)))
             .collect();
         let live_keys = entries.iter().filter(|(_, h)| h.latest().is_live()).count();
         let store = Store {
@@ -311,7 +332,8 @@ impl Store {
             compaction_hashes: VecDeque::new(),
         };
         store.debug_validate();
-        store
+        hidden.sort_unstable();
+        (store, hidden)
     }
 
     /// Appends a version to `key`'s history (creating it) and to the revision index if it is at
@@ -596,23 +618,8 @@ impl Store {
         self.compaction_hashes.push_back(taken);
         let mut changes = Vec::new();
         self.keys.retain(|_, history| {
-            let versions = history.as_slice();
-            let at_or_below = versions.partition_point(|v| v.rev.main <= revision);
-            if at_or_below == 0 {
-                return true;
-            }
-            // Keep the newest version at or below `revision` if it is a value: reads at
-            // `revision` still see it. A tombstone below `revision` hides nothing and goes too;
-            // one at `revision` itself stays, as etcd 3.6+ keeps it (etcd#18089), so that a
-            // watch from the compaction revision sees the delete. The next compaction past it
-            // takes it.
-            let newest = &versions[at_or_below - 1];
-            let keep_from = if newest.is_live() || newest.rev.main == revision {
-                at_or_below - 1
-            } else {
-                at_or_below
-            };
-            history.drop_oldest(keep_from, |rev| changes.push(Change::Remove { rev }))
+            let gone = hidden_by_compaction(history.as_slice(), revision);
+            history.drop_oldest(gone, |rev| changes.push(Change::Remove { rev }))
         });
         // Nothing reads history below the compaction point: its index goes. A watch may start
         // at the compaction point itself, so what is kept there stays indexed (a tombstone
@@ -807,6 +814,24 @@ impl Store {
         if cfg!(debug_assertions) {
             self.validate();
         }
+    }
+}
+
+/// How many of a key's oldest versions (`versions`, in revision order) a compaction at
+/// `revision` removes: every one no read at `revision` or later sees. The newest version at or
+/// below `revision` stays if it is a value (reads at `revision` still see it); a tombstone below
+/// `revision` hides nothing and goes too, but one at `revision` itself stays, as etcd 3.6+ keeps
+/// it (etcd#18089), so that a watch from the compaction revision sees the delete. The next
+/// compaction past it takes it.
+fn hidden_by_compaction(versions: &[Version], revision: i64) -> usize {
+    let at_or_below = versions.partition_point(|v| v.rev.main <= revision);
+    let Some(newest) = at_or_below.checked_sub(1).map(|i| &versions[i]) else {
+        return 0;
+    };
+    if newest.is_live() || newest.rev.main == revision {
+        at_or_below - 1
+    } else {
+        at_or_below
     }
 }
 

@@ -37,6 +37,27 @@ pub struct ReplicaConfig {
     /// removed at start (`CoreConfig::force_new_cluster`); ignored on a new data dir, as etcd
     /// ignores it without a log.
     pub force_new_cluster: bool,
+    /// How a compaction's rows leave the file (etcd's `--compaction-batch-limit` and
+    /// `--compaction-sleep-interval`).
+    pub compaction_pace: CompactionPace,
+}
+
+/// How a compaction's rows leave the file: at most `batch_limit` per durable transaction, with
+/// `pause` between transactions (`storage/removals.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactionPace {
+    pub batch_limit: usize,
+    pub pause: std::time::Duration,
+}
+
+impl Default for CompactionPace {
+    /// etcd's defaults: 1,000 rows, 10 ms.
+    fn default() -> Self {
+        CompactionPace {
+            batch_limit: 1000,
+            pause: std::time::Duration::from_millis(10),
+        }
+    }
 }
 
 /// `--lease-cover-margin`'s default.

@@ -26,7 +26,7 @@ mod transfer;
 
 pub use rs::{NoTransport, RaftTransport};
 
-pub use config::{LEASE_COVER_MARGIN_DEFAULT_MS, ReplicaConfig};
+pub use config::{CompactionPace, LEASE_COVER_MARGIN_DEFAULT_MS, ReplicaConfig};
 pub use engine::MemberInfo;
 pub use error::{Fatal, MembershipError, ReplicaError, StartError};
 pub use forward::{
@@ -276,6 +276,7 @@ impl Replica {
             db,
             telemetry: telemetry.clone(),
             transport,
+            compaction_pace: cfg.compaction_pace,
         };
         let (engine, status) = RsEngine::start(log, start);
         // The proposer, the read rounds, leadership following.
@@ -1102,6 +1103,21 @@ impl Replica {
             .expect("state lock poisoned")
             .auth
             .revision
+    }
+
+    /// Waits until this member's file holds no row that a compaction at `revision` hides (it
+    /// leaves a batch at a time after the compaction is applied): etcd's `physical` compaction.
+    pub async fn compacted_physically(&self, revision: i64) -> Result<(), ReplicaError> {
+        let mut finished = self
+            .db
+            .upgrade()
+            .ok_or(ReplicaError::Stopped)?
+            .compaction_finished();
+        finished
+            .wait_for(|done| *done >= revision)
+            .await
+            .map(|_| ())
+            .map_err(|_| ReplicaError::Stopped)
     }
 
     /// Compacts this member's database file (etcd's Defragment, which is per member too).

@@ -35,6 +35,7 @@ use leasehold_wal::StdFs;
 use leasehold_wal::proto::ConfState;
 use tokio::sync::{oneshot, watch};
 
+use super::config::CompactionPace;
 use super::engine::{EngineMember, EngineStatus};
 use super::error::{Fatal, ReplicaError};
 use super::forward::{BoxFuture, Forwarded, MemberChange};
@@ -84,11 +85,13 @@ pub(crate) struct RsEngine {
     driver: Mutex<Option<Driver<StdFs>>>,
     waiters: Waiters,
     fatal: watch::Sender<Option<Fatal>>,
-    checkpointer: Mutex<Option<Checkpointer>>,
+    checkpointer: Mutex<Option<Worker>>,
+    compactor: Mutex<Option<Worker>>,
     telemetry: Arc<Telemetry>,
 }
 
-struct Checkpointer {
+/// A storage thread: the checkpointer, or the compactor.
+struct Worker {
     bell: Arc<Bell>,
     /// Joined by [`RsEngine::stop`]; left to finish by itself when dropped otherwise.
     thread: Option<std::thread::JoinHandle<()>>,
@@ -188,6 +191,7 @@ pub(super) struct RsStart {
     pub(super) db: Arc<Db>,
     pub(super) telemetry: Arc<Telemetry>,
     pub(super) transport: Arc<dyn RaftTransport>,
+    pub(super) compaction_pace: CompactionPace,
 }
 
 impl RsEngine {
@@ -211,6 +215,7 @@ impl RsEngine {
             db,
             telemetry,
             transport,
+            compaction_pace,
         } = start;
         // The membership the log was opened with ([`starting_membership`]): the loaded one, or a
         // new cluster's members on its first start.
@@ -247,7 +252,8 @@ impl RsEngine {
         let reads = ReadBatcher::new((election_tick / 2).max(1), election_tick * 2);
         let driver = Driver::start(core, machine, Duration::from_millis(heartbeat_ms), reads);
         let inputs = driver.inputs();
-        let checkpointer = Checkpointer::start(db, inputs.clone(), fatal.clone());
+        let compactor = Worker::compactor(db.clone(), compaction_pace);
+        let checkpointer = Worker::checkpointer(db, inputs.clone(), fatal.clone());
         (
             Arc::new(RsEngine {
                 member_id,
@@ -256,6 +262,7 @@ impl RsEngine {
                 waiters,
                 fatal,
                 checkpointer: Mutex::new(Some(checkpointer)),
+                compactor: Mutex::new(Some(compactor)),
                 telemetry,
             }),
             watched,
@@ -461,20 +468,19 @@ impl RsEngine {
         }
     }
 
-    /// Stops the Raft thread and the checkpointer, which writes what was applied last.
+    /// Stops the Raft thread, the checkpointer, which writes what was applied last, and the
+    /// compactor (a compaction it leaves unfinished resumes at the next start).
     /// Blocking: call it off the runtime.
     pub(super) fn stop(&self) {
         let driver = self.driver.lock().expect("driver lock poisoned").take();
         drop(driver);
-        let checkpointer = self
-            .checkpointer
-            .lock()
-            .expect("checkpointer lock poisoned")
-            .take();
-        if let Some(mut c) = checkpointer {
-            c.bell.ring(|r| r.stop = true);
-            if let Some(thread) = c.thread.take() {
-                let _ = thread.join();
+        for worker in [&self.checkpointer, &self.compactor] {
+            let worker = worker.lock().expect("worker lock poisoned").take();
+            if let Some(mut w) = worker {
+                w.bell.ring(|r| r.stop = true);
+                if let Some(thread) = w.thread.take() {
+                    let _ = thread.join();
+                }
             }
         }
         let waiters = self.waiters.lock().expect("waiters lock poisoned").drain();
@@ -484,27 +490,39 @@ impl RsEngine {
     }
 }
 
-impl Checkpointer {
-    fn start(
+impl Worker {
+    fn checkpointer(
         db: Arc<Db>,
         inputs: std::sync::mpsc::Sender<Input<StdFs>>,
         fatal: watch::Sender<Option<Fatal>>,
-    ) -> Checkpointer {
+    ) -> Worker {
         let bell = db.checkpoint_bell().clone();
         let thread = std::thread::Builder::new()
             .name("leasehold-checkpoint".into())
             .spawn(move || run_checkpoints(&db, &inputs, &fatal))
             .expect("spawn the checkpoint thread");
-        Checkpointer {
+        Worker {
+            bell,
+            thread: Some(thread),
+        }
+    }
+
+    fn compactor(db: Arc<Db>, pace: CompactionPace) -> Worker {
+        let bell = db.compaction_bell().clone();
+        let thread = std::thread::Builder::new()
+            .name("leasehold-compact".into())
+            .spawn(move || run_compactions(&db, pace))
+            .expect("spawn the compaction thread");
+        Worker {
             bell,
             thread: Some(thread),
         }
     }
 }
 
-impl Drop for Checkpointer {
+impl Drop for Worker {
     /// An engine dropped without [`RsEngine::stop`] (a start that failed after it, say) still
-    /// ends its checkpointer, which writes what was staged and lets go of the file.
+    /// ends its threads: the checkpointer writes what was staged and lets go of the file.
     fn drop(&mut self) {
         self.bell.ring(|r| r.stop = true);
     }
@@ -559,6 +577,39 @@ fn run_checkpoints(
                     let _ = inputs.send(Input::Compact(snapshot));
                 }
                 Err(e) => tracing::warn!("building a snapshot for a follower: {e}"),
+            }
+        }
+    }
+}
+
+/// Sleeps until `bell` rings for a compaction's rows; then removes them from the file, at most
+/// `pace.batch_limit` per durable transaction and `pace.pause` apart (etcd's scheduled
+/// compaction), until none is left or the stop rings. A write that fails (the disk is full)
+/// is tried again a pause later, at least a second.
+fn run_compactions(db: &Db, pace: CompactionPace) {
+    const RETRY_MIN: Duration = Duration::from_secs(1);
+    let bell = db.compaction_bell();
+    let mut failing = false;
+    loop {
+        if bell.wait().stop {
+            return;
+        }
+        loop {
+            let pause = match db.remove_compacted(pace.batch_limit.max(1)) {
+                Ok(false) => break,
+                Ok(true) => {
+                    failing = false;
+                    pace.pause
+                }
+                Err(e) => {
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!("removing a compaction's rows (tried again later): {e}");
+                    }
+                    pace.pause.max(RETRY_MIN)
+                }
+            };
+            if bell.stopped_within(pause) {
+                return;
             }
         }
     }

@@ -13,7 +13,7 @@ use crate::command::{
     AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, Proposal,
 };
 use crate::position::{LogPosition, Members};
-use crate::storage::Db;
+use crate::storage::{Db, Scheduled};
 use leasehold_auth::{AuthChange, AuthError};
 
 pub(super) fn state_membership_has(membership: &Members, id: u64) -> bool {
@@ -47,6 +47,9 @@ pub(super) struct Effects {
     put_bytes: u64,
     /// Compactions applied: versions removed, and how long each held the apply back.
     compactions: Vec<(u64, std::time::Duration)>,
+    /// The rows each compaction applied hides, to remove from the file once its checkpoint is
+    /// there (`storage/removals.rs`).
+    removals: Vec<Scheduled>,
 }
 
 /// KV operations applied, as etcd counts them per write transaction: each put and each
@@ -189,13 +192,14 @@ pub(super) fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects
             let started = std::time::Instant::now();
             Applied::Compact(store.compact(*revision).map(|(rev, c)| {
                 fx.compactions.push((c.len() as u64, started.elapsed()));
-                // etcd's words, which its tests wait for.
-                tracing::info!(
-                    "compact-revision" = *revision,
-                    "versions-removed" = c.len(),
-                    "finished scheduled compaction"
-                );
-                fx.changes.extend(c);
+                let rows = c
+                    .into_iter()
+                    .filter_map(|change| match change {
+                        Change::Remove { rev } => Some(rev),
+                        Change::Write { .. } => None,
+                    })
+                    .collect();
+                fx.removals.push(Scheduled::new(*revision, rows));
                 // The history just dropped should leave the process, not only the store.
                 leasehold_alloc::release_soon();
                 rev
@@ -444,7 +448,7 @@ pub(crate) fn apply_entries(
             } => Some(key.as_slice()),
             Change::Write { .. } | Change::Remove { .. } => None,
         }));
-    db.stage_sm(fx.changes, lease_rows, meta);
+    db.stage_sm(fx.changes, lease_rows, meta, fx.removals);
     replies
 }
 

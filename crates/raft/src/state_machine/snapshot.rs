@@ -47,10 +47,10 @@ pub(super) fn load(db: &Db) -> Result<SmState, StorageError> {
     let started = std::time::Instant::now();
     let txn = db.begin_read().map_err(StorageError::read("sm_meta"))?;
     let meta = SmMeta::read(&txn)?;
-    let (store, table) = side_by_side(
+    let ((store, hidden), table) = side_by_side(
         || {
             let records = kv_rows(&txn)?;
-            Ok(Store::restore(
+            Ok(Store::restore_with_hidden(
                 meta.current_revision,
                 meta.compact_revision,
                 records,
@@ -59,6 +59,8 @@ pub(super) fn load(db: &Db) -> Result<SmState, StorageError> {
         || Ok(LeaseTable::restore(meta.lease_clock_ms, lease_rows(&txn)?)),
     )?;
     let built_ms = started.elapsed().as_millis();
+    // A compaction a stop interrupted left these rows: their removal resumes.
+    db.loaded_compaction(meta.compact_revision, hidden);
     let mut state = SmState::assemble(store, table, meta.last_applied, meta.membership);
     state.alarms = meta.alarms.into_iter().collect();
     state.member_attrs = by_id(meta.member_attrs);
@@ -75,10 +77,10 @@ pub(super) fn load(db: &Db) -> Result<SmState, StorageError> {
 }
 
 /// Builds the store and the lease table at the same time, on this thread and a second one.
-fn side_by_side<E: Send>(
-    store: impl FnOnce() -> Result<Store, E>,
+fn side_by_side<S, E: Send>(
+    store: impl FnOnce() -> Result<S, E>,
     table: impl FnOnce() -> Result<LeaseTable, E> + Send,
-) -> Result<(Store, LeaseTable), E> {
+) -> Result<(S, LeaseTable), E> {
     std::thread::scope(|scope| {
         let table = std::thread::Builder::new()
             .name("leasehold-load-leases".into())
@@ -126,19 +128,26 @@ impl SnapshotPayload {
     /// The state this payload describes, at `at` (its applied log position and membership;
     /// `None`: the ones it holds).
     pub(super) fn into_state(self, at: Option<AppliedAt>) -> SmState {
+        self.into_state_with_hidden(at).0
+    }
+
+    /// [`SnapshotPayload::into_state`], and the revisions of the records its compaction hides
+    /// (a leader whose compaction had not yet removed them from its file sent them), which the
+    /// state leaves out.
+    pub(super) fn into_state_with_hidden(self, at: Option<AppliedAt>) -> (SmState, Vec<Revision>) {
         let (last_applied, membership) = at.unwrap_or((self.last_applied, self.membership));
         let (records, leases, clock_ms) = (self.records, self.leases, self.lease_clock_ms);
         let (current, compact) = (self.current_revision, self.compact_revision);
         let built: Result<_, std::convert::Infallible> = side_by_side(
-            || Ok(Store::restore(current, compact, records)),
+            || Ok(Store::restore_with_hidden(current, compact, records)),
             || Ok(LeaseTable::restore(clock_ms, leases)),
         );
-        let Ok((store, table)) = built;
+        let Ok(((store, hidden), table)) = built;
         let mut state = SmState::assemble(store, table, last_applied, membership);
         state.alarms = self.alarms.into_iter().collect();
         state.member_attrs = by_id(self.member_attrs);
         state.auth = self.auth;
-        state
+        (state, hidden)
     }
 
     /// A state held in memory as a payload (what the simulator's members checkpoint and send).
@@ -247,7 +256,16 @@ pub(crate) fn install_snapshot_bytes(
         .iter()
         .map(|(id, r)| (*id, Some(*r)))
         .collect();
-    let mut state = payload.into_state(at);
+    let (mut state, hidden) = payload.into_state_with_hidden(at);
+    // The file gets only what the state holds.
+    let changes: Vec<Change> = changes
+        .into_iter()
+        .filter(|change| match change {
+            Change::Write { rev, .. } | Change::Remove { rev } => {
+                hidden.binary_search(rev).is_err()
+            }
+        })
+        .collect();
     tracing::info!(
         last_applied = ?state.last_applied,
         bytes = bytes.len(),
@@ -268,6 +286,8 @@ pub(crate) fn install_snapshot_bytes(
     let started = std::time::Instant::now();
     txn.commit().map_err(StorageError::commit(WHAT))?;
     db.telemetry().state_commit.observe(started.elapsed());
+    // What the old state had yet to remove is gone with it.
+    db.loaded_compaction(state.store.compact_revision(), Vec::new());
     let revision = state.store.current_revision();
     {
         let mut current = shared.state.write().expect("state lock poisoned");
