@@ -346,7 +346,8 @@ impl NodeConfig {
             .unwrap_or(Duration::from_millis(300))
     }
 
-    /// `--bootstrap-defrag-threshold-megabytes` in bytes; `None` when off.
+    /// How a compaction's rows leave the file: `--compaction-batch-limit` and
+    /// `--compaction-sleep-interval` (else etcd 3.5's names), etcd's defaults for 0.
     pub fn compaction_pace(&self) -> leasehold_raft::CompactionPace {
         let etcd = leasehold_raft::CompactionPace::default();
         let batch_limit = match self
@@ -364,6 +365,7 @@ impl NodeConfig {
         leasehold_raft::CompactionPace { batch_limit, pause }
     }
 
+    /// `--bootstrap-defrag-threshold-megabytes` in bytes; `None` when off.
     pub fn bootstrap_defrag_threshold(&self) -> Option<u64> {
         self.bootstrap_defrag_threshold_megabytes
             .or(self.experimental_bootstrap_defrag_threshold_megabytes)

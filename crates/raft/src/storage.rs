@@ -177,8 +177,14 @@ pub(crate) struct Db {
     /// opening the file again after a write that ran out of space (`None` until that succeeds).
     db: RwLock<Option<Database>>,
     path: std::path::PathBuf,
-    /// The last write of the staged state ran out of space (see [`Db::out_of_space`]).
+    /// The last write of the staged state, or of a compaction's removals, ran out of space (see
+    /// [`Db::out_of_space`]).
     out_of_space: AtomicBool,
+    /// Held by each writer of the state (the stage, a compaction's removals) from its look at
+    /// `out_of_space` to its commit: redb takes no write after a failed one until the file is
+    /// opened again, so a writer must not begin behind another's failure unawares; and
+    /// compactions are queued in the order their stages reached the file.
+    writing: Mutex<()>,
     /// Transactions begun and not yet ended, which a defragmentation waits out.
     open: Arc<OpenTxns>,
     /// State-machine writes applied but not yet in the file; the next log commit (or snapshot
@@ -477,8 +483,8 @@ impl Db {
     /// staged ([`Db::restage`]); one that ran out of space also marks the disk full, until a
     /// later write gets through. Blocking.
     fn write_staged(&self, what: &'static str) -> Result<Option<LogPosition>, StorageError> {
-        let reopened = self.out_of_space();
-        if reopened && !self.reopen()? {
+        let _writing = self.writing.lock().expect("writing lock poisoned");
+        if self.out_of_space() && !self.reopen()? {
             return Err(StorageError::Write {
                 what,
                 error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
@@ -489,11 +495,6 @@ impl Db {
         let mut txn = self.begin_write().map_err(StorageError::write(what))?;
         let mut staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
         let Some(meta) = staged.meta.as_ref() else {
-            // A compaction's removal ran out of space, and nothing is staged: with the file
-            // open again, writes are admitted; the next write that finds no room says so.
-            if reopened && self.out_of_space.swap(false, Ordering::SeqCst) {
-                tracing::warn!("the database file is open again: writes are admitted");
-            }
             return Ok(None);
         };
         let applied = meta.last_applied;
@@ -688,6 +689,7 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         db: RwLock::new(Some(db)),
         path,
         out_of_space: AtomicBool::new(false),
+        writing: Mutex::default(),
         staged_sm: Mutex::new(StagedSm::default()),
         checkpoint_bell: Arc::default(),
         removals: removals::Removals::default(),

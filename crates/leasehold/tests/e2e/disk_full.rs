@@ -154,6 +154,13 @@ async fn a_full_disk_refuses_writes_serves_reads_and_recovers_without_restart() 
     let mut server = Leasehold::start_in(&data_dir).await;
     let mut client = server.client().await;
 
+    // One key written over and over: the compaction on the full disk below has its old
+    // versions to remove from the file.
+    for n in 0..16 {
+        if let Err(e) = client.put("overwritten", value_of(n), None).await {
+            server.fail(&format!("a put before the fill: {e}"));
+        }
+    }
     let mut acknowledged = Vec::new();
     let started = Instant::now();
     let mut failed = None;
@@ -202,6 +209,26 @@ async fn a_full_disk_refuses_writes_serves_reads_and_recovers_without_restart() 
     }
     if let Err(e) = refused_at_once(&mut client).await {
         server.fail(&e);
+    }
+    // A compaction (it adds nothing) is taken; its rows leave the file if they can, and the
+    // member stays up and serves either way.
+    let revision = client
+        .get("k00000", None)
+        .await
+        .unwrap_or_else(|e| server.fail(&format!("a read on the full disk: {e}")))
+        .header()
+        .expect("a header")
+        .revision();
+    if let Err(e) = client.compact(revision, None).await {
+        server.fail(&format!("a compaction on the full disk: {e}"));
+    }
+    if let Some(status) = server.wait_exit(STAYS_UP_FOR).await {
+        server.fail(&format!(
+            "exited after a compaction on a full disk: {status}"
+        ));
+    }
+    if let Err(e) = all_served(&mut client, "k", &acknowledged).await {
+        server.fail(&format!("after a compaction on the full disk: {e}"));
     }
 
     // Killed and started again on the still-full disk, it comes up and serves the same way.

@@ -123,26 +123,17 @@ impl Db {
             oldest.rows[oldest.removed..end].to_vec()
         };
         if !batch.is_empty() {
-            if self.out_of_space() {
-                // The checkpointer opens the file again once there is room.
+            let _writing = self.writing.lock().expect("writing lock poisoned");
+            if self.out_of_space() && !self.reopen()? {
                 return Err(StorageError::Write {
                     what: WHAT,
                     error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
                 });
             }
-            let mut txn = self.begin_write().map_err(StorageError::write(WHAT))?;
-            txn.set_durability(Durability::Immediate)
-                .map_err(StorageError::write(WHAT))?;
-            {
-                let mut kv = txn.open_table(KV).map_err(StorageError::write(WHAT))?;
-                for rev in &batch {
-                    kv.remove(rev.to_bytes())
-                        .map_err(StorageError::write(WHAT))?;
-                }
-            }
-            if let Err(e) = txn.commit().map_err(StorageError::commit(WHAT)) {
-                // redb takes no write after a failed one until its file is opened again, which
-                // the checkpointer does for a disk out of space: it is rung for it.
+            if let Err(e) = self.remove_rows(&batch) {
+                // redb takes no write after a failed one until its file is opened again: the
+                // next writer does that once this one marks the disk full. Any other failure
+                // ends the member at the checkpointer's next write, as a failed checkpoint does.
                 if e.is_out_of_space() && !self.out_of_space.swap(true, Ordering::SeqCst) {
                     tracing::error!(
                         "the disk is full ({e}): writes that add data get NOSPACE and reads go \
@@ -151,6 +142,20 @@ impl Db {
                 }
                 self.checkpoint_bell.ring(|r| r.staged = true);
                 return Err(e);
+            }
+            // With nothing staged, this write is the one that says the disk has room again;
+            // a stage put back for want of space says so when the checkpointer writes it.
+            let nothing_staged = self
+                .staged_sm
+                .lock()
+                .expect("staged lock poisoned")
+                .meta
+                .is_none();
+            if nothing_staged && self.out_of_space.swap(false, Ordering::SeqCst) {
+                tracing::warn!(
+                    "the disk has room again: a compaction's rows are removed and writes are \
+                     admitted"
+                );
             }
         }
         let mut queue = self.removals.queue.lock().expect("removals lock poisoned");
@@ -164,6 +169,22 @@ impl Db {
             self.finished_compaction(&done);
         }
         Ok(!queue.is_empty())
+    }
+
+    /// Removes `rows` from the file in one durable transaction.
+    fn remove_rows(&self, rows: &[Revision]) -> Result<(), StorageError> {
+        const WHAT: &str = "a compaction's removals";
+        let mut txn = self.begin_write().map_err(StorageError::write(WHAT))?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(StorageError::write(WHAT))?;
+        {
+            let mut kv = txn.open_table(KV).map_err(StorageError::write(WHAT))?;
+            for rev in rows {
+                kv.remove(rev.to_bytes())
+                    .map_err(StorageError::write(WHAT))?;
+            }
+        }
+        txn.commit().map_err(StorageError::commit(WHAT))
     }
 
     /// Removes every scheduled row now, without pausing (a defragmentation, which is to shrink
