@@ -182,8 +182,9 @@ pub(crate) struct Db {
     out_of_space: AtomicBool,
     /// Held by each writer of the state (the stage, a compaction's removals) from its look at
     /// `out_of_space` to its commit: redb takes no write after a failed one until the file is
-    /// opened again, so a writer must not begin behind another's failure unawares; and
-    /// compactions are queued in the order their stages reached the file.
+    /// opened again, so a writer must not begin behind another's failure unawares; compactions
+    /// are queued in the order their stages reached the file; and the removal queue changes
+    /// under one remover at a time.
     writing: Mutex<()>,
     /// Transactions begun and not yet ended, which a defragmentation waits out.
     open: Arc<OpenTxns>,
@@ -463,6 +464,18 @@ impl Db {
         }
     }
 
+    /// Before a write (under `writing`): a file whose last write ran out of space is opened
+    /// again ([`Db::reopen`]); an error naming `what` while the disk is still too full for that.
+    fn reopen_if_full(&self, what: &'static str) -> Result<(), StorageError> {
+        if self.out_of_space() && !self.reopen()? {
+            return Err(StorageError::Write {
+                what,
+                error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+            });
+        }
+        Ok(())
+    }
+
     /// Puts staged changes whose write failed back on the stage, ahead of what was staged since,
     /// so the next write holds them (the Raft log is never compacted past an unwritten stage).
     fn restage(&self, older: StagedSm) {
@@ -484,12 +497,7 @@ impl Db {
     /// later write gets through. Blocking.
     fn write_staged(&self, what: &'static str) -> Result<Option<LogPosition>, StorageError> {
         let _writing = self.writing.lock().expect("writing lock poisoned");
-        if self.out_of_space() && !self.reopen()? {
-            return Err(StorageError::Write {
-                what,
-                error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
-            });
-        }
+        self.reopen_if_full(what)?;
         // Taken once the write transaction has begun: transactions run one at a time, so what
         // is staged later lands in a later one, never under an older checkpoint.
         let mut txn = self.begin_write().map_err(StorageError::write(what))?;

@@ -18,6 +18,9 @@ use redb::Durability;
 
 use super::{Db, KV, StorageError};
 
+/// What a failed removal is called in errors.
+const WHAT: &str = "a compaction's removals";
+
 /// One compaction's rows still in the file.
 pub(crate) struct Scheduled {
     revision: i64,
@@ -44,8 +47,6 @@ impl Scheduled {
 /// for).
 pub(crate) struct Removals {
     queue: std::sync::Mutex<VecDeque<Scheduled>>,
-    /// One remover at a time (the compactor thread, or a defragmentation).
-    removing: std::sync::Mutex<()>,
     finished: tokio::sync::watch::Sender<i64>,
 }
 
@@ -53,7 +54,6 @@ impl Default for Removals {
     fn default() -> Self {
         Removals {
             queue: std::sync::Mutex::default(),
-            removing: std::sync::Mutex::default(),
             finished: tokio::sync::watch::Sender::new(-1),
         }
     }
@@ -82,16 +82,14 @@ impl Db {
     /// still in the file: what was scheduled before is void, and the removal of those rows
     /// resumes (etcd's "resume scheduled compaction").
     pub(crate) fn loaded_compaction(&self, compact_revision: i64, hidden: Vec<Revision>) {
-        let _removing = self
-            .removals
-            .removing
-            .lock()
-            .expect("removing lock poisoned");
+        // No remover is in the middle of a batch of what is cleared.
+        let writing = self.writing.lock().expect("writing lock poisoned");
         self.removals
             .queue
             .lock()
             .expect("removals lock poisoned")
             .clear();
+        drop(writing);
         if hidden.is_empty() {
             self.removals.finished.send_replace(compact_revision);
             return;
@@ -106,14 +104,9 @@ impl Db {
 
     /// Removes at most `limit` rows of the oldest scheduled compaction in one durable
     /// transaction; whether any row is left to remove. A failed write leaves the rows
-    /// scheduled. Blocking.
+    /// scheduled. One writer at a time, the stage's included. Blocking.
     pub(crate) fn remove_compacted(&self, limit: usize) -> Result<bool, StorageError> {
-        const WHAT: &str = "a compaction's removals";
-        let _removing = self
-            .removals
-            .removing
-            .lock()
-            .expect("removing lock poisoned");
+        let _writing = self.writing.lock().expect("writing lock poisoned");
         let batch: Vec<Revision> = {
             let queue = self.removals.queue.lock().expect("removals lock poisoned");
             let Some(oldest) = queue.front() else {
@@ -123,13 +116,7 @@ impl Db {
             oldest.rows[oldest.removed..end].to_vec()
         };
         if !batch.is_empty() {
-            let _writing = self.writing.lock().expect("writing lock poisoned");
-            if self.out_of_space() && !self.reopen()? {
-                return Err(StorageError::Write {
-                    what: WHAT,
-                    error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
-                });
-            }
+            self.reopen_if_full(WHAT)?;
             if let Err(e) = self.remove_rows(&batch) {
                 // redb takes no write after a failed one until its file is opened again: the
                 // next writer does that once this one marks the disk full. Any other failure
@@ -173,7 +160,6 @@ impl Db {
 
     /// Removes `rows` from the file in one durable transaction.
     fn remove_rows(&self, rows: &[Revision]) -> Result<(), StorageError> {
-        const WHAT: &str = "a compaction's removals";
         let mut txn = self.begin_write().map_err(StorageError::write(WHAT))?;
         txn.set_durability(Durability::Immediate)
             .map_err(StorageError::write(WHAT))?;
