@@ -159,6 +159,24 @@ pub struct Core<F: Fs> {
     /// timeout, and the tick of the last one (etcd's peer "active since").
     heard: BTreeMap<u64, Heard>,
     election_tick: u64,
+    /// On a follower: what its leader's heartbeats of the current term carried, and whether
+    /// that changed since the host was last told.
+    heartbeat_seen: HeartbeatSeen,
+    heartbeat_told: bool,
+}
+
+/// What a follower has stepped of its leader's heartbeats in the leader's term: how many, and
+/// the newest read-index context among them (raft-rs sends each read round's context on a
+/// heartbeat to every member). A follower that holds a round's context has had traffic from the
+/// leader after that round began, which a follower the leader cannot reach never has, even
+/// when the leader confirms the round with the others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeartbeatSeen {
+    pub leader: u64,
+    pub term: u64,
+    pub heartbeats: u64,
+    /// 0: no heartbeat of this leader's term carried a context of [`crate::reads`]'s form.
+    pub context: u64,
 }
 
 /// When messages from a peer began to come without a gap, and when the last one came (ticks).
@@ -375,6 +393,8 @@ impl<F: Fs> Core<F> {
             ticks: 0,
             heard: BTreeMap::new(),
             election_tick: config.election_tick as u64,
+            heartbeat_seen: HeartbeatSeen::default(),
+            heartbeat_told: true,
         })
     }
 
@@ -427,13 +447,55 @@ impl<F: Fs> Core<F> {
             self.hold(HeldRead::Forwarded(message));
             return Ok(());
         }
+        let heartbeat = (message.get_msg_type() == eraftpb::MessageType::MsgHeartbeat)
+            .then(|| (message.from, message.term, context_of(&message.context)));
         let stepped = match self.node.step(message) {
             // A response from a member no longer in the configuration, say: Raft ignores it.
             Err(raft::Error::StepPeerNotFound) => Ok(()),
             other => Ok(other?),
         };
+        if let (Ok(()), Some((from, term, context))) = (&stepped, heartbeat) {
+            self.saw_heartbeat(from, term, context);
+        }
         self.release_held_reads();
         stepped
+    }
+
+    /// Records a heartbeat stepped from this follower's leader in the leader's term.
+    fn saw_heartbeat(&mut self, from: u64, term: u64, context: Option<u64>) {
+        let raft = &self.node.raft;
+        if raft.state == StateRole::Leader || raft.term != term || raft.leader_id != from {
+            return;
+        }
+        let seen = &mut self.heartbeat_seen;
+        if (seen.leader, seen.term) != (from, term) {
+            *seen = HeartbeatSeen {
+                leader: from,
+                term,
+                ..HeartbeatSeen::default()
+            };
+        }
+        seen.heartbeats += 1;
+        seen.context = seen.context.max(context.unwrap_or(0));
+        self.heartbeat_told = false;
+    }
+
+    /// [`Core::heartbeat_seen`] if it changed since the last call.
+    pub fn take_heartbeat_seen(&mut self) -> Option<HeartbeatSeen> {
+        (!std::mem::replace(&mut self.heartbeat_told, true)).then_some(self.heartbeat_seen)
+    }
+
+    /// What this follower has stepped of its leader's heartbeats ([`HeartbeatSeen`]).
+    pub fn heartbeat_seen(&self) -> HeartbeatSeen {
+        self.heartbeat_seen
+    }
+
+    /// The term whose leader's heartbeats prove a read round this member confirmed to the
+    /// followers it reaches: `None` unless it leads with other voters (a lone voter confirms
+    /// a round without a heartbeat).
+    pub fn read_proof(&self) -> Option<u64> {
+        let raft = &self.node.raft;
+        (raft.state == StateRole::Leader && !raft.prs().is_singleton()).then_some(raft.term)
     }
 
     /// Proposes one normal entry (only a leader takes it: `ProposalDropped` otherwise, and
@@ -481,8 +543,19 @@ impl<F: Fs> Core<F> {
         if self.holds_reads() {
             self.hold(HeldRead::Own(context));
         } else {
-            self.node.read_index(context);
+            self.own_read_index(context);
         }
+    }
+
+    /// Hands an own read-index request to raft-rs. A member that does not lead has raft-rs
+    /// forward it, and the leader's heartbeats then carry it to every follower: a context of
+    /// [`crate::reads`]'s form goes marked ([`FORWARDED_MARK`], taken off its answer), so that
+    /// no follower counts it as a round of the leader's own ([`HeartbeatSeen`]).
+    fn own_read_index(&mut self, mut context: Vec<u8>) {
+        if self.node.raft.state != StateRole::Leader && context.len() == 8 {
+            context.push(FORWARDED_MARK);
+        }
+        self.node.read_index(context);
     }
 
     /// Whether read-index requests are held now: this member leads and has not committed an
@@ -504,7 +577,7 @@ impl<F: Fs> Core<F> {
         }
         for read in std::mem::take(&mut self.held_reads) {
             match read {
-                HeldRead::Own(context) => self.node.read_index(context),
+                HeldRead::Own(context) => self.own_read_index(context),
                 HeldRead::Forwarded(message) => {
                     // An error (a sender no longer in the configuration) leaves the request
                     // unanswered, as raft-rs's drop did: its reader asks again.
@@ -706,6 +779,11 @@ impl<F: Fs> Core<F> {
         }
         handled.committed = ready.take_committed_entries();
         handled.read_states = ready.take_read_states();
+        for state in &mut handled.read_states {
+            if state.request_ctx.len() == 9 && state.request_ctx.last() == Some(&FORWARDED_MARK) {
+                state.request_ctx.pop();
+            }
+        }
         let mut light = self.node.advance_append(ready);
         if let Some(index) = installed {
             // The host's state is the snapshot's now. raft-rs learns that only from the host
@@ -757,4 +835,13 @@ impl<F: Fs> Core<F> {
         handled.wrote_log = true;
         Ok(())
     }
+}
+
+/// The byte a follower appends to a read-index context it has raft-rs forward to the leader.
+const FORWARDED_MARK: u8 = 0xF0;
+
+/// A read-index context of [`crate::reads`]'s form (8 bytes, big-endian, counting up from 1),
+/// as the leader began it (a forwarded one is 9 bytes long: [`FORWARDED_MARK`]).
+fn context_of(bytes: &[u8]) -> Option<u64> {
+    <[u8; 8]>::try_from(bytes).ok().map(u64::from_be_bytes)
 }

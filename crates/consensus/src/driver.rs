@@ -79,6 +79,9 @@ pub trait Machine: Host {
     fn apply(&mut self, committed: Vec<Committed>);
     /// Raft's progress after each round that changed the leader or the role.
     fn status(&mut self, _status: CoreStatus) {}
+    /// What this follower has stepped of its leader's heartbeats, after each round that changed
+    /// it ([`Core::heartbeat_seen`]).
+    fn leader_heartbeat(&mut self, _seen: crate::HeartbeatSeen) {}
     /// The core stopped on an error (the log could not be written): this member must stop.
     fn failed(&mut self, error: CoreError);
     /// A round wrote the log and took `took`, its `fdatasync` included (for the member's disk
@@ -303,12 +306,15 @@ pub fn round<F: Fs>(
         }
     }
     if !handled.read_states.is_empty() {
-        reads.confirmed(&handled.read_states);
+        reads.confirmed(&handled.read_states, core.read_proof());
         // A round may have ended: the readers waiting behind it go next.
         reads.send(core);
     }
     if handled.role_changed {
         machine.status(core.status());
+    }
+    if let Some(seen) = core.take_heartbeat_seen() {
+        machine.leader_heartbeat(seen);
     }
     Ok(())
 }

@@ -23,7 +23,7 @@ pub mod reads;
 mod storage;
 
 pub use crate::core::{
-    Checkpoint, Core, CoreConfig, CoreError, CoreStatus, Handled, Host, HostError,
+    Checkpoint, Core, CoreConfig, CoreError, CoreStatus, Handled, HeartbeatSeen, Host, HostError,
 };
 pub use logger::tracing_logger;
 pub use proto::{DecodeError, decode_conf_change, decode_peer_message, encode_message};

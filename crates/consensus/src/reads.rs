@@ -25,7 +25,23 @@ pub enum ReadError {
 }
 
 /// How a reader is answered: the read index to wait for (serve once applied ≥ it).
-pub type ReadWaiter = Box<dyn FnOnce(Result<u64, ReadError>) + Send>;
+pub type ReadWaiter = Box<dyn FnOnce(Result<Confirmed, ReadError>) + Send>;
+
+/// A read index a round confirmed, and what proves the round to a follower the leader reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Confirmed {
+    pub index: u64,
+    /// `None`: the round carried no heartbeat (a lone voter), or this member no longer led.
+    pub proof: Option<ReadProof>,
+}
+
+/// A leader's heartbeats of `term` carried `context` once the round began: a follower that has
+/// stepped it ([`crate::HeartbeatSeen`]) has heard from the leader since.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadProof {
+    pub term: u64,
+    pub context: u64,
+}
 
 struct Reader {
     arrived_tick: u64,
@@ -117,9 +133,10 @@ impl ReadBatcher {
         });
     }
 
-    /// ReadStates the core confirmed: the round they answer releases its readers with the index.
-    /// Others (a round given up on and sent again) are ignored.
-    pub fn confirmed(&mut self, states: &[raft::ReadState]) {
+    /// ReadStates the core confirmed: the round they answer releases its readers with the index
+    /// and, when the core leads with other voters in `proof_term` ([`crate::Core::read_proof`]),
+    /// the proof. Others (a round given up on and sent again) are ignored.
+    pub fn confirmed(&mut self, states: &[raft::ReadState], proof_term: Option<u64>) {
         for state in states {
             let Ok(bytes) = <[u8; CONTEXT_BYTES]>::try_from(state.request_ctx.as_slice()) else {
                 continue;
@@ -131,8 +148,12 @@ impl ReadBatcher {
                 .is_some_and(|r| r.context == context)
             {
                 let round = self.in_flight.take().expect("checked");
+                let confirmed = Confirmed {
+                    index: state.index,
+                    proof: proof_term.map(|term| ReadProof { term, context }),
+                };
                 for reader in round.readers {
-                    (reader.answer)(Ok(state.index));
+                    (reader.answer)(Ok(confirmed));
                 }
             }
         }
@@ -205,7 +226,7 @@ mod tests {
 
     fn reader(answers: &Answers, id: usize) -> ReadWaiter {
         let answers = answers.clone();
-        Box::new(move |r| answers.lock().unwrap().push((id, r)))
+        Box::new(move |r| answers.lock().unwrap().push((id, r.map(|c| c.index))))
     }
 
     fn state(context: u64, index: u64) -> raft::ReadState {
@@ -226,11 +247,11 @@ mod tests {
         reads.add(reader(&answers, 3));
         reads.send(&mut sent);
         assert_eq!(sent.0, vec![1], "one round in flight at a time");
-        reads.confirmed(&[state(1, 40)]);
+        reads.confirmed(&[state(1, 40)], None);
         assert_eq!(*answers.lock().unwrap(), vec![(1, Ok(40)), (2, Ok(40))]);
         reads.send(&mut sent);
         assert_eq!(sent.0, vec![1, 2], "the late reader's own round");
-        reads.confirmed(&[state(2, 41)]);
+        reads.confirmed(&[state(2, 41)], None);
         assert_eq!(answers.lock().unwrap()[2], (3, Ok(41)));
         assert_eq!(reads.pending(), 0);
     }
@@ -251,13 +272,50 @@ mod tests {
             "resent under a new context after 3 ticks"
         );
         // The first round's late answer releases nobody: its readers moved to the second.
-        reads.confirmed(&[state(1, 10)]);
+        reads.confirmed(&[state(1, 10)], None);
         assert!(answers.lock().unwrap().is_empty());
         for _ in 0..4 {
             reads.tick(&mut sent);
         }
         assert_eq!(*answers.lock().unwrap(), vec![(1, Err(ReadError::Timeout))]);
         assert_eq!(reads.pending(), 0);
+    }
+
+    /// A round confirmed on a leader with other voters carries its own context and term, the
+    /// resent one's after a retry.
+    #[test]
+    fn a_round_is_confirmed_with_its_proof() {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let mut sent = Sent::default();
+        let mut reads = ReadBatcher::new(3, 7);
+        let answer = |got: &Arc<Mutex<Vec<Result<Confirmed, ReadError>>>>| -> ReadWaiter {
+            let got = got.clone();
+            Box::new(move |r| got.lock().unwrap().push(r))
+        };
+        reads.add(answer(&got));
+        reads.send(&mut sent);
+        for _ in 0..3 {
+            reads.tick(&mut sent);
+        }
+        reads.confirmed(&[state(2, 12)], Some(5));
+        let proof = Some(ReadProof {
+            term: 5,
+            context: 2,
+        });
+        assert_eq!(
+            *got.lock().unwrap(),
+            vec![Ok(Confirmed { index: 12, proof })]
+        );
+        reads.add(answer(&got));
+        reads.send(&mut sent);
+        reads.confirmed(&[state(3, 13)], None);
+        assert_eq!(
+            got.lock().unwrap()[1],
+            Ok(Confirmed {
+                index: 13,
+                proof: None
+            })
+        );
     }
 
     #[test]

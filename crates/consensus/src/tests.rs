@@ -100,6 +100,8 @@ struct Cluster {
     cut: HashSet<(u64, u64)>,
     /// Links that drop the accepting append responses one way: (from, to).
     muted: HashSet<(u64, u64)>,
+    /// Links that drop everything one way: (from, to).
+    one_way: HashSet<(u64, u64)>,
     /// Every (term, leader) seen, to check one leader per term.
     leaders: BTreeMap<u64, u64>,
     catch_up_entries: u64,
@@ -131,6 +133,7 @@ impl Cluster {
             network: VecDeque::new(),
             cut: HashSet::new(),
             muted: HashSet::new(),
+            one_way: HashSet::new(),
             leaders: BTreeMap::new(),
             catch_up_entries,
         };
@@ -213,7 +216,11 @@ impl Cluster {
                     && decode_peer_message(&bytes, to).is_ok_and(|m| {
                         m.get_msg_type() == eraftpb::MessageType::MsgAppendResponse && !m.reject
                     });
-                if self.cut.contains(&(from, to)) || self.cut.contains(&(to, from)) || muted {
+                if self.cut.contains(&(from, to))
+                    || self.cut.contains(&(to, from))
+                    || self.one_way.contains(&(from, to))
+                    || muted
+                {
                     continue;
                 }
                 let Some(member) = self.members.get_mut(&to) else {
@@ -481,6 +488,80 @@ fn linearizable_reads_get_a_read_index_on_the_leader_and_on_a_follower() {
         c.members[&follower].read_states,
         vec![(commit, b"r2".to_vec())]
     );
+}
+
+/// Each read round's context reaches, on the leader's heartbeat, every follower the leader's
+/// traffic reaches; a follower that hears nothing from the leader (its inbound link dropped, its
+/// outbound working) holds none, though the leader confirms the round with the third member.
+/// That is what a follower's read waits for, so that it fails there as etcd's does.
+#[test]
+fn a_read_rounds_context_reaches_only_the_followers_the_leader_reaches() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    c.propose(leader, "v");
+    c.settle();
+    let followers: Vec<u64> = c
+        .members
+        .keys()
+        .copied()
+        .filter(|id| *id != leader)
+        .collect();
+    let (reached, unreached) = (followers[0], followers[1]);
+    let term = c.core(leader).status().term;
+    c.one_way.insert((leader, unreached));
+    c.core(leader).read_index(7u64.to_be_bytes().to_vec());
+    c.run_until(20, |c| !c.members[&leader].read_states.is_empty());
+    assert_eq!(
+        c.members[&leader].read_states.len(),
+        1,
+        "the round is confirmed"
+    );
+    let seen = c.core(reached).heartbeat_seen();
+    assert_eq!((seen.leader, seen.term), (leader, term));
+    assert!(seen.context >= 7, "{seen:?}");
+    assert!(
+        c.core(unreached).heartbeat_seen().context < 7,
+        "{:?}",
+        c.core(unreached).heartbeat_seen()
+    );
+    assert_eq!(c.core(leader).read_proof(), Some(term));
+    assert_eq!(c.core(reached).read_proof(), None);
+}
+
+/// A follower's own read round, which raft-rs forwards to the leader, comes back under the
+/// context it was asked with; the leader's heartbeats carry it to the other follower, which does
+/// not count it as a round of the leader's own (its count is the follower's, not the leader's).
+#[test]
+fn a_forwarded_read_round_is_not_taken_for_the_leaders_own() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    c.propose(leader, "v");
+    c.settle();
+    let followers: Vec<u64> = c
+        .members
+        .keys()
+        .copied()
+        .filter(|id| *id != leader)
+        .collect();
+    let (asker, other) = (followers[0], followers[1]);
+    let context = 1_000u64.to_be_bytes().to_vec();
+    c.core(asker).read_index(context.clone());
+    c.run_until(20, |c| !c.members[&asker].read_states.is_empty());
+    let commit = c.core(leader).status().commit;
+    assert_eq!(c.members[&asker].read_states, vec![(commit, context)]);
+    assert!(
+        c.core(other).heartbeat_seen().heartbeats > 0,
+        "the other follower hears the leader"
+    );
+    assert_eq!(c.core(other).heartbeat_seen().context, 0);
+}
+
+/// A lone voter confirms a read round without a heartbeat: it offers no proof.
+#[test]
+fn a_lone_voter_offers_no_read_proof() {
+    let mut c = Cluster::new(&[1]);
+    let leader = c.elect();
+    assert_eq!(c.core(leader).read_proof(), None);
 }
 
 /// raft-rs drops a read index that reaches a leader before it has committed an entry of its
@@ -861,7 +942,7 @@ mod driver {
                 let tx = read_tx.clone();
                 peers.lock().unwrap()[&id]
                     .send(Input::Read(Box::new(move |r| {
-                        let _ = tx.send((id, r));
+                        let _ = tx.send((id, r.map(|c| c.index)));
                     })))
                     .expect("member alive");
             }

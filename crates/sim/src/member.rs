@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use leasehold_auth::AuthChange;
 use leasehold_consensus::driver::{self, Committed};
 use leasehold_consensus::eraftpb::{self, Snapshot};
-use leasehold_consensus::reads::{ReadBatcher, ReadError};
+use leasehold_consensus::reads::{Confirmed, ReadBatcher, ReadError, ReadProof};
 use leasehold_consensus::{
     Checkpoint, Core, CoreConfig, CoreError, Host, HostError, decode_peer_message, encode_message,
 };
@@ -156,8 +156,13 @@ pub enum PeerMsg {
     /// A follower's read-index request for one round of its readers (`Forwarder::read_index`).
     ReadIndex { from: u64, request: u64 },
     /// The leader's read index for that round, applied there (`None`: no read index, the
-    /// follower's readers fail and go again).
-    ReadIndexed { request: u64, index: Option<u64> },
+    /// follower's readers fail and go again), and what proves the round to the follower
+    /// (`ReadIndex::proof`).
+    ReadIndexed {
+        request: u64,
+        index: Option<u64>,
+        proof: Option<ReadProof>,
+    },
 }
 
 /// What handling an input produced, for the world to deliver.
@@ -225,7 +230,7 @@ struct Waiter {
 
 /// What the read batcher answered each leader round (by its number), for the member's next
 /// step.
-type ReadAnswers = Arc<Mutex<Vec<(u64, Result<u64, ReadError>)>>>;
+type ReadAnswers = Arc<Mutex<Vec<(u64, Result<Confirmed, ReadError>)>>>;
 
 /// A reader of a leader round (the replica's `leader_read_index`): a client's linearizable
 /// range, a follower's read-index request, or a promotion's confirmation.
@@ -240,17 +245,32 @@ struct LeaderRound {
     number: u64,
     readers: Vec<LeaderReader>,
     /// The read index, once the core confirmed it.
-    index: Option<u64>,
+    confirmed: Option<Confirmed>,
 }
 
-/// A follower round: one read-index request to `leader` for `readers`, failed if the leader
-/// changes or no answer comes by `deadline` (true µs), as the peer line's asks time out.
+/// A follower round: read-index requests to `leader` for `readers`, failed if the leader
+/// changes or no answer comes by `deadline` (true µs), as the peer line's asks time out. An
+/// answer with a proof waits in `proving` for this member to step the leader's heartbeat that
+/// proves it, until its own deadline, then asks again (the replica's follower rounds).
 struct FollowerRound {
     request: u64,
     leader: u64,
     deadline: u64,
+    asks: usize,
+    proving: Option<Proving>,
     readers: Vec<(Origin, Span)>,
 }
+
+/// A follower round's read index, waiting for the leader's heartbeat that proves it.
+struct Proving {
+    index: u64,
+    proof: ReadProof,
+    deadline: u64,
+}
+
+/// How many times a follower asks for a read round whose heartbeat it does not hear (the
+/// replica's `PROOF_ASKS`).
+const PROOF_ASKS: usize = 4;
 
 pub struct Member {
     pub id: u64,
@@ -613,7 +633,7 @@ impl Member {
         self.leader_round = Some(LeaderRound {
             number,
             readers,
-            index: None,
+            confirmed: None,
         });
         let answers = self.read_answers.clone();
         self.reads.add(Box::new(move |result| {
@@ -626,10 +646,11 @@ impl Member {
 
     /// Ends the running leader round with `index` (`None`: it failed), answers its readers and
     /// starts the next round for those who joined meanwhile.
-    fn finish_leader_round(&mut self, index: Option<u64>, out: &mut Vec<Out>) {
+    fn finish_leader_round(&mut self, confirmed: Option<Confirmed>, out: &mut Vec<Out>) {
         let Some(round) = self.leader_round.take() else {
             return;
         };
+        let (index, proof) = (confirmed.map(|c| c.index), confirmed.and_then(|c| c.proof));
         for reader in round.readers {
             match (reader, index) {
                 (LeaderReader::Client(origin, span), Some(_)) => {
@@ -641,7 +662,11 @@ impl Member {
                 }
                 (LeaderReader::Peer { member, request }, index) => out.push(Out::Peer {
                     to: member,
-                    msg: PeerMsg::ReadIndexed { request, index },
+                    msg: PeerMsg::ReadIndexed {
+                        request,
+                        index,
+                        proof,
+                    },
                 }),
                 (LeaderReader::Promotion(term), Some(index)) => {
                     self.confirming = Some((term, index));
@@ -677,22 +702,89 @@ impl Member {
         readers: Vec<(Origin, Span)>,
         out: &mut Vec<Out>,
     ) {
+        self.follower_round = Some(FollowerRound {
+            request: 0,
+            leader,
+            deadline: 0,
+            asks: 0,
+            proving: None,
+            readers,
+        });
+        self.ask_read_index(now, out);
+    }
+
+    /// Sends the running follower round's request (again, under a new number).
+    fn ask_read_index(&mut self, now: u64, out: &mut Vec<Out>) {
         let request = self.next_ctx();
         // The peer line's asks time out after two election timeouts (`leasehold_peer`).
         let deadline = now + 2 * self.election_timeout_ms() * 1000;
-        self.follower_round = Some(FollowerRound {
-            request,
-            leader,
-            deadline,
-            readers,
-        });
+        let Some(round) = self.follower_round.as_mut() else {
+            return;
+        };
+        round.request = request;
+        round.deadline = deadline;
+        round.asks += 1;
+        round.proving = None;
         out.push(Out::Peer {
-            to: leader,
+            to: round.leader,
             msg: PeerMsg::ReadIndex {
                 from: self.id,
                 request,
             },
         });
+    }
+
+    /// The leader's answer to the running follower round: a read index with a proof waits
+    /// for the leader's heartbeat that proves it ([`Member::check_proof`]).
+    fn read_indexed(
+        &mut self,
+        now: u64,
+        index: Option<u64>,
+        proof: Option<ReadProof>,
+        out: &mut Vec<Out>,
+    ) {
+        match (index, proof) {
+            (Some(index), Some(proof)) => {
+                let wait = self.election_timeout_ms() * 1000 / 2;
+                if let Some(round) = self.follower_round.as_mut() {
+                    round.proving = Some(Proving {
+                        index,
+                        proof,
+                        deadline: now + wait,
+                    });
+                }
+                self.check_proof(now, out);
+            }
+            (index, _) => self.finish_follower_round(now, index, out),
+        }
+    }
+
+    /// A proving follower round ends once this member has stepped the heartbeat that proves
+    /// it; one unproven by its deadline asks again, or fails after [`PROOF_ASKS`] asks.
+    fn check_proof(&mut self, now: u64, out: &mut Vec<Out>) {
+        let Some(round) = self.follower_round.as_ref() else {
+            return;
+        };
+        let Some(proving) = round.proving.as_ref() else {
+            return;
+        };
+        let seen = self
+            .core
+            .as_ref()
+            .map(|core| core.heartbeat_seen())
+            .unwrap_or_default();
+        if (seen.leader, seen.term) == (round.leader, proving.proof.term)
+            && seen.context >= proving.proof.context
+        {
+            let index = proving.index;
+            self.finish_follower_round(now, Some(index), out);
+        } else if now >= proving.deadline {
+            if round.asks < PROOF_ASKS {
+                self.ask_read_index(now, out);
+            } else {
+                self.finish_follower_round(now, None, out);
+            }
+        }
     }
 
     /// Ends the running follower round with the leader's read index (`None`: it failed): each
@@ -1103,13 +1195,17 @@ impl Member {
                 member: from,
                 request,
             }),
-            PeerMsg::ReadIndexed { request, index } => {
+            PeerMsg::ReadIndexed {
+                request,
+                index,
+                proof,
+            } => {
                 if self
                     .follower_round
                     .as_ref()
-                    .is_some_and(|r| r.request == request)
+                    .is_some_and(|r| r.request == request && r.proving.is_none())
                 {
-                    self.finish_follower_round(now, index, out);
+                    self.read_indexed(now, index, proof, out);
                 }
             }
             PeerMsg::Forwarded {
@@ -1274,9 +1370,9 @@ impl Member {
                 continue;
             }
             match result {
-                Ok(index) => {
+                Ok(confirmed) => {
                     if let Some(round) = self.leader_round.as_mut() {
-                        round.index = Some(index);
+                        round.confirmed = Some(confirmed);
                     }
                 }
                 Err(_) => self.finish_leader_round(None, out),
@@ -1285,18 +1381,21 @@ impl Member {
         let applied = self.machine.applied().0;
         // A leader round ends once this member has applied its read index, as the replica's
         // round waits to apply before it answers.
-        if let Some(index) = self.leader_round.as_ref().and_then(|r| r.index)
-            && applied >= index
+        if let Some(confirmed) = self.leader_round.as_ref().and_then(|r| r.confirmed)
+            && applied >= confirmed.index
         {
-            self.finish_leader_round(Some(index), out);
+            self.finish_leader_round(Some(confirmed), out);
         }
         // A follower round is given up as soon as its leader is replaced
-        // (`unless_leader_changes`), or once it has waited too long.
+        // (`unless_leader_changes`), or once its ask has waited too long; a proving one ends
+        // when its proof comes, or asks again.
         if let Some(round) = &self.follower_round
-            && (self.leader_elsewhere() != Some(round.leader) || now >= round.deadline)
+            && (self.leader_elsewhere() != Some(round.leader)
+                || (round.proving.is_none() && now >= round.deadline))
         {
             self.finish_follower_round(now, None, out);
         }
+        self.check_proof(now, out);
         let applied = self.machine.applied().0;
         let mut waiting = Vec::new();
         for (index, origin, span) in std::mem::take(&mut self.ready_reads) {

@@ -60,6 +60,21 @@ pub struct ReadIndex {
     /// The leader's lease time when it confirmed its leadership (`None` until it has promoted
     /// itself).
     pub lease_now_ms: Option<u64>,
+    /// What the follower must have heard from the leader before it reads (`None`: nothing, the
+    /// leader being the only voter).
+    pub proof: Option<RoundProof>,
+}
+
+/// A leader's read round reaches every follower the leader's own traffic reaches: its Raft
+/// heartbeats of `term` carried the round's `context` once the round began. A follower that has
+/// stepped such a heartbeat (or a later round's) has heard from the leader since the round
+/// began; one the leader cannot reach never does, though the others confirm the round and the
+/// follower's own asks still get through. Only leaders start read rounds, so contexts of one
+/// leader's term count up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RoundProof {
+    pub term: u64,
+    pub context: u64,
 }
 
 /// How a follower reaches the leader for what only the leader can do: commit writes and give a

@@ -30,7 +30,7 @@ pub use config::{CompactionPace, LEASE_COVER_MARGIN_DEFAULT_MS, ReplicaConfig};
 pub use engine::MemberInfo;
 pub use error::{Fatal, MembershipError, ReplicaError, StartError};
 pub use forward::{
-    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, NoForwarding, ReadIndex,
+    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, NoForwarding, ReadIndex, RoundProof,
 };
 
 use batch::{Committed, Pending, QUEUE_LEN_MAX, propose_batches};
@@ -295,9 +295,14 @@ impl Replica {
         let leader_reads =
             ReadIndexRounds::leader(engine.clone(), status.clone(), lease_clock.clone())
                 .counted(telemetry.clone());
-        let follower_reads =
-            ReadIndexRounds::follower(status.clone(), cfg.member_id, forwarder.clone())
-                .counted(telemetry.clone());
+        let follower_reads = ReadIndexRounds::follower(
+            status.clone(),
+            cfg.member_id,
+            forwarder.clone(),
+            engine.heartbeats(),
+            Duration::from_millis(cfg.election_timeout_ms),
+        )
+        .counted(telemetry.clone());
         let replica = Arc::new(Replica {
             engine,
             status,

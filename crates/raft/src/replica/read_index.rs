@@ -3,13 +3,16 @@
 //! its read index over the peer line, as the simulator's members do too.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use leasehold_consensus::HeartbeatSeen;
 use tokio::sync::{oneshot, watch};
 
 use super::engine::EngineStatus;
 use super::error::ReplicaError;
 use super::forward::{
-    BoxFuture, Forwarder, ReadIndex, leader_elsewhere, unless_leader_changes, wait_applied,
+    BoxFuture, Forwarder, ReadIndex, RoundProof, leader_elsewhere, unless_leader_changes,
+    wait_applied,
 };
 use super::lease_time::SharedClock;
 use super::rs::RsEngine;
@@ -56,29 +59,53 @@ impl ReadIndexRounds {
         ReadIndexRounds::new(Arc::new(move || {
             let (engine, status, clock) = (engine.clone(), status.clone(), clock.clone());
             Box::pin(async move {
-                let index = engine.read_index().await?;
+                let (index, proof) = engine.read_index().await?;
                 wait_applied(&status, index).await?;
                 Ok(ReadIndex {
                     index,
                     lease_now_ms: clock.get().map(|c| c.now_ms(std::time::Instant::now())),
+                    proof,
                 })
             })
         }))
     }
 
-    /// On a follower: one read-index request to the current leader for the whole round, given up
+    /// On a follower: a read-index request to the current leader for the whole round, given up
     /// as soon as that leader is replaced.
+    ///
+    /// The leader answers on this member's own line to it, which reaches the leader even when
+    /// the leader's traffic cannot reach this member (a one-way partition). So the round counts
+    /// only once this member has also stepped the leader's own heartbeat for it ([`RoundProof`],
+    /// on `heartbeats`), as an etcd follower hears its read index only over the leader's Raft
+    /// traffic. A proof not heard within half `election_timeout` (the heartbeat may have been
+    /// lost) asks again; after [`PROOF_ASKS`] asks the round fails with "no leader".
     pub(super) fn follower(
         status: watch::Receiver<EngineStatus>,
         member_id: u64,
         forwarder: Arc<dyn Forwarder>,
+        heartbeats: watch::Receiver<HeartbeatSeen>,
+        election_timeout: Duration,
     ) -> ReadIndexRounds {
+        let proof_wait = election_timeout / 2;
         ReadIndexRounds::new(Arc::new(move || {
             let (status, forwarder) = (status.clone(), forwarder.clone());
+            let mut heartbeats = heartbeats.clone();
             Box::pin(async move {
                 let (leader, addr) =
                     leader_elsewhere(&status, member_id).ok_or(ReplicaError::NoLeader)?;
-                unless_leader_changes(&status, leader, forwarder.read_index(leader, addr)).await
+                let proven_round = async {
+                    for _ in 0..PROOF_ASKS {
+                        let read = forwarder.read_index(leader, addr.clone()).await?;
+                        let Some(proof) = read.proof else {
+                            return Ok(read);
+                        };
+                        if heard(&mut heartbeats, leader, proof, proof_wait).await {
+                            return Ok(read);
+                        }
+                    }
+                    Err(ReplicaError::NoLeader)
+                };
+                unless_leader_changes(&status, leader, proven_round).await
             })
         }))
     }
@@ -102,6 +129,22 @@ impl ReadIndexRounds {
         }
         answered.await.map_err(|_| ReplicaError::Stopped)?
     }
+}
+
+/// How many times a follower asks for a read round whose heartbeat it does not hear.
+const PROOF_ASKS: usize = 4;
+
+/// Whether this follower steps, within `within`, a heartbeat of `leader` that proves `proof`.
+async fn heard(
+    heartbeats: &mut watch::Receiver<HeartbeatSeen>,
+    leader: u64,
+    proof: RoundProof,
+    within: Duration,
+) -> bool {
+    let proven = heartbeats.wait_for(|seen| {
+        (seen.leader, seen.term) == (leader, proof.term) && seen.context >= proof.context
+    });
+    matches!(tokio::time::timeout(within, proven).await, Ok(Ok(_)))
 }
 
 /// Runs rounds while readers wait, starting with one for `readers`; each round answers the
@@ -148,6 +191,7 @@ mod tests {
                 Ok(ReadIndex {
                     index: n,
                     lease_now_ms: None,
+                    proof: None,
                 })
             })
         }))
@@ -161,6 +205,158 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         panic!("condition not reached in 1 s");
+    }
+
+    /// A leader (member 2) that answers every read-index ask with index 9 and `proof`, counting
+    /// the asks.
+    struct ProvingLeader {
+        asks: Arc<AtomicU64>,
+        proof: Option<RoundProof>,
+    }
+
+    const PROOF: RoundProof = RoundProof {
+        term: 3,
+        context: 5,
+    };
+
+    impl Forwarder for ProvingLeader {
+        fn forward(
+            &self,
+            _: u64,
+            _: String,
+            _: Vec<crate::Write>,
+        ) -> BoxFuture<Result<super::super::Forwarded, ReplicaError>> {
+            unreachable!("reads only")
+        }
+
+        fn read_index(&self, leader: u64, _: String) -> BoxFuture<Result<ReadIndex, ReplicaError>> {
+            assert_eq!(leader, 2);
+            self.asks.fetch_add(1, Ordering::SeqCst);
+            let proof = self.proof;
+            Box::pin(async move {
+                Ok(ReadIndex {
+                    index: 9,
+                    lease_now_ms: Some(1),
+                    proof,
+                })
+            })
+        }
+
+        fn change_members(
+            &self,
+            _: u64,
+            _: String,
+            _: super::super::MemberChange,
+        ) -> BoxFuture<Result<(), ReplicaError>> {
+            unreachable!("reads only")
+        }
+
+        fn hash_kv(
+            &self,
+            _: u64,
+            _: String,
+            _: i64,
+        ) -> BoxFuture<Result<Option<super::super::MemberHash>, ReplicaError>> {
+            unreachable!("reads only")
+        }
+    }
+
+    /// Member 1's follower rounds to leader 2, which proves its rounds with `proof`, with the
+    /// heartbeats member 1 has stepped on `seen`.
+    fn follower_of_2(
+        asks: Arc<AtomicU64>,
+        proof: Option<RoundProof>,
+        seen: &watch::Sender<HeartbeatSeen>,
+    ) -> (ReadIndexRounds, watch::Sender<EngineStatus>) {
+        let members = [1, 2]
+            .into_iter()
+            .map(|id| {
+                let member = crate::position::Member {
+                    peer_url: format!("http://m{id}"),
+                    learner: false,
+                };
+                (id, member)
+            })
+            .collect();
+        let status = watch::Sender::new(EngineStatus {
+            term: 3,
+            leader: Some(2),
+            members: Arc::new(members),
+            ..EngineStatus::default()
+        });
+        let rounds = ReadIndexRounds::follower(
+            status.subscribe(),
+            1,
+            Arc::new(ProvingLeader { asks, proof }),
+            seen.subscribe(),
+            Duration::from_millis(1_000),
+        );
+        (rounds, status)
+    }
+
+    fn seen(leader: u64, term: u64, context: u64) -> HeartbeatSeen {
+        HeartbeatSeen {
+            leader,
+            term,
+            heartbeats: 1,
+            context,
+        }
+    }
+
+    /// The leader's answer counts once the follower has stepped the leader's heartbeat of the
+    /// round's term carrying its context or a later one; before that it waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_round_counts_once_the_leaders_heartbeat_for_it_arrives() {
+        let asks = Arc::new(AtomicU64::new(0));
+        let heartbeats = watch::Sender::new(seen(2, 3, 4));
+        let (rounds, _status) = follower_of_2(asks.clone(), Some(PROOF), &heartbeats);
+        let read = tokio::spawn({
+            let rounds = rounds.clone();
+            async move { rounds.join().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!read.is_finished(), "context 4 does not prove round 5");
+        // Another leader's, or another term's, context proves nothing.
+        heartbeats.send_replace(seen(3, 3, 9));
+        heartbeats.send_replace(seen(2, 2, 9));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!read.is_finished(), "not this leader's term");
+        heartbeats.send_replace(seen(2, 3, 6));
+        let read = read.await.unwrap().expect("proven");
+        assert_eq!((read.index, read.lease_now_ms), (9, Some(1)));
+        assert_eq!(asks.load(Ordering::SeqCst), 1);
+        // Already proven when the answer comes: answered at once.
+        assert_eq!(rounds.join().await.unwrap().index, 9);
+    }
+
+    /// A follower the leader's heartbeats do not reach (a one-way partition: its asks get
+    /// through, the leader's traffic does not) asks again each half election timeout, and its
+    /// reads fail with "no leader" after the last ask.
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_that_never_hears_the_leader_fails_its_reads() {
+        let asks = Arc::new(AtomicU64::new(0));
+        let heartbeats = watch::Sender::new(HeartbeatSeen::default());
+        let (rounds, _status) = follower_of_2(asks.clone(), Some(PROOF), &heartbeats);
+        let started = tokio::time::Instant::now();
+        let read = rounds.join().await;
+        assert!(matches!(read, Err(ReplicaError::NoLeader)), "{read:?}");
+        assert_eq!(asks.load(Ordering::SeqCst), PROOF_ASKS as u64);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(500) * PROOF_ASKS as u32
+        );
+    }
+
+    /// A leader's answer without a proof (it is the only voter) counts at once.
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_without_proof_counts_at_once() {
+        let asks = Arc::new(AtomicU64::new(0));
+        let heartbeats = watch::Sender::new(HeartbeatSeen::default());
+        let (rounds, _status) = follower_of_2(asks.clone(), None, &heartbeats);
+        let started = tokio::time::Instant::now();
+        assert_eq!(rounds.join().await.unwrap().index, 9);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(asks.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

@@ -28,8 +28,8 @@ use leasehold_consensus::driver::{Committed, Driver, Input, Machine, Proposed, R
 use leasehold_consensus::eraftpb;
 use leasehold_consensus::reads::{ReadBatcher, ReadError, ReadWaiter};
 use leasehold_consensus::{
-    Checkpoint, Core, CoreConfig, CoreError, CoreStatus, Host, HostError, decode_peer_message,
-    encode_message,
+    Checkpoint, Core, CoreConfig, CoreError, CoreStatus, HeartbeatSeen, Host, HostError,
+    decode_peer_message, encode_message,
 };
 use leasehold_wal::StdFs;
 use leasehold_wal::proto::ConfState;
@@ -38,7 +38,7 @@ use tokio::sync::{oneshot, watch};
 use super::config::CompactionPace;
 use super::engine::{EngineMember, EngineStatus};
 use super::error::{Fatal, ReplicaError};
-use super::forward::{BoxFuture, Forwarded, MemberChange};
+use super::forward::{BoxFuture, Forwarded, MemberChange, RoundProof};
 use crate::command::Proposal;
 use crate::position::{self, LogPosition};
 use crate::state_machine::{self, Applying, Shared};
@@ -88,6 +88,7 @@ pub(crate) struct RsEngine {
     checkpointer: Mutex<Option<Worker>>,
     compactor: Mutex<Option<Worker>>,
     telemetry: Arc<Telemetry>,
+    heartbeats: watch::Sender<HeartbeatSeen>,
 }
 
 /// A storage thread: the checkpointer, or the compactor.
@@ -235,6 +236,7 @@ impl RsEngine {
             ..EngineStatus::default()
         });
         let (fatal, _) = watch::channel(None);
+        let heartbeats = watch::Sender::new(HeartbeatSeen::default());
         let waiters = Waiters::default();
         let machine = RsMachine {
             member_id,
@@ -248,6 +250,7 @@ impl RsEngine {
             core: CoreStatus::default(),
             members,
             append_times: AppendTimes::default(),
+            heartbeats: heartbeats.clone(),
         };
         let reads = ReadBatcher::new((election_tick / 2).max(1), election_tick * 2);
         let driver = Driver::start(core, machine, Duration::from_millis(heartbeat_ms), reads);
@@ -264,6 +267,7 @@ impl RsEngine {
                 checkpointer: Mutex::new(Some(checkpointer)),
                 compactor: Mutex::new(Some(compactor)),
                 telemetry,
+                heartbeats,
             }),
             watched,
         )
@@ -360,8 +364,14 @@ impl RsEngine {
         Box::pin(async move { proposed.await.map(|_| ()) })
     }
 
+    /// What this follower has stepped of its leader's heartbeats ([`HeartbeatSeen`]).
+    pub(super) fn heartbeats(&self) -> watch::Receiver<HeartbeatSeen> {
+        self.heartbeats.subscribe()
+    }
+
     /// A read index from a ReadIndex round that began after this call (this member must lead).
-    pub(super) async fn read_index(&self) -> Result<u64, ReplicaError> {
+    /// With it, what proves the round to a follower ([`RoundProof`]).
+    pub(super) async fn read_index(&self) -> Result<(u64, Option<RoundProof>), ReplicaError> {
         let (answer, answered) = oneshot::channel();
         let waiter: ReadWaiter = Box::new(move |index| {
             let _ = answer.send(index);
@@ -370,7 +380,13 @@ impl RsEngine {
             .send(Input::Read(waiter))
             .map_err(|_| ReplicaError::Stopped)?;
         match answered.await {
-            Ok(Ok(index)) => Ok(index),
+            Ok(Ok(confirmed)) => Ok((
+                confirmed.index,
+                confirmed.proof.map(|p| RoundProof {
+                    term: p.term,
+                    context: p.context,
+                }),
+            )),
             Ok(Err(ReadError::Timeout)) => Err(ReplicaError::NoLeader),
             Ok(Err(_)) | Err(_) => Err(ReplicaError::Stopped),
         }
@@ -663,6 +679,9 @@ struct RsMachine {
     members: BTreeMap<u64, EngineMember>,
     /// When the entries not yet applied were appended here, to date the lease time they carry.
     append_times: AppendTimes,
+    /// What this follower has stepped of its leader's heartbeats (a watch of its own: it moves
+    /// at every heartbeat, which the status's many watchers need not wake for).
+    heartbeats: watch::Sender<HeartbeatSeen>,
 }
 
 impl RsMachine {
@@ -731,6 +750,10 @@ impl Host for RsMachine {
 }
 
 impl Machine for RsMachine {
+    fn leader_heartbeat(&mut self, seen: HeartbeatSeen) {
+        self.heartbeats.send_replace(seen);
+    }
+
     fn apply(&mut self, committed: Vec<Committed>) {
         let mut ids = Vec::with_capacity(committed.len());
         let mut entries = Vec::with_capacity(committed.len());

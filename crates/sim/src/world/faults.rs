@@ -113,7 +113,19 @@ impl World {
                 self.note(format!("partition: m{} can receive but not send", one + 1));
             }
             _ => {
-                if let Some(l) = leader.filter(|l| *l != one) {
+                if let Some(l) = leader.filter(|l| *l != one)
+                    && self.raft_cut_rng.chance(0.5)
+                {
+                    // What etcd's TestHTTPHealthHandler makes with a proxy in front of one
+                    // member's peer port: the leader cannot reach it, while its own connections
+                    // to the leader (its asks, and their answers) still go.
+                    self.raft_cut.insert((l, one));
+                    self.note(format!(
+                        "partition: m{} hears no Raft traffic from the leader m{}; its asks still go",
+                        one + 1,
+                        l + 1
+                    ));
+                } else if let Some(l) = leader.filter(|l| *l != one) {
                     self.cut.insert((l, one));
                     self.cut.insert((one, l));
                     self.note(format!(
@@ -285,6 +297,7 @@ impl World {
     pub(super) fn heal(&mut self) {
         self.healed_at = Some(self.now);
         self.cut.clear();
+        self.raft_cut.clear();
         self.note("heal: faults stop".into());
         for m in 0..self.members.len() {
             self.members[m].paused_until = self.members[m].paused_until.min(self.now);

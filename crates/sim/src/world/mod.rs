@@ -136,6 +136,13 @@ struct World {
     members: Vec<Member>,
     /// One-way links that drop everything: (from, to) by index.
     cut: BTreeSet<(usize, usize)>,
+    /// One-way links that drop Raft's messages only: (from, to) by index. The peer line's
+    /// messages still go (a follower's line to the leader is a connection the follower opened,
+    /// and answers come back on it, where `from` cannot open one to `to`).
+    raft_cut: BTreeSet<(usize, usize)>,
+    /// Which partitions of a member from its leader cut the leader's Raft traffic only: its
+    /// own generator, so that the other draws stay as they were.
+    raft_cut_rng: Rng,
     clients: Vec<Client>,
     watchers: Vec<Watcher>,
     /// Fenced writes the store accepted: (revision, the token they carried).
@@ -218,6 +225,8 @@ pub fn run(seed: u64, options: Options) -> Outcome {
         queue: BinaryHeap::new(),
         members,
         cut: BTreeSet::new(),
+        raft_cut: BTreeSet::new(),
+        raft_cut_rng: Rng::new(seed ^ 0x0e3a_0000_0000_0007),
         clients: Vec::new(),
         watchers: Vec::new(),
         fenced: Vec::new(),
@@ -450,6 +459,7 @@ impl World {
                         let back = PeerMsg::ReadIndexed {
                             request,
                             index: None,
+                            proof: None,
                         };
                         let delay = self.latency();
                         let to = (from - 1) as usize;
@@ -501,6 +511,7 @@ impl World {
             Ev::Partition => self.partition(),
             Ev::HealNetwork => {
                 self.cut.clear();
+                self.raft_cut.clear();
                 self.note("network healed".into());
             }
             Ev::Crash => self.crash(),
@@ -547,7 +558,9 @@ impl World {
                     } else {
                         0
                     };
-                    self.send(from, to, sync, true, |bytes| Ev::Raft { to, bytes }, bytes);
+                    if !self.raft_cut.contains(&(from, to)) {
+                        self.send(from, to, sync, true, |bytes| Ev::Raft { to, bytes }, bytes);
+                    }
                 }
                 Out::Peer { to, msg } => {
                     let to = (to - 1) as usize;
