@@ -177,9 +177,12 @@ pub(crate) struct Db {
     /// opening the file again after a write that ran out of space (`None` until that succeeds).
     db: RwLock<Option<Database>>,
     path: std::path::PathBuf,
-    /// The last write of the staged state, or of a compaction's removals, ran out of space (see
-    /// [`Db::out_of_space`]).
+    /// A write of the staged state, or of a compaction's removals, ran out of space, and the
+    /// disk has not had room since (see [`Db::out_of_space`]). [`FULL_MARKER`] says so across a
+    /// restart.
     out_of_space: AtomicBool,
+    /// The last write ran out of space: redb takes no other until the file is opened again.
+    reopen_needed: AtomicBool,
     /// Held by each writer of the state (the stage, a compaction's removals) from its look at
     /// `out_of_space` to its commit: redb takes no write after a failed one until the file is
     /// opened again, so a writer must not begin behind another's failure unawares; compactions
@@ -425,11 +428,52 @@ impl Db {
         ))
     }
 
-    /// Whether the disk ran out of space under the last write of the staged state: writes that
-    /// add data are refused meanwhile (`Replica::admit`, etcd's NOSPACE), reads go on from
-    /// memory, and every checkpoint tries again, so the member resumes once space is freed.
+    /// Whether the disk ran out of space under a write of the staged state and has not had room
+    /// since ([`Db::clear_full_if_room`]): writes that add data are refused meanwhile
+    /// (`Replica::admit`, etcd's NOSPACE), reads go on from memory, and every checkpoint tries
+    /// again, so the member resumes once space is freed.
     pub(crate) fn out_of_space(&self) -> bool {
         self.out_of_space.load(Ordering::SeqCst)
+    }
+
+    /// Marks the disk full after a write that ran out of space; whether it was not marked
+    /// before. The empty [`FULL_MARKER`] (it takes no data blocks, so a full disk mostly still
+    /// takes it) keeps the mark across a restart, as etcd's NOSPACE alarm outlives one.
+    fn mark_full(&self) -> bool {
+        self.reopen_needed.store(true, Ordering::SeqCst);
+        if self.out_of_space.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        if let Err(e) = std::fs::File::create(self.path.with_file_name(FULL_MARKER)) {
+            tracing::debug!("could not mark the full disk in the data dir: {e}");
+        }
+        true
+    }
+
+    /// After a write got through (or found nothing to write) on a disk marked full: clears the
+    /// mark once the disk has room again, free space for a quarter of the file and at least
+    /// [`ROOM_MIN`]. A write that fits in pages the file already had free says nothing of the
+    /// disk: after a restart on a full disk, redb finds such pages. Whether it cleared.
+    fn clear_full_if_room(&self) -> bool {
+        use leasehold_wal::Fs as _;
+        if !self.out_of_space() {
+            return false;
+        }
+        let file_bytes = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        let needed = (file_bytes / 4).max(ROOM_MIN);
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        if leasehold_wal::StdFs
+            .available(dir)
+            .is_some_and(|free| free < needed)
+        {
+            return false;
+        }
+        if let Err(e) = std::fs::remove_file(self.path.with_file_name(FULL_MARKER))
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("removing the full-disk mark from the data dir: {e}");
+        }
+        self.out_of_space.swap(false, Ordering::SeqCst)
     }
 
     /// redb refuses every write after one that failed, until its file is opened again (which
@@ -467,11 +511,14 @@ impl Db {
     /// Before a write (under `writing`): a file whose last write ran out of space is opened
     /// again ([`Db::reopen`]); an error naming `what` while the disk is still too full for that.
     fn reopen_if_full(&self, what: &'static str) -> Result<(), StorageError> {
-        if self.out_of_space() && !self.reopen()? {
-            return Err(StorageError::Write {
-                what,
-                error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
-            });
+        if self.reopen_needed.load(Ordering::SeqCst) {
+            if !self.reopen()? {
+                return Err(StorageError::Write {
+                    what,
+                    error: redb::Error::Io(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+                });
+            }
+            self.reopen_needed.store(false, Ordering::SeqCst);
         }
         Ok(())
     }
@@ -503,6 +550,9 @@ impl Db {
         let mut txn = self.begin_write().map_err(StorageError::write(what))?;
         let mut staged = std::mem::take(&mut *self.staged_sm.lock().expect("staged lock poisoned"));
         let Some(meta) = staged.meta.as_ref() else {
+            if self.clear_full_if_room() {
+                tracing::warn!("the disk has room again: writes are admitted");
+            }
             return Ok(None);
         };
         let applied = meta.last_applied;
@@ -523,7 +573,7 @@ impl Db {
         };
         match committed {
             Ok(()) => {
-                if self.out_of_space.swap(false, Ordering::SeqCst) {
+                if self.clear_full_if_room() {
                     tracing::warn!(
                         "the disk has room again: the state is written and writes are admitted"
                     );
@@ -533,7 +583,7 @@ impl Db {
             }
             Err(e) => {
                 self.restage(staged);
-                if e.is_out_of_space() && !self.out_of_space.swap(true, Ordering::SeqCst) {
+                if e.is_out_of_space() && self.mark_full() {
                     tracing::error!(
                         "the disk is full ({e}): writes that add data get NOSPACE and reads go on \
                          until space is freed; the state is written again at every checkpoint"
@@ -672,6 +722,12 @@ impl Db {
 /// The database's file in a data dir.
 const DB_FILE: &str = "leasehold.redb";
 
+/// An empty file beside [`DB_FILE`] while the disk is marked full ([`Db::mark_full`]).
+const FULL_MARKER: &str = "leasehold.disk-full";
+
+/// The least free space that clears a full-disk mark ([`Db::clear_full_if_room`]).
+const ROOM_MIN: u64 = 8 << 20;
+
 /// Opens (or creates) the database under `dir` and makes sure every table exists, so that
 /// readers never meet a missing table. A database that has them all is only read here: a
 /// restart on a full disk must not need the space a commit takes.
@@ -692,11 +748,19 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         make_tables(&db)?;
     }
     let (closed, _) = tokio::sync::watch::channel(());
+    let marked_full = path.with_file_name(FULL_MARKER).exists();
+    if marked_full {
+        tracing::warn!(
+            "the disk was full when this member last ran: writes that add data get NOSPACE until \
+             it has room again"
+        );
+    }
     Ok(Arc::new(Db {
         open: Arc::default(),
         db: RwLock::new(Some(db)),
         path,
-        out_of_space: AtomicBool::new(false),
+        out_of_space: AtomicBool::new(marked_full),
+        reopen_needed: AtomicBool::new(false),
         writing: Mutex::default(),
         staged_sm: Mutex::new(StagedSm::default()),
         checkpoint_bell: Arc::default(),

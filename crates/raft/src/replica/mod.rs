@@ -278,6 +278,7 @@ impl Replica {
             transport,
             compaction_pace: cfg.compaction_pace,
         };
+        let replayed_to = log.commit_index();
         let (engine, status) = RsEngine::start(log, start);
         // The proposer, the read rounds, leadership following.
         let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
@@ -329,6 +330,7 @@ impl Replica {
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
         });
         replica.warn_if_not_a_member();
+        replica.checkpoint_replayed(replayed_to).await;
         tokio::spawn(Replica::follow_leadership(Arc::downgrade(&replica)));
         if cfg.bootstrap && cfg.initial_peers.is_empty() && replica.members().len() <= 1 {
             let bound = Duration::from_millis(cfg.election_timeout_ms * 20);
@@ -337,6 +339,26 @@ impl Replica {
             }
         }
         Ok(replica)
+    }
+
+    /// Applies what the log committed beyond the last checkpoint (up to `replayed_to`) and
+    /// writes it once, before this member serves: on a disk that filled before a restart, the
+    /// write finds no room and marks the disk full, so the first client write already gets
+    /// NOSPACE (as etcd's alarm outlives its restart) rather than entering the log while the
+    /// checkpointer waits out its window. Any other failure is the checkpointer's to report.
+    async fn checkpoint_replayed(&self, replayed_to: u64) {
+        let mut status = self.status.clone();
+        let _ = status
+            .wait_for(|s| s.applied_index >= replayed_to || s.stopped)
+            .await;
+        let Some(db) = self.db.upgrade() else {
+            return;
+        };
+        match tokio::task::spawn_blocking(move || db.checkpoint()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("writing what the log replayed at start: {e}"),
+            Err(e) => tracing::warn!("writing what the log replayed at start: {e}"),
+        }
     }
 
     /// Warns when the data dir holds a cluster without this member: its ID comes from the

@@ -126,6 +126,13 @@ pub(super) struct OpenedLog {
     members: position::Members,
 }
 
+impl OpenedLog {
+    /// The commit index the log holds: what this member applies at start without a leader.
+    pub(super) fn commit_index(&self) -> u64 {
+        self.core.status().commit
+    }
+}
+
 /// The membership a member starts with: the one its file holds, or, in a data dir that holds
 /// nothing yet, the new cluster's members (`bootstrap`) as voters.
 pub(super) fn starting_membership(

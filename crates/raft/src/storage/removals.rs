@@ -10,7 +10,6 @@
 //! compaction resumes at the next start.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use leasehold_mvcc::Revision;
@@ -121,7 +120,7 @@ impl Db {
                 // redb takes no write after a failed one until its file is opened again: the
                 // next writer does that once this one marks the disk full. Any other failure
                 // ends the member at the checkpointer's next write, as a failed checkpoint does.
-                if e.is_out_of_space() && !self.out_of_space.swap(true, Ordering::SeqCst) {
+                if e.is_out_of_space() && self.mark_full() {
                     tracing::error!(
                         "the disk is full ({e}): writes that add data get NOSPACE and reads go \
                          on until space is freed"
@@ -138,7 +137,7 @@ impl Db {
                 .expect("staged lock poisoned")
                 .meta
                 .is_none();
-            if nothing_staged && self.out_of_space.swap(false, Ordering::SeqCst) {
+            if nothing_staged && self.clear_full_if_room() {
                 tracing::warn!(
                     "the disk has room again: a compaction's rows are removed and writes are \
                      admitted"
