@@ -139,6 +139,10 @@ fn replica_errors_cross_the_wire() {
         ReplicaError::NoLeader
     ));
     assert!(matches!(
+        round_trip(ReplicaError::LeaderChanged),
+        ReplicaError::LeaderChanged
+    ));
+    assert!(matches!(
         round_trip(MembershipError::NotLearner.into()),
         ReplicaError::Membership(MembershipError::NotLearner)
     ));

@@ -212,6 +212,9 @@ impl From<ApiError> for Status {
                 ReplicaError::NoLeader | ReplicaError::LeaderUnreachable => {
                     Status::new(Code::Unavailable, "etcdserver: no leader")
                 }
+                ReplicaError::LeaderChanged => {
+                    Status::new(Code::Unavailable, "etcdserver: leader changed")
+                }
                 ReplicaError::Stopped => {
                     Status::new(Code::Unavailable, "etcdserver: server stopped")
                 }
@@ -356,6 +359,11 @@ mod tests {
         api(mvcc::Error::LeaseNotFound, NotFound, no_lease);
 
         api(ReplicaError::NoLeader, Unavailable, "etcdserver: no leader");
+        api(
+            ReplicaError::LeaderChanged,
+            Unavailable,
+            "etcdserver: leader changed",
+        );
         api(
             ReplicaError::Stopped,
             Unavailable,

@@ -161,7 +161,8 @@ async fn read_check(ctx: &ServerContext, linearizable: bool) -> Result<(), Strin
     let read = ctx.replica.read(linearizable, |s| s.current_revision());
     match tokio::time::timeout(CHECK_READ_TIMEOUT, read).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
+        // etcd's words: its check prints the error its read got.
+        Ok(Err(e)) => Err(tonic::Status::from(ApiError::from(e)).message().to_owned()),
         Err(_) => Err(format!("no answer within {CHECK_READ_TIMEOUT:?}")),
     }
 }

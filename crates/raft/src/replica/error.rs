@@ -24,6 +24,11 @@ pub enum ReplicaError {
     /// (`Replica::write`); whatever gives up on it answers as for `NoLeader`.
     #[error("the leader could not be reached")]
     LeaderUnreachable,
+    /// The leader changed while a linearizable read waited for its read index (etcd's
+    /// `ErrLeaderChanged`): a member cut off from its leader loses it, a leader cut off from its
+    /// quorum steps down. The client reads again.
+    #[error("leader changed")]
+    LeaderChanged,
     /// An orderly stop: this process is shutting the member down.
     #[error("raft stopped")]
     Stopped,
@@ -107,6 +112,7 @@ enum WireError {
     NotLeader,
     BadLeaderTransferee,
     LeaderTransferTimeout,
+    LeaderChanged,
 }
 
 impl From<ReplicaError> for WireError {
@@ -126,6 +132,7 @@ impl From<ReplicaError> for WireError {
             ReplicaError::NotLeader => WireError::NotLeader,
             ReplicaError::BadLeaderTransferee => WireError::BadLeaderTransferee,
             ReplicaError::LeaderTransferTimeout => WireError::LeaderTransferTimeout,
+            ReplicaError::LeaderChanged => WireError::LeaderChanged,
         }
     }
 }
@@ -147,6 +154,7 @@ impl From<WireError> for ReplicaError {
             WireError::NotLeader => ReplicaError::NotLeader,
             WireError::BadLeaderTransferee => ReplicaError::BadLeaderTransferee,
             WireError::LeaderTransferTimeout => ReplicaError::LeaderTransferTimeout,
+            WireError::LeaderChanged => ReplicaError::LeaderChanged,
         }
     }
 }

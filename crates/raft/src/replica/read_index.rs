@@ -50,7 +50,8 @@ impl ReadIndexRounds {
     }
 
     /// On the leader: confirms leadership with a quorum (raft-rs's ReadIndex), waits until
-    /// this member has applied that far, and reads the lease time.
+    /// this member has applied that far, and reads the lease time. A leader that stops leading
+    /// meanwhile (it lost its quorum, say) fails the round with "leader changed", as etcd's does.
     pub(super) fn leader(
         engine: Arc<RsEngine>,
         status: watch::Receiver<EngineStatus>,
@@ -59,7 +60,15 @@ impl ReadIndexRounds {
         ReadIndexRounds::new(Arc::new(move || {
             let (engine, status, clock) = (engine.clone(), status.clone(), clock.clone());
             Box::pin(async move {
-                let (index, proof) = engine.read_index().await?;
+                let (term, leading) = {
+                    let s = status.borrow();
+                    (s.term, s.is_leader)
+                };
+                let (index, proof) = if leading {
+                    unless_deposed(&status, term, engine.read_index()).await?
+                } else {
+                    engine.read_index().await?
+                };
                 wait_applied(&status, index).await?;
                 Ok(ReadIndex {
                     index,
@@ -105,7 +114,14 @@ impl ReadIndexRounds {
                     }
                     Err(ReplicaError::NoLeader)
                 };
-                unless_leader_changes(&status, leader, proven_round).await
+                match unless_leader_changes(&status, leader, proven_round).await {
+                    // Given up because this member lost that leader (or heard of another): etcd's
+                    // answer then.
+                    Err(ReplicaError::NoLeader) if status.borrow().leader != Some(leader) => {
+                        Err(ReplicaError::LeaderChanged)
+                    }
+                    other => other,
+                }
             })
         }))
     }
@@ -128,6 +144,23 @@ impl ReadIndexRounds {
             ));
         }
         answered.await.map_err(|_| ReplicaError::Stopped)?
+    }
+}
+
+/// Runs `request` on a member that leads in `term`, but gives up with "leader changed" as soon
+/// as it stops leading or the term moves.
+async fn unless_deposed<T>(
+    status: &watch::Receiver<EngineStatus>,
+    term: u64,
+    request: impl std::future::Future<Output = Result<T, ReplicaError>>,
+) -> Result<T, ReplicaError> {
+    let mut status = status.clone();
+    let deposed = async move {
+        let _ = status.wait_for(|s| !s.is_leader || s.term != term).await;
+    };
+    tokio::select! {
+        result = request => result,
+        () = deposed => Err(ReplicaError::LeaderChanged),
     }
 }
 
@@ -345,6 +378,22 @@ mod tests {
             started.elapsed(),
             Duration::from_millis(500) * PROOF_ASKS as u32
         );
+    }
+
+    /// A follower that loses its leader while it waits for the round's heartbeat fails the
+    /// round at once with etcd's "leader changed".
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_round_fails_with_leader_changed_when_the_leader_goes() {
+        let asks = Arc::new(AtomicU64::new(0));
+        let heartbeats = watch::Sender::new(HeartbeatSeen::default());
+        let (rounds, status) = follower_of_2(asks.clone(), Some(PROOF), &heartbeats);
+        let read = tokio::spawn(async move { rounds.join().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!read.is_finished());
+        status.send_modify(|s| s.leader = None);
+        let read = read.await.unwrap();
+        assert!(matches!(read, Err(ReplicaError::LeaderChanged)), "{read:?}");
+        assert_eq!(asks.load(Ordering::SeqCst), 1);
     }
 
     /// A leader's answer without a proof (it is the only voter) counts at once.
