@@ -246,6 +246,9 @@ struct LeaderRound {
     readers: Vec<LeaderReader>,
     /// The read index, once the core confirmed it.
     confirmed: Option<Confirmed>,
+    /// The term this member led in when the round began: a round not yet confirmed ends failed
+    /// as soon as it stops leading in it (the replica's `unless_deposed`).
+    led_term: Option<u64>,
 }
 
 /// A follower round: read-index requests to `leader` for `readers`, failed if the leader
@@ -630,10 +633,12 @@ impl Member {
     /// One leader round for `readers`: the core's read index, through the driver's batcher.
     fn start_leader_round(&mut self, readers: Vec<LeaderReader>) {
         let number = self.next_ctx();
+        let led_term = self.status().filter(|s| s.is_leader).map(|s| s.term);
         self.leader_round = Some(LeaderRound {
             number,
             readers,
             confirmed: None,
+            led_term,
         });
         let answers = self.read_answers.clone();
         self.reads.add(Box::new(move |result| {
@@ -1385,6 +1390,18 @@ impl Member {
             && applied >= confirmed.index
         {
             self.finish_leader_round(Some(confirmed), out);
+        }
+        // A round still waiting for its read index fails once this member stops leading (only
+        // with the core at hand: within the Raft thread's round it is out, and says nothing).
+        if let Some(term) = self
+            .leader_round
+            .as_ref()
+            .filter(|r| r.confirmed.is_none())
+            .and_then(|r| r.led_term)
+            && let Some(status) = self.status()
+            && !(status.is_leader && status.term == term)
+        {
+            self.finish_leader_round(None, out);
         }
         // A follower round is given up as soon as its leader is replaced
         // (`unless_leader_changes`), or once its ask has waited too long; a proving one ends

@@ -105,7 +105,7 @@ fn a_new_leader_that_gives_fresh_ttls_is_caught() {
 /// arrives, without first applying that far (the replica's `wait_applied`).
 #[test]
 fn a_follower_serving_a_stale_linearizable_read_is_caught() {
-    caught(Variant::StaleFollowerRead, 15, |f| {
+    caught(Variant::StaleFollowerRead, 80, |f| {
         f.contains("not linearizable")
     });
 }
