@@ -81,6 +81,9 @@ workloads=(
   "leader|put --clients 64 --conns 8 --total 20000"
   "all|put --clients 64 --conns 8 --total 20000"
   "all|range --clients 64 --conns 8 --total 20000 --consistency l"
+  # Linearizable reads on followers only: each round asks the leader, and (since 2026-12-04) also
+  # waits for the leader's heartbeat of that round.
+  "followers|range --clients 64 --conns 8 --total 20000 --consistency l"
   "all|lease-grant --clients 64 --conns 8 --total 10000"
   "followers|lease-keepalive --clients 64 --conns 8 --total 20000"
   "all|lease-keepalive --leases 6000 --streams 3 --conns 3 --duration 8"
