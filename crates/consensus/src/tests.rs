@@ -490,23 +490,28 @@ fn linearizable_reads_get_a_read_index_on_the_leader_and_on_a_follower() {
     );
 }
 
+/// Three members with a leader that has committed an entry of its term, everything delivered:
+/// the cluster, the leader and the two followers.
+fn three_with_an_entry() -> (Cluster, u64, [u64; 2]) {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let leader = c.elect();
+    c.propose(leader, "v");
+    c.settle();
+    let mut followers = c.members.keys().copied().filter(|id| *id != leader);
+    let followers = [
+        followers.next().expect("two followers"),
+        followers.next().expect("two followers"),
+    ];
+    (c, leader, followers)
+}
+
 /// Each read round's context reaches, on the leader's heartbeat, every follower the leader's
 /// traffic reaches; a follower that hears nothing from the leader (its inbound link dropped, its
 /// outbound working) holds none, though the leader confirms the round with the third member.
 /// That is what a follower's read waits for, so that it fails there as etcd's does.
 #[test]
 fn a_read_rounds_context_reaches_only_the_followers_the_leader_reaches() {
-    let mut c = Cluster::new(&[1, 2, 3]);
-    let leader = c.elect();
-    c.propose(leader, "v");
-    c.settle();
-    let followers: Vec<u64> = c
-        .members
-        .keys()
-        .copied()
-        .filter(|id| *id != leader)
-        .collect();
-    let (reached, unreached) = (followers[0], followers[1]);
+    let (mut c, leader, [reached, unreached]) = three_with_an_entry();
     let term = c.core(leader).status().term;
     c.one_way.insert((leader, unreached));
     c.core(leader).read_index(7u64.to_be_bytes().to_vec());
@@ -533,20 +538,13 @@ fn a_read_rounds_context_reaches_only_the_followers_the_leader_reaches() {
 /// not count it as a round of the leader's own (its count is the follower's, not the leader's).
 #[test]
 fn a_forwarded_read_round_is_not_taken_for_the_leaders_own() {
-    let mut c = Cluster::new(&[1, 2, 3]);
-    let leader = c.elect();
-    c.propose(leader, "v");
-    c.settle();
-    let followers: Vec<u64> = c
-        .members
-        .keys()
-        .copied()
-        .filter(|id| *id != leader)
-        .collect();
-    let (asker, other) = (followers[0], followers[1]);
+    let (mut c, leader, [asker, other]) = three_with_an_entry();
     let context = 1_000u64.to_be_bytes().to_vec();
     c.core(asker).read_index(context.clone());
     c.run_until(20, |c| !c.members[&asker].read_states.is_empty());
+    // Everything the leader sent meanwhile, its heartbeats with the round's context included,
+    // reaches the other follower.
+    c.settle();
     let commit = c.core(leader).status().commit;
     assert_eq!(c.members[&asker].read_states, vec![(commit, context)]);
     assert!(
