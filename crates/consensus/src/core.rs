@@ -179,6 +179,14 @@ pub struct HeartbeatSeen {
     pub context: u64,
 }
 
+impl HeartbeatSeen {
+    /// Whether this follower has stepped a heartbeat of `leader` that proves `proof`: one of
+    /// the round's term carrying its context or a later one.
+    pub fn proves(&self, leader: u64, proof: crate::reads::ReadProof) -> bool {
+        (self.leader, self.term) == (leader, proof.term) && self.context >= proof.context
+    }
+}
+
 /// When messages from a peer began to come without a gap, and when the last one came (ticks).
 #[derive(Clone, Copy, Debug)]
 struct Heard {

@@ -35,9 +35,13 @@ pub struct Confirmed {
     pub proof: Option<ReadProof>,
 }
 
-/// A leader's heartbeats of `term` carried `context` once the round began: a follower that has
-/// stepped it ([`crate::HeartbeatSeen`]) has heard from the leader since.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A leader's read round reaches every follower the leader's own traffic reaches: its Raft
+/// heartbeats of `term` carried the round's `context` once the round began. A follower that has
+/// stepped such a heartbeat, or a later round's ([`crate::HeartbeatSeen::proves`]), has heard
+/// from the leader since the round began; one the leader cannot reach never does, though the
+/// others confirm the round and the follower's own asks still get through. Only leaders start
+/// rounds under contexts of this module's form, so those of one leader's term count up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReadProof {
     pub term: u64,
     pub context: u64,

@@ -247,7 +247,7 @@ struct LeaderRound {
     /// The read index, once the core confirmed it.
     confirmed: Option<Confirmed>,
     /// The term this member led in when the round began: a round not yet confirmed ends failed
-    /// as soon as it stops leading in it (the replica's `unless_deposed`).
+    /// as soon as it stops leading in it (the replica's leader rounds, `forward::unless`).
     led_term: Option<u64>,
 }
 
@@ -778,9 +778,7 @@ impl Member {
             .as_ref()
             .map(|core| core.heartbeat_seen())
             .unwrap_or_default();
-        if (seen.leader, seen.term) == (round.leader, proving.proof.term)
-            && seen.context >= proving.proof.context
-        {
+        if seen.proves(round.leader, proving.proof) {
             let index = proving.index;
             self.finish_follower_round(now, Some(index), out);
         } else if now >= proving.deadline {
@@ -1404,7 +1402,7 @@ impl Member {
             self.finish_leader_round(None, out);
         }
         // A follower round is given up as soon as its leader is replaced
-        // (`unless_leader_changes`), or once its ask has waited too long; a proving one ends
+        // (`forward::unless`), or once its ask has waited too long; a proving one ends
         // when its proof comes, or asks again.
         if let Some(round) = &self.follower_round
             && (self.leader_elsewhere() != Some(round.leader)

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub use leasehold_consensus::reads::ReadProof;
+
 use super::engine::EngineStatus;
 use super::error::ReplicaError;
 use crate::command::{Applied, Write};
@@ -62,19 +64,7 @@ pub struct ReadIndex {
     pub lease_now_ms: Option<u64>,
     /// What the follower must have heard from the leader before it reads (`None`: nothing, the
     /// leader being the only voter).
-    pub proof: Option<RoundProof>,
-}
-
-/// A leader's read round reaches every follower the leader's own traffic reaches: its Raft
-/// heartbeats of `term` carried the round's `context` once the round began. A follower that has
-/// stepped such a heartbeat (or a later round's) has heard from the leader since the round
-/// began; one the leader cannot reach never does, though the others confirm the round and the
-/// follower's own asks still get through. Only leaders start read rounds, so contexts of one
-/// leader's term count up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RoundProof {
-    pub term: u64,
-    pub context: u64,
+    pub proof: Option<ReadProof>,
 }
 
 /// How a follower reaches the leader for what only the leader can do: commit writes and give a
@@ -160,7 +150,10 @@ pub(super) fn leader_elsewhere(
 }
 
 /// Has the leader commit `writes`. The answer comes before this member has applied them: a
-/// caller whose client may read here next waits for that with [`wait_applied`].
+/// caller whose client may read here next waits for that with [`wait_applied`]. Given up with
+/// "no leader" as soon as this member learns of another leader (or none): a leader that was
+/// cut off may never answer, and the client should retry against the new one at once rather
+/// than after a time-out.
 pub(super) async fn forward(
     status: &watch::Receiver<EngineStatus>,
     forwarder: &dyn Forwarder,
@@ -168,31 +161,31 @@ pub(super) async fn forward(
     addr: String,
     writes: Vec<Write>,
 ) -> Result<Forwarded, ReplicaError> {
-    unless_leader_changes(status, leader, forwarder.forward(leader, addr, writes)).await
+    let gone = move |s: &EngineStatus| s.leader != Some(leader);
+    unless(
+        status,
+        gone,
+        ReplicaError::NoLeader,
+        forwarder.forward(leader, addr, writes),
+    )
+    .await
 }
 
-/// Runs a request to `leader`, but gives up with "no leader" as soon as this member learns of
-/// another leader (or none): a leader that was cut off may never answer, and the client should
-/// retry against the new one at once rather than after a time-out.
-pub(super) async fn unless_leader_changes<T>(
+/// Runs `request`, but gives up with `error` as soon as this member's status meets `over` (or
+/// the engine is gone).
+pub(super) async fn unless<T>(
     status: &watch::Receiver<EngineStatus>,
-    leader: u64,
+    over: impl Fn(&EngineStatus) -> bool,
+    error: ReplicaError,
     request: impl std::future::Future<Output = Result<T, ReplicaError>>,
 ) -> Result<T, ReplicaError> {
     let mut status = status.clone();
-    let deposed = async move {
-        loop {
-            if status.borrow_and_update().leader != Some(leader) {
-                return;
-            }
-            if status.changed().await.is_err() {
-                return;
-            }
-        }
+    let ended = async move {
+        let _ = status.wait_for(over).await;
     };
     tokio::select! {
         result = request => result,
-        () = deposed => Err(ReplicaError::NoLeader),
+        () = ended => Err(error),
     }
 }
 

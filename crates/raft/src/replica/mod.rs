@@ -30,7 +30,7 @@ pub use config::{CompactionPace, LEASE_COVER_MARGIN_DEFAULT_MS, ReplicaConfig};
 pub use engine::MemberInfo;
 pub use error::{Fatal, MembershipError, ReplicaError, StartError};
 pub use forward::{
-    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, NoForwarding, ReadIndex, RoundProof,
+    BoxFuture, Forwarded, Forwarder, MemberChange, MemberHash, NoForwarding, ReadIndex, ReadProof,
 };
 
 use batch::{Committed, Pending, QUEUE_LEN_MAX, propose_batches};

@@ -11,13 +11,13 @@ use tokio::sync::{oneshot, watch};
 use super::engine::EngineStatus;
 use super::error::ReplicaError;
 use super::forward::{
-    BoxFuture, Forwarder, ReadIndex, RoundProof, leader_elsewhere, unless_leader_changes,
-    wait_applied,
+    BoxFuture, Forwarder, ReadIndex, ReadProof, leader_elsewhere, unless, wait_applied,
 };
 use super::lease_time::SharedClock;
 use super::rs::RsEngine;
 use crate::steps::ReadRounds;
 use crate::telemetry::Telemetry;
+use ReplicaError::LeaderChanged;
 
 type Round = Arc<dyn Fn() -> BoxFuture<Result<ReadIndex, ReplicaError>> + Send + Sync>;
 
@@ -51,7 +51,8 @@ impl ReadIndexRounds {
 
     /// On the leader: confirms leadership with a quorum (raft-rs's ReadIndex), waits until
     /// this member has applied that far, and reads the lease time. A leader that stops leading
-    /// meanwhile (it lost its quorum, say) fails the round with "leader changed", as etcd's does.
+    /// before the round is confirmed (it lost its quorum, say) fails it with "leader changed" at
+    /// once, as etcd's does.
     pub(super) fn leader(
         engine: Arc<RsEngine>,
         status: watch::Receiver<EngineStatus>,
@@ -64,27 +65,28 @@ impl ReadIndexRounds {
                     let s = status.borrow();
                     (s.term, s.is_leader)
                 };
-                let (index, proof) = if leading {
-                    unless_deposed(&status, term, engine.read_index()).await?
+                let confirmed = if leading {
+                    let deposed = move |s: &EngineStatus| !s.is_leader || s.term != term;
+                    unless(&status, deposed, LeaderChanged, engine.read_index()).await?
                 } else {
                     engine.read_index().await?
                 };
-                wait_applied(&status, index).await?;
+                wait_applied(&status, confirmed.index).await?;
                 Ok(ReadIndex {
-                    index,
+                    index: confirmed.index,
                     lease_now_ms: clock.get().map(|c| c.now_ms(std::time::Instant::now())),
-                    proof,
+                    proof: confirmed.proof,
                 })
             })
         }))
     }
 
     /// On a follower: a read-index request to the current leader for the whole round, given up
-    /// as soon as that leader is replaced.
+    /// with "leader changed" as soon as that leader is replaced.
     ///
     /// The leader answers on this member's own line to it, which reaches the leader even when
     /// the leader's traffic cannot reach this member (a one-way partition). So the round counts
-    /// only once this member has also stepped the leader's own heartbeat for it ([`RoundProof`],
+    /// only once this member has also stepped the leader's own heartbeat for it ([`ReadProof`],
     /// on `heartbeats`), as an etcd follower hears its read index only over the leader's Raft
     /// traffic. A proof not heard within half `election_timeout` (the heartbeat may have been
     /// lost) asks again; after [`PROOF_ASKS`] asks the round fails with "no leader".
@@ -114,14 +116,10 @@ impl ReadIndexRounds {
                     }
                     Err(ReplicaError::NoLeader)
                 };
-                match unless_leader_changes(&status, leader, proven_round).await {
-                    // Given up because this member lost that leader (or heard of another): etcd's
-                    // answer then.
-                    Err(ReplicaError::NoLeader) if status.borrow().leader != Some(leader) => {
-                        Err(ReplicaError::LeaderChanged)
-                    }
-                    other => other,
-                }
+                // Given up as soon as this member loses that leader (or hears of another), with
+                // etcd's answer then.
+                let gone = move |s: &EngineStatus| s.leader != Some(leader);
+                unless(&status, gone, LeaderChanged, proven_round).await
             })
         }))
     }
@@ -147,23 +145,6 @@ impl ReadIndexRounds {
     }
 }
 
-/// Runs `request` on a member that leads in `term`, but gives up with "leader changed" as soon
-/// as it stops leading or the term moves.
-async fn unless_deposed<T>(
-    status: &watch::Receiver<EngineStatus>,
-    term: u64,
-    request: impl std::future::Future<Output = Result<T, ReplicaError>>,
-) -> Result<T, ReplicaError> {
-    let mut status = status.clone();
-    let deposed = async move {
-        let _ = status.wait_for(|s| !s.is_leader || s.term != term).await;
-    };
-    tokio::select! {
-        result = request => result,
-        () = deposed => Err(ReplicaError::LeaderChanged),
-    }
-}
-
 /// How many times a follower asks for a read round whose heartbeat it does not hear.
 const PROOF_ASKS: usize = 4;
 
@@ -171,12 +152,10 @@ const PROOF_ASKS: usize = 4;
 async fn heard(
     heartbeats: &mut watch::Receiver<HeartbeatSeen>,
     leader: u64,
-    proof: RoundProof,
+    proof: ReadProof,
     within: Duration,
 ) -> bool {
-    let proven = heartbeats.wait_for(|seen| {
-        (seen.leader, seen.term) == (leader, proof.term) && seen.context >= proof.context
-    });
+    let proven = heartbeats.wait_for(|seen| seen.proves(leader, proof));
     matches!(tokio::time::timeout(within, proven).await, Ok(Ok(_)))
 }
 
@@ -244,10 +223,10 @@ mod tests {
     /// the asks.
     struct ProvingLeader {
         asks: Arc<AtomicU64>,
-        proof: Option<RoundProof>,
+        proof: Option<ReadProof>,
     }
 
-    const PROOF: RoundProof = RoundProof {
+    const PROOF: ReadProof = ReadProof {
         term: 3,
         context: 5,
     };
@@ -298,7 +277,7 @@ mod tests {
     /// heartbeats member 1 has stepped on `seen`.
     fn follower_of_2(
         asks: Arc<AtomicU64>,
-        proof: Option<RoundProof>,
+        proof: Option<ReadProof>,
         seen: &watch::Sender<HeartbeatSeen>,
     ) -> (ReadIndexRounds, watch::Sender<EngineStatus>) {
         let members = [1, 2]

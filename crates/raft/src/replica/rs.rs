@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use leasehold_consensus::driver::{Committed, Driver, Input, Machine, Proposed, Reply};
 use leasehold_consensus::eraftpb;
-use leasehold_consensus::reads::{ReadBatcher, ReadError, ReadWaiter};
+use leasehold_consensus::reads::{Confirmed, ReadBatcher, ReadError, ReadWaiter};
 use leasehold_consensus::{
     Checkpoint, Core, CoreConfig, CoreError, CoreStatus, HeartbeatSeen, Host, HostError,
     decode_peer_message, encode_message,
@@ -38,7 +38,7 @@ use tokio::sync::{oneshot, watch};
 use super::config::CompactionPace;
 use super::engine::{EngineMember, EngineStatus};
 use super::error::{Fatal, ReplicaError};
-use super::forward::{BoxFuture, Forwarded, MemberChange, RoundProof};
+use super::forward::{BoxFuture, Forwarded, MemberChange};
 use crate::command::Proposal;
 use crate::position::{self, LogPosition};
 use crate::state_machine::{self, Applying, Shared};
@@ -377,8 +377,8 @@ impl RsEngine {
     }
 
     /// A read index from a ReadIndex round that began after this call (this member must lead).
-    /// With it, what proves the round to a follower ([`RoundProof`]).
-    pub(super) async fn read_index(&self) -> Result<(u64, Option<RoundProof>), ReplicaError> {
+    /// With it, what proves the round to a follower ([`Confirmed::proof`]).
+    pub(super) async fn read_index(&self) -> Result<Confirmed, ReplicaError> {
         let (answer, answered) = oneshot::channel();
         let waiter: ReadWaiter = Box::new(move |index| {
             let _ = answer.send(index);
@@ -387,13 +387,7 @@ impl RsEngine {
             .send(Input::Read(waiter))
             .map_err(|_| ReplicaError::Stopped)?;
         match answered.await {
-            Ok(Ok(confirmed)) => Ok((
-                confirmed.index,
-                confirmed.proof.map(|p| RoundProof {
-                    term: p.term,
-                    context: p.context,
-                }),
-            )),
+            Ok(Ok(confirmed)) => Ok(confirmed),
             Ok(Err(ReadError::Timeout)) => Err(ReplicaError::NoLeader),
             Ok(Err(_)) | Err(_) => Err(ReplicaError::Stopped),
         }
