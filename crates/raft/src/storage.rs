@@ -859,6 +859,35 @@ mod bell_tests {
 mod open_tests {
     use super::*;
 
+    /// A disk marked full stays marked across a restart, as etcd's NOSPACE alarm does, and the
+    /// mark goes when a write gets through with room on the disk (then for good).
+    #[test]
+    fn a_full_disk_mark_outlives_a_restart_until_the_disk_has_room() {
+        use leasehold_wal::Fs as _;
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path()).unwrap();
+        assert!(!db.out_of_space());
+        assert!(db.mark_full());
+        assert!(!db.mark_full(), "marked once");
+        drop(db);
+        let db = open(dir.path()).unwrap();
+        assert!(db.out_of_space(), "a restart keeps the mark");
+        // The test's own disk has room: the next checkpoint (nothing staged) clears the mark.
+        let free = leasehold_wal::StdFs
+            .available(dir.path())
+            .unwrap_or(u64::MAX);
+        assert!(
+            free >= 4 * ROOM_MIN,
+            "the test needs {} MiB free",
+            (4 * ROOM_MIN) >> 20
+        );
+        assert_eq!(db.checkpoint().unwrap(), None);
+        assert!(!db.out_of_space());
+        assert!(!dir.path().join(FULL_MARKER).exists());
+        drop(db);
+        assert!(!open(dir.path()).unwrap().out_of_space());
+    }
+
     /// A member restarted on a full disk opens its database: that must not need a commit.
     #[test]
     fn a_database_that_has_its_tables_is_opened_without_a_write() {
