@@ -14,7 +14,7 @@
 //! operation returns what the model returns.
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The key's state: absent, or (value, lease; 0 for none).
 pub type State = Option<(String, i64)>;
@@ -51,7 +51,6 @@ pub enum Answer {
 #[derive(Clone, Debug)]
 pub struct Event {
     /// Which client made it (shown when a history fails).
-    #[allow(dead_code)]
     pub client: usize,
     pub op: Op,
     pub invoked: Instant,
@@ -108,10 +107,27 @@ pub fn check(initial: State, events: &[Event]) -> Result<(), String> {
     if search.extend(&initial, &mut done, &mut order) {
         Ok(())
     } else {
+        // Times are shown from the history's first invocation, so that a replayed run (whose
+        // instants are anchored elsewhere) prints the same message.
+        let origin = events.iter().map(|e| e.invoked).min();
+        let since =
+            |at: Instant| origin.map_or(Duration::ZERO, |o| at.saturating_duration_since(o));
         let shown: Vec<String> = search
             .best
             .iter()
-            .map(|i| format!("{:?}", events[*i]))
+            .map(|i| {
+                let e = events[*i];
+                let completed = match &e.completed {
+                    Some((at, answer)) => format!("at +{:?}: {answer:?}", since(*at)),
+                    None => "never answered".to_owned(),
+                };
+                format!(
+                    "client {} {:?}, invoked at +{:?}, {completed}",
+                    e.client,
+                    e.op,
+                    since(e.invoked)
+                )
+            })
             .collect();
         Err(format!(
             "not linearizable; the longest linearizable prefix found:\n  {}",

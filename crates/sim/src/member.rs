@@ -20,14 +20,15 @@ use leasehold_consensus::driver::{self, Committed};
 use leasehold_consensus::eraftpb::{self, Snapshot};
 use leasehold_consensus::reads::{Confirmed, ReadBatcher, ReadError, ReadProof};
 use leasehold_consensus::{
-    Checkpoint, Core, CoreConfig, CoreError, Host, HostError, decode_peer_message, encode_message,
+    Checkpoint, Core, CoreConfig, CoreError, HeartbeatSeen, Host, HostError, decode_peer_message,
+    encode_message,
 };
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
-    self, EntryOutcome, ExpiryConfig, ExpiryWork, LeaderRenewals, PROMOTION_WAIT_MAX, Promotion,
-    PromotionStep, ReadRounds, RenewStep, StampGate, Waiters, answered_before_apply, expiry_pass,
-    stamp_gate,
+    self, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound, FollowerStep, LeaderRenewals,
+    PROMOTION_WAIT_MAX, Promotion, PromotionStep, ReadRounds, RenewStep, RoundEnd, StampGate,
+    Waiters, answered_before_apply, expiry_pass, stamp_gate,
 };
 use leasehold_raft::{
     Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
@@ -251,29 +252,18 @@ struct LeaderRound {
     led_term: Option<u64>,
 }
 
-/// A follower round: read-index requests to `leader` for `readers`, failed if the leader
-/// changes or no answer comes by `deadline` (true µs), as the peer line's asks time out. An
-/// answer with a proof waits in `proving` for this member to step the leader's heartbeat that
-/// proves it, until its own deadline, then asks again (the replica's follower rounds).
-struct FollowerRound {
+/// A follower round: the replica's own [`steps::FollowerRound`] (when an answer counts, when to
+/// ask again, when to give up), with what the peer line does for it here: the number of the
+/// ask in flight and, while it is unanswered, when the line gives it up (true µs).
+struct FollowerRead {
+    round: FollowerRound<()>,
     request: u64,
-    leader: u64,
-    deadline: u64,
-    asks: usize,
-    proving: Option<Proving>,
+    deadline: Option<u64>,
     readers: Vec<(Origin, Span)>,
 }
 
-/// A follower round's read index, waiting for the leader's heartbeat that proves it.
-struct Proving {
-    index: u64,
-    proof: ReadProof,
-    deadline: u64,
-}
-
-/// How many times a follower asks for a read round whose heartbeat it does not hear (the
-/// replica's `PROOF_ASKS`).
-const PROOF_ASKS: usize = 4;
+/// What a follower round does next, in the simulator's terms.
+type FollowerReadStep = FollowerStep<(), ()>;
 
 pub struct Member {
     pub id: u64,
@@ -326,7 +316,7 @@ pub struct Member {
     leader_reads: ReadRounds<LeaderReader>,
     leader_round: Option<LeaderRound>,
     follower_reads: ReadRounds<(Origin, Span)>,
-    follower_round: Option<FollowerRound>,
+    follower_round: Option<FollowerRead>,
     /// Ranges of a follower round's readers, each waiting for this member to apply the leader's
     /// read index.
     ready_reads: Vec<(u64, Origin, Span)>,
@@ -699,7 +689,7 @@ impl Member {
         }
     }
 
-    /// One read-index request to `leader` for `readers`.
+    /// One follower round to `leader` for `readers`.
     fn start_follower_round(
         &mut self,
         now: u64,
@@ -707,40 +697,49 @@ impl Member {
         readers: Vec<(Origin, Span)>,
         out: &mut Vec<Out>,
     ) {
-        self.follower_round = Some(FollowerRound {
+        let election_timeout = Duration::from_millis(self.election_timeout_ms());
+        let (mut round, step) = FollowerRound::start(leader, election_timeout);
+        if self.variant == Variant::StaleFollowerRead {
+            round = round.reading_unapplied();
+        }
+        self.follower_round = Some(FollowerRead {
+            round,
             request: 0,
-            leader,
-            deadline: 0,
-            asks: 0,
-            proving: None,
+            deadline: None,
             readers,
         });
-        self.ask_read_index(now, out);
+        self.follower_step(now, step, out);
     }
 
-    /// Sends the running follower round's request (again, under a new number).
-    fn ask_read_index(&mut self, now: u64, out: &mut Vec<Out>) {
-        let request = self.next_ctx();
-        // The peer line's asks time out after two election timeouts (`leasehold_peer`).
-        let deadline = now + 2 * self.election_timeout_ms() * 1000;
-        let Some(round) = self.follower_round.as_mut() else {
-            return;
-        };
-        round.request = request;
-        round.deadline = deadline;
-        round.asks += 1;
-        round.proving = None;
-        out.push(Out::Peer {
-            to: round.leader,
-            msg: PeerMsg::ReadIndex {
-                from: self.id,
-                request,
-            },
-        });
+    /// Carries out the running follower round's `step`: an ask goes over the peer line under a
+    /// new number; a read or a failure ends the round.
+    fn follower_step(&mut self, now: u64, step: FollowerReadStep, out: &mut Vec<Out>) {
+        match step {
+            FollowerStep::Ask => {
+                let request = self.next_ctx();
+                // The peer line's asks time out after two election timeouts (`leasehold_peer`).
+                let deadline = now + 2 * self.election_timeout_ms() * 1000;
+                let Some(read) = self.follower_round.as_mut() else {
+                    return;
+                };
+                read.request = request;
+                read.deadline = Some(deadline);
+                out.push(Out::Peer {
+                    to: read.round.leader(),
+                    msg: PeerMsg::ReadIndex {
+                        from: self.id,
+                        request,
+                    },
+                });
+            }
+            // Looked at again after every event (`follow_round`).
+            FollowerStep::AwaitProof { .. } => {}
+            FollowerStep::Read { index, .. } => self.finish_follower_round(now, Some(index), out),
+            FollowerStep::Failed(_) => self.finish_follower_round(now, None, out),
+        }
     }
 
-    /// The leader's answer to the running follower round: a read index with a proof waits
-    /// for the leader's heartbeat that proves it ([`Member::check_proof`]).
+    /// The leader's answer to the running follower round's ask (`index`: `None` if it failed).
     fn read_indexed(
         &mut self,
         now: u64,
@@ -748,45 +747,42 @@ impl Member {
         proof: Option<ReadProof>,
         out: &mut Vec<Out>,
     ) {
-        match (index, proof) {
-            (Some(index), Some(proof)) => {
-                let wait = self.election_timeout_ms() * 1000 / 2;
-                if let Some(round) = self.follower_round.as_mut() {
-                    round.proving = Some(Proving {
-                        index,
-                        proof,
-                        deadline: now + wait,
-                    });
-                }
-                self.check_proof(now, out);
-            }
-            (index, _) => self.finish_follower_round(now, index, out),
-        }
+        let seen = self.heartbeat_seen();
+        let at = self.instant(now);
+        let Some(read) = self.follower_round.as_mut() else {
+            return;
+        };
+        read.deadline = None;
+        let answer = index.map(|index| (index, proof, ())).ok_or(());
+        let step = read.round.answered(answer, &seen, at);
+        self.follower_step(now, step, out);
     }
 
-    /// A proving follower round ends once this member has stepped the heartbeat that proves
-    /// it; one unproven by its deadline asks again, or fails after [`PROOF_ASKS`] asks.
-    fn check_proof(&mut self, now: u64, out: &mut Vec<Out>) {
-        let Some(round) = self.follower_round.as_ref() else {
-            return;
-        };
-        let Some(proving) = round.proving.as_ref() else {
-            return;
-        };
-        let seen = self
-            .core
+    /// The newest leader heartbeat this member's core has stepped.
+    fn heartbeat_seen(&self) -> HeartbeatSeen {
+        self.core
             .as_ref()
             .map(|core| core.heartbeat_seen())
-            .unwrap_or_default();
-        if seen.proves(round.leader, proving.proof) {
-            let index = proving.index;
-            self.finish_follower_round(now, Some(index), out);
-        } else if now >= proving.deadline {
-            if round.asks < PROOF_ASKS {
-                self.ask_read_index(now, out);
-            } else {
-                self.finish_follower_round(now, None, out);
-            }
+            .unwrap_or_default()
+    }
+
+    /// What the running follower round makes of this member now: its leader replaced, its ask
+    /// timed out on the line, its proof heard, or its proof's deadline passed.
+    fn follow_round(&mut self, now: u64, out: &mut Vec<Out>) {
+        let leader = self.leader_elsewhere();
+        let (seen, at) = (self.heartbeat_seen(), self.instant(now));
+        let Some(read) = self.follower_round.as_mut() else {
+            return;
+        };
+        let step = if let Some(step) = read.round.leader_is(leader) {
+            Some(step)
+        } else if read.deadline.is_some_and(|deadline| now >= deadline) {
+            Some(FollowerStep::Failed(RoundEnd::Ask(())))
+        } else {
+            read.round.heard(&seen).or_else(|| read.round.timed_out(at))
+        };
+        if let Some(step) = step {
+            self.follower_step(now, step, out);
         }
     }
 
@@ -802,10 +798,6 @@ impl Member {
         loop {
             for (origin, span) in readers {
                 match index {
-                    // The known-bad variant reads at once, without applying that far first.
-                    Some(_) if self.variant == Variant::StaleFollowerRead => {
-                        self.ready_reads.push((0, origin, span));
-                    }
                     Some(index) => self.ready_reads.push((index, origin, span)),
                     None => reply(out, origin, 0, Answer::Failed("no leader")),
                 }
@@ -1206,7 +1198,7 @@ impl Member {
                 if self
                     .follower_round
                     .as_ref()
-                    .is_some_and(|r| r.request == request && r.proving.is_none())
+                    .is_some_and(|r| r.request == request && r.deadline.is_some())
                 {
                     self.read_indexed(now, index, proof, out);
                 }
@@ -1401,16 +1393,7 @@ impl Member {
         {
             self.finish_leader_round(None, out);
         }
-        // A follower round is given up as soon as its leader is replaced
-        // (`forward::unless`), or once its ask has waited too long; a proving one ends
-        // when its proof comes, or asks again.
-        if let Some(round) = &self.follower_round
-            && (self.leader_elsewhere() != Some(round.leader)
-                || (round.proving.is_none() && now >= round.deadline))
-        {
-            self.finish_follower_round(now, None, out);
-        }
-        self.check_proof(now, out);
+        self.follow_round(now, out);
         let applied = self.machine.applied().0;
         let mut waiting = Vec::new();
         for (index, origin, span) in std::mem::take(&mut self.ready_reads) {

@@ -10,12 +10,10 @@ use tokio::sync::{oneshot, watch};
 
 use super::engine::EngineStatus;
 use super::error::ReplicaError;
-use super::forward::{
-    BoxFuture, Forwarder, ReadIndex, ReadProof, leader_elsewhere, unless, wait_applied,
-};
+use super::forward::{BoxFuture, Forwarder, ReadIndex, leader_elsewhere, unless, wait_applied};
 use super::lease_time::SharedClock;
 use super::rs::RsEngine;
-use crate::steps::ReadRounds;
+use crate::steps::{FollowerRound, FollowerStep, ReadRounds, RoundEnd};
 use crate::telemetry::Telemetry;
 use ReplicaError::LeaderChanged;
 
@@ -81,15 +79,9 @@ impl ReadIndexRounds {
         }))
     }
 
-    /// On a follower: a read-index request to the current leader for the whole round, given up
-    /// with "leader changed" as soon as that leader is replaced.
-    ///
-    /// The leader answers on this member's own line to it, which reaches the leader even when
-    /// the leader's traffic cannot reach this member (a one-way partition). So the round counts
-    /// only once this member has also stepped the leader's own heartbeat for it ([`ReadProof`],
-    /// on `heartbeats`), as an etcd follower hears its read index only over the leader's Raft
-    /// traffic. A proof not heard within half `election_timeout` (the heartbeat may have been
-    /// lost) asks again; after [`PROOF_ASKS`] asks the round fails with "no leader".
+    /// On a follower: one [`FollowerRound`] to the current leader (the decisions are the
+    /// round's: when its answer counts, when to ask again, when to give up), carried out here
+    /// with the peer line for its asks and this member's core for the leader's heartbeats.
     pub(super) fn follower(
         status: watch::Receiver<EngineStatus>,
         member_id: u64,
@@ -97,29 +89,14 @@ impl ReadIndexRounds {
         heartbeats: watch::Receiver<HeartbeatSeen>,
         election_timeout: Duration,
     ) -> ReadIndexRounds {
-        let proof_wait = election_timeout / 2;
         ReadIndexRounds::new(Arc::new(move || {
             let (status, forwarder) = (status.clone(), forwarder.clone());
-            let mut heartbeats = heartbeats.clone();
+            let heartbeats = heartbeats.clone();
             Box::pin(async move {
                 let (leader, addr) =
                     leader_elsewhere(&status, member_id).ok_or(ReplicaError::NoLeader)?;
-                let proven_round = async {
-                    for _ in 0..PROOF_ASKS {
-                        let read = forwarder.read_index(leader, addr.clone()).await?;
-                        let Some(proof) = read.proof else {
-                            return Ok(read);
-                        };
-                        if heard(&mut heartbeats, leader, proof, proof_wait).await {
-                            return Ok(read);
-                        }
-                    }
-                    Err(ReplicaError::NoLeader)
-                };
-                // Given up as soon as this member loses that leader (or hears of another), with
-                // etcd's answer then.
-                let gone = move |s: &EngineStatus| s.leader != Some(leader);
-                unless(&status, gone, LeaderChanged, proven_round).await
+                let (round, first) = FollowerRound::start(leader, election_timeout);
+                follower_round(round, first, status, &*forwarder, addr, heartbeats).await
             })
         }))
     }
@@ -145,18 +122,74 @@ impl ReadIndexRounds {
     }
 }
 
-/// How many times a follower asks for a read round whose heartbeat it does not hear.
-const PROOF_ASKS: usize = 4;
+/// Carries out `round` from its `step` on: asks over the peer line, waits for this member's
+/// core to step the leader's heartbeats or for the round's deadline, and watches for the leader
+/// to change, handing each to the round until it is over.
+async fn follower_round(
+    mut round: FollowerRound<Option<u64>>,
+    mut step: FollowerStep<Option<u64>, ReplicaError>,
+    mut status: watch::Receiver<EngineStatus>,
+    forwarder: &dyn Forwarder,
+    addr: String,
+    mut heartbeats: watch::Receiver<HeartbeatSeen>,
+) -> Result<ReadIndex, ReplicaError> {
+    let leader = round.leader();
+    loop {
+        let lost = status.wait_for(|s| s.leader != Some(leader));
+        step = match step {
+            FollowerStep::Read { index, with } => {
+                return Ok(ReadIndex {
+                    index,
+                    lease_now_ms: with,
+                    proof: None,
+                });
+            }
+            FollowerStep::Failed(end) => {
+                return Err(match end {
+                    RoundEnd::Ask(e) => e,
+                    RoundEnd::Unproven => ReplicaError::NoLeader,
+                    RoundEnd::LeaderChanged => LeaderChanged,
+                });
+            }
+            FollowerStep::Ask => {
+                let ask = forwarder.read_index(leader, addr.clone());
+                tokio::select! {
+                    answer = ask => {
+                        let answer = answer.map(|r| (r.index, r.proof, r.lease_now_ms));
+                        let seen = *heartbeats.borrow_and_update();
+                        round.answered(answer, &seen, tokio::time::Instant::now().into_std())
+                    }
+                    now = lost => leader_lost(&mut round, now.map(|s| s.leader))?,
+                }
+            }
+            FollowerStep::AwaitProof { until } => {
+                let deadline = tokio::time::Instant::from_std(until);
+                tokio::select! {
+                    changed = heartbeats.changed() => {
+                        changed.map_err(|_| ReplicaError::Stopped)?;
+                        let seen = *heartbeats.borrow_and_update();
+                        round.heard(&seen).unwrap_or(FollowerStep::AwaitProof { until })
+                    }
+                    () = tokio::time::sleep_until(deadline) => round
+                        .timed_out(tokio::time::Instant::now().into_std())
+                        .unwrap_or(FollowerStep::AwaitProof { until }),
+                    now = lost => leader_lost(&mut round, now.map(|s| s.leader))?,
+                }
+            }
+        };
+    }
+}
 
-/// Whether this follower steps, within `within`, a heartbeat of `leader` that proves `proof`.
-async fn heard(
-    heartbeats: &mut watch::Receiver<HeartbeatSeen>,
-    leader: u64,
-    proof: ReadProof,
-    within: Duration,
-) -> bool {
-    let proven = heartbeats.wait_for(|seen| seen.proves(leader, proof));
-    matches!(tokio::time::timeout(within, proven).await, Ok(Ok(_)))
+/// The round's step once this member's known leader became `leader` (an error: the engine is
+/// gone).
+fn leader_lost<A: Clone>(
+    round: &mut FollowerRound<A>,
+    leader: Result<Option<u64>, watch::error::RecvError>,
+) -> Result<FollowerStep<A, ReplicaError>, ReplicaError> {
+    let leader = leader.map_err(|_| ReplicaError::Stopped)?;
+    Ok(round
+        .leader_is(leader)
+        .unwrap_or(FollowerStep::Failed(RoundEnd::LeaderChanged)))
 }
 
 /// Runs rounds while readers wait, starting with one for `readers`; each round answers the
@@ -189,9 +222,11 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
 
+    use leasehold_consensus::reads::ReadProof;
     use tokio::sync::Semaphore;
 
     use super::*;
+    use crate::steps::PROOF_ASKS;
 
     /// Rounds that each wait for one permit of `gate`, and answer with their own number.
     fn gated(gate: Arc<Semaphore>, rounds: Arc<AtomicU64>) -> ReadIndexRounds {

@@ -12,7 +12,8 @@
 //! - [`learner_in_sync`]: whether a learner may be promoted;
 //! - [`reconfig`]: etcd's `--strict-reconfig-check` on membership changes;
 //! - [`AppendTimes`]: when entries reached this member, which dates the lease time they carry;
-//! - [`ReadRounds`]: which read-index round answers which linearizable reader;
+//! - [`ReadRounds`]: which read-index round answers which linearizable reader, and
+//!   [`FollowerRound`]: one follower round, from its ask to the heartbeat that proves it;
 //! - [`Waiters`]: which applied entry answers which waiting proposal.
 
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ use crate::command::{Applied, Proposal, Write};
 
 mod append_times;
 mod expiry;
+mod follower_round;
 mod promotion;
 mod read_rounds;
 pub mod reconfig;
@@ -31,6 +33,7 @@ mod waiters;
 
 pub use append_times::AppendTimes;
 pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
+pub use follower_round::{FollowerRound, FollowerStep, PROOF_ASKS, RoundEnd};
 pub use promotion::{Promotion, PromotionStep};
 pub use read_rounds::ReadRounds;
 pub use renewals::{LeaderRenewals, RenewStep};
