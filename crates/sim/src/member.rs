@@ -27,8 +27,8 @@ use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
     self, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound, FollowerStep, LeaderRenewals,
-    PROMOTION_WAIT_MAX, Promotion, PromotionStep, ReadRounds, RenewStep, RoundEnd, StampGate,
-    Waiters, answered_before_apply, expiry_pass, stamp_gate,
+    LeaderRound, LeaderStep, PROMOTION_WAIT_MAX, Promotion, PromotionStep, ReadRounds, RenewStep,
+    RoundEnd, StampGate, Waiters, answered_before_apply, expiry_pass, stamp_gate,
 };
 use leasehold_raft::{
     Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
@@ -241,15 +241,13 @@ enum LeaderReader {
     Promotion(u64),
 }
 
-/// A leader round: the core's read index, then a wait until this member applied that far.
-struct LeaderRound {
+/// A leader round: the replica's own [`steps::LeaderRound`] (the core's read index, then a wait
+/// until this member applied that far; failed at once if this member is deposed first), with
+/// its number among the answers of the driver's read batcher, and its readers.
+struct LeaderRead {
     number: u64,
     readers: Vec<LeaderReader>,
-    /// The read index, once the core confirmed it.
-    confirmed: Option<Confirmed>,
-    /// The term this member led in when the round began: a round not yet confirmed ends failed
-    /// as soon as it stops leading in it (the replica's leader rounds, `forward::unless`).
-    led_term: Option<u64>,
+    round: LeaderRound,
 }
 
 /// A follower round: the replica's own [`steps::FollowerRound`] (when an answer counts, when to
@@ -314,7 +312,7 @@ pub struct Member {
     /// The replica's two kinds of read-index rounds (`steps::ReadRounds`) and the one of each
     /// running.
     leader_reads: ReadRounds<LeaderReader>,
-    leader_round: Option<LeaderRound>,
+    leader_round: Option<LeaderRead>,
     follower_reads: ReadRounds<(Origin, Span)>,
     follower_round: Option<FollowerRead>,
     /// Ranges of a follower round's readers, each waiting for this member to apply the leader's
@@ -623,12 +621,14 @@ impl Member {
     /// One leader round for `readers`: the core's read index, through the driver's batcher.
     fn start_leader_round(&mut self, readers: Vec<LeaderReader>) {
         let number = self.next_ctx();
-        let led_term = self.status().filter(|s| s.is_leader).map(|s| s.term);
-        self.leader_round = Some(LeaderRound {
+        let status = self.status();
+        let leading = status.is_some_and(|s| s.is_leader);
+        let term = status.map_or(0, |s| s.term);
+        let (round, _) = LeaderRound::start::<ReadError>(leading, term);
+        self.leader_round = Some(LeaderRead {
             number,
             readers,
-            confirmed: None,
-            led_term,
+            round,
         });
         let answers = self.read_answers.clone();
         self.reads.add(Box::new(move |result| {
@@ -698,10 +698,7 @@ impl Member {
         out: &mut Vec<Out>,
     ) {
         let election_timeout = Duration::from_millis(self.election_timeout_ms());
-        let (mut round, step) = FollowerRound::start(leader, election_timeout);
-        if self.variant == Variant::StaleFollowerRead {
-            round = round.reading_unapplied();
-        }
+        let (round, step) = FollowerRound::start(leader, election_timeout);
         self.follower_round = Some(FollowerRead {
             round,
             request: 0,
@@ -734,6 +731,11 @@ impl Member {
             }
             // Looked at again after every event (`follow_round`).
             FollowerStep::AwaitProof { .. } => {}
+            // The known-bad variant takes the round's read without the index it must apply
+            // first: its readers read at once.
+            FollowerStep::Read { .. } if self.variant == Variant::StaleFollowerRead => {
+                self.finish_follower_round(now, Some(0), out)
+            }
             FollowerStep::Read { index, .. } => self.finish_follower_round(now, Some(index), out),
             FollowerStep::Failed(_) => self.finish_follower_round(now, None, out),
         }
@@ -1364,32 +1366,31 @@ impl Member {
             {
                 continue;
             }
-            match result {
-                Ok(confirmed) => {
-                    if let Some(round) = self.leader_round.as_mut() {
-                        round.confirmed = Some(confirmed);
-                    }
-                }
-                Err(_) => self.finish_leader_round(None, out),
+            let applied = self.machine.applied().0;
+            if let Some(read) = self.leader_round.as_mut()
+                && let LeaderStep::Failed(_) = read.round.confirmed(result, applied)
+            {
+                self.finish_leader_round(None, out);
             }
         }
-        let applied = self.machine.applied().0;
         // A leader round ends once this member has applied its read index, as the replica's
         // round waits to apply before it answers.
-        if let Some(confirmed) = self.leader_round.as_ref().and_then(|r| r.confirmed)
-            && applied >= confirmed.index
+        let applied = self.machine.applied().0;
+        if let Some(LeaderStep::Read(confirmed)) = self
+            .leader_round
+            .as_ref()
+            .and_then(|r| r.round.applied::<ReadError>(applied))
         {
             self.finish_leader_round(Some(confirmed), out);
         }
         // A round still waiting for its read index fails once this member stops leading (only
         // with the core at hand: within the Raft thread's round it is out, and says nothing).
-        if let Some(term) = self
-            .leader_round
-            .as_ref()
-            .filter(|r| r.confirmed.is_none())
-            .and_then(|r| r.led_term)
+        if let Some(read) = &self.leader_round
             && let Some(status) = self.status()
-            && !(status.is_leader && status.term == term)
+            && read
+                .round
+                .leadership::<ReadError>(status.is_leader, status.term)
+                .is_some()
         {
             self.finish_leader_round(None, out);
         }

@@ -10,10 +10,12 @@ use tokio::sync::{oneshot, watch};
 
 use super::engine::EngineStatus;
 use super::error::ReplicaError;
-use super::forward::{BoxFuture, Forwarder, ReadIndex, leader_elsewhere, unless, wait_applied};
+use super::forward::{BoxFuture, Forwarder, ReadIndex, leader_elsewhere, wait_applied};
 use super::lease_time::SharedClock;
 use super::rs::RsEngine;
-use crate::steps::{FollowerRound, FollowerStep, ReadRounds, RoundEnd};
+use crate::steps::{
+    FollowerRound, FollowerStep, LeaderEnd, LeaderRound, LeaderStep, ReadRounds, RoundEnd,
+};
 use crate::telemetry::Telemetry;
 use ReplicaError::LeaderChanged;
 
@@ -47,10 +49,10 @@ impl ReadIndexRounds {
         }
     }
 
-    /// On the leader: confirms leadership with a quorum (raft-rs's ReadIndex), waits until
-    /// this member has applied that far, and reads the lease time. A leader that stops leading
-    /// before the round is confirmed (it lost its quorum, say) fails it with "leader changed" at
-    /// once, as etcd's does.
+    /// On the leader: one [`LeaderRound`] (a quorum confirms leadership through raft-rs's
+    /// ReadIndex, then this member applies that far; a leader deposed before the confirmation
+    /// fails it with "leader changed" at once, as etcd's does), carried out here on the engine
+    /// and the status watch; the answer carries the lease time.
     pub(super) fn leader(
         engine: Arc<RsEngine>,
         status: watch::Receiver<EngineStatus>,
@@ -63,13 +65,33 @@ impl ReadIndexRounds {
                     let s = status.borrow();
                     (s.term, s.is_leader)
                 };
-                let confirmed = if leading {
-                    let deposed = move |s: &EngineStatus| !s.is_leader || s.term != term;
-                    unless(&status, deposed, LeaderChanged, engine.read_index()).await?
-                } else {
-                    engine.read_index().await?
+                let (mut round, _) = LeaderRound::start::<ReplicaError>(leading, term);
+                let watched = round;
+                let deposed = |s: &EngineStatus| {
+                    watched
+                        .leadership::<ReplicaError>(s.is_leader, s.term)
+                        .is_some()
                 };
-                wait_applied(&status, confirmed.index).await?;
+                let mut leadership = status.clone();
+                let step = tokio::select! {
+                    answer = engine.read_index() => {
+                        round.confirmed(answer, status.borrow().applied_index)
+                    }
+                    now = leadership.wait_for(deposed) => {
+                        now.map_err(|_| ReplicaError::Stopped)?;
+                        LeaderStep::Failed(LeaderEnd::LeaderChanged)
+                    }
+                };
+                let confirmed = match step {
+                    LeaderStep::Read(confirmed) => confirmed,
+                    LeaderStep::AwaitApply(confirmed) => {
+                        wait_applied(&status, confirmed.index).await?;
+                        confirmed
+                    }
+                    LeaderStep::AwaitIndex => unreachable!("the core answered"),
+                    LeaderStep::Failed(LeaderEnd::Index(e)) => return Err(e),
+                    LeaderStep::Failed(LeaderEnd::LeaderChanged) => return Err(LeaderChanged),
+                };
                 Ok(ReadIndex {
                     index: confirmed.index,
                     lease_now_ms: clock.get().map(|c| c.now_ms(std::time::Instant::now())),

@@ -57,9 +57,6 @@ pub struct FollowerRound<A> {
     proof_wait: Duration,
     /// The leader's answer, waiting for the heartbeat that proves it, until the deadline.
     proving: Option<(u64, ReadProof, A, Instant)>,
-    /// The known-bad variant the simulator runs to show its checker catches it: readers read
-    /// at once, without first applying the leader's read index. Never set in production.
-    reads_unapplied: bool,
 }
 
 impl<A: Clone> FollowerRound<A> {
@@ -74,17 +71,8 @@ impl<A: Clone> FollowerRound<A> {
             asks: 1,
             proof_wait: election_timeout / 2,
             proving: None,
-            reads_unapplied: false,
         };
         (round, FollowerStep::Ask)
-    }
-
-    /// The known-bad variant: this round's readers read without applying the leader's read
-    /// index first. Only the simulator asks for it, to check that its checker sees stale reads.
-    #[doc(hidden)]
-    pub fn reading_unapplied(mut self) -> FollowerRound<A> {
-        self.reads_unapplied = true;
-        self
     }
 
     /// The leader this round asks.
@@ -109,7 +97,7 @@ impl<A: Clone> FollowerRound<A> {
     ) -> FollowerStep<A, E> {
         match answer {
             Err(e) => FollowerStep::Failed(RoundEnd::Ask(e)),
-            Ok((index, None, with)) => self.read(index, with),
+            Ok((index, None, with)) => FollowerStep::Read { index, with },
             Ok((index, Some(proof), with)) => {
                 let until = now + self.proof_wait;
                 self.proving = Some((index, proof, with, until));
@@ -128,7 +116,7 @@ impl<A: Clone> FollowerRound<A> {
         }
         let index = *index;
         let (_, _, with, _) = self.proving.take()?;
-        Some(self.read(index, with))
+        Some(FollowerStep::Read { index, with })
     }
 
     /// The time is `now`: a proof not heard by its deadline asks again, or fails the round after
@@ -151,11 +139,6 @@ impl<A: Clone> FollowerRound<A> {
     /// round. `None` while it is still the same.
     pub fn leader_is<E>(&mut self, leader: Option<u64>) -> Option<FollowerStep<A, E>> {
         (leader != Some(self.leader)).then_some(FollowerStep::Failed(RoundEnd::LeaderChanged))
-    }
-
-    fn read<E>(&self, index: u64, with: A) -> FollowerStep<A, E> {
-        let index = if self.reads_unapplied { 0 } else { index };
-        FollowerStep::Read { index, with }
     }
 }
 
@@ -283,26 +266,6 @@ mod tests {
         assert_eq!(
             round.leader_is::<&str>(Some(3)),
             Some(FollowerStep::Failed(RoundEnd::LeaderChanged))
-        );
-    }
-
-    /// The known-bad variant reads at index 0, that is without applying first; a round without
-    /// it never does.
-    #[test]
-    fn only_the_known_bad_variant_reads_unapplied() {
-        let (round, _): (_, Step) = FollowerRound::start(2, ELECTION);
-        let mut bad = round.reading_unapplied();
-        let step: Step = bad.answered(
-            Ok((9, None, "x")),
-            &HeartbeatSeen::default(),
-            Instant::now(),
-        );
-        assert_eq!(
-            step,
-            FollowerStep::Read {
-                index: 0,
-                with: "x"
-            }
         );
     }
 }

@@ -13,7 +13,8 @@
 //! - [`reconfig`]: etcd's `--strict-reconfig-check` on membership changes;
 //! - [`AppendTimes`]: when entries reached this member, which dates the lease time they carry;
 //! - [`ReadRounds`]: which read-index round answers which linearizable reader, and
-//!   [`FollowerRound`]: one follower round, from its ask to the heartbeat that proves it;
+//!   [`FollowerRound`]: one follower round, from its ask to the heartbeat that proves it, and
+//!   [`LeaderRound`]: one leader round, from its read index to applying that far;
 //! - [`Waiters`]: which applied entry answers which waiting proposal.
 
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use crate::command::{Applied, Proposal, Write};
 mod append_times;
 mod expiry;
 mod follower_round;
+mod leader_round;
 mod promotion;
 mod read_rounds;
 pub mod reconfig;
@@ -34,6 +36,7 @@ mod waiters;
 pub use append_times::AppendTimes;
 pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
 pub use follower_round::{FollowerRound, FollowerStep, PROOF_ASKS, RoundEnd};
+pub use leader_round::{LeaderEnd, LeaderRound, LeaderStep};
 pub use promotion::{Promotion, PromotionStep};
 pub use read_rounds::ReadRounds;
 pub use renewals::{LeaderRenewals, RenewStep};
