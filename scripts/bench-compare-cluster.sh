@@ -95,6 +95,9 @@ workloads=(
   # One writer's puts on the leader while a client reads 300,000 1 KiB objects whole from it,
   # back to back: how long a big read holds the leader's writes (and its Raft thread) back.
   "leader|put-during-list --objects 300000 --readers 1 --conns 2 --duration 10"
+  # The same with 1,000,000 objects (about 1 GB read whole), while 1,000 leases of 5 s are kept
+  # alive: whether a read that size costs an election or a kept lease.
+  "leader|put-during-list --objects 1000000 --readers 1 --conns 2 --duration 30 --keepalive-leases 1000 --lease-ttl 5"
 )
 if [ -n "${WORKLOADS:-}" ]; then
   filtered=()

@@ -19,11 +19,13 @@ start_member() {
 # leasehold_before (another leasehold binary, $LEASEHOLD_BEFORE_BIN: a change measured against the
 # build before it in the same run).
 run_server() {
-  local target=$1 log=$2
+  local target=$1 log=$2 etcd37
   shift 2
   case $target in
     etcd) etcd "$@" >>"$log" 2>&1 & ;;
-    etcd37) "$(etcd37_bin)" "$@" >>"$log" 2>&1 & ;;
+    # Found (or built, the first time) before the server goes to the background, so members
+    # started one after another never build it at once.
+    etcd37) etcd37=$(etcd37_bin); "$etcd37" "$@" >>"$log" 2>&1 & ;;
     # shellcheck disable=SC2086 # LEASEHOLD_ARGS is a list of flags
     leasehold) LEASEHOLD_LOG=warn "$bin" "$@" ${LEASEHOLD_ARGS:-} >>"$log" 2>&1 & ;;
     # shellcheck disable=SC2086

@@ -4,14 +4,28 @@
 //! does when it reads a resource without a limit (its watch cache filling, or a consistent list).
 //! The run lasts `--duration` seconds (default 10). The extra figures are the full reads: how
 //! many, and their p50 and slowest.
+//!
+//! With `--keepalive-leases N`, N leases of `--lease-ttl` seconds are granted first and kept
+//! alive during the run over one `LeaseKeepAlive` stream, each renewed every third of its TTL as
+//! clientv3 does; afterwards each is looked up (`leases_lost`: renewals answered TTL <= 0, or
+//! leases gone at the end). Every run also reports `elections`: how far the highest Raft term
+//! any endpoint reports moved during the run (0: no election).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
-use leasehold_api::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
+use leasehold_api::etcdserverpb::{
+    LeaseGrantRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest,
+    StatusRequest, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::Channel;
 
 use crate::{OP_TIMEOUT, Report, Run, Workload};
 
@@ -32,6 +46,12 @@ pub struct PutDuringList {
     /// Clients reading the whole prefix back to back.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     readers: u64,
+    /// Leases kept alive over one stream during the run (see the module doc).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    keepalive_leases: u64,
+    /// Their TTL in seconds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(i64).range(2..=3600))]
+    lease_ttl: i64,
 }
 
 impl PutDuringList {
@@ -55,6 +75,25 @@ impl Workload for PutDuringList {
             .unwrap_or(Duration::from_secs(10))
             .min(run.timeout);
         let stop = Arc::new(AtomicBool::new(false));
+        let term_before = highest_term(&run.channels).await?;
+        let mut leases = Vec::new();
+        let mut grants = LeaseClient::new(channel(0));
+        for _ in 0..self.keepalive_leases {
+            let grant = grants.lease_grant(LeaseGrantRequest {
+                ttl: self.lease_ttl,
+                id: 0,
+            });
+            leases.push(
+                tokio::time::timeout(OP_TIMEOUT, grant)
+                    .await??
+                    .into_inner()
+                    .id,
+            );
+        }
+        let keeper = (!leases.is_empty()).then(|| {
+            let period = Duration::from_secs(self.lease_ttl as u64) / 3;
+            tokio::spawn(keep_alive(channel(0), leases.clone(), period, stop.clone()))
+        });
         let mut readers = Vec::new();
         for r in 0..self.readers {
             let mut kv =
@@ -112,6 +151,21 @@ impl Workload for PutDuringList {
             reads.add(h)?;
             wrong += w;
         }
+        let mut lost = match keeper {
+            Some(keeper) => keeper.await??,
+            None => HashSet::new(),
+        };
+        for id in leases {
+            let ask = grants.lease_time_to_live(LeaseTimeToLiveRequest { id, keys: false });
+            let ttl = tokio::time::timeout(OP_TIMEOUT, ask)
+                .await??
+                .into_inner()
+                .ttl;
+            if ttl <= 0 {
+                lost.insert(id);
+            }
+        }
+        let term_after = highest_term(&run.channels).await?;
         let ms = |us: u64| us as f64 / 1000.0;
         let mut extra = serde_json::Map::new();
         extra.insert("full_reads".into(), reads.len().into());
@@ -121,6 +175,9 @@ impl Workload for PutDuringList {
             ms(reads.value_at_quantile(0.5)).into(),
         );
         extra.insert("full_read_max_ms".into(), ms(reads.max()).into());
+        extra.insert("leases_kept".into(), self.keepalive_leases.into());
+        extra.insert("leases_lost".into(), lost.len().into());
+        extra.insert("elections".into(), (term_after - term_before).into());
         Ok(Report {
             workload: Self::NAME,
             requests: latency_us.len(),
@@ -130,4 +187,67 @@ impl Workload for PutDuringList {
             extra,
         })
     }
+}
+
+/// The highest Raft term any of `channels` reports.
+async fn highest_term(channels: &[Channel]) -> anyhow::Result<u64> {
+    let mut term = 0;
+    for channel in channels {
+        let mut client = MaintenanceClient::new(channel.clone());
+        let status = tokio::time::timeout(OP_TIMEOUT, client.status(StatusRequest {})).await??;
+        term = term.max(status.into_inner().raft_term);
+    }
+    Ok(term)
+}
+
+/// Renews every lease of `ids` each `period` over one `LeaseKeepAlive` stream (opened again if
+/// it breaks) until `stop`: the leases any renewal found gone (answered TTL <= 0).
+async fn keep_alive(
+    channel: Channel,
+    ids: Vec<i64>,
+    period: Duration,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<HashSet<i64>> {
+    let mut client = LeaseClient::new(channel);
+    let mut lost = HashSet::new();
+    let mut next = tokio::time::Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The first renewals go before the stream is awaited: a server answers the call's
+        // headers with its first answer.
+        for &id in &ids {
+            let _ = tx.send(LeaseKeepAliveRequest { id });
+        }
+        next += period;
+        let open = client.lease_keep_alive(UnboundedReceiverStream::new(rx));
+        let Ok(Ok(stream)) = tokio::time::timeout(OP_TIMEOUT, open).await else {
+            tokio::time::sleep_until(next).await;
+            continue;
+        };
+        let mut answers = stream.into_inner();
+        'stream: loop {
+            loop {
+                tokio::select! {
+                    answer = answers.message() => match answer {
+                        Ok(Some(answer)) if answer.ttl <= 0 => {
+                            lost.insert(answer.id);
+                        }
+                        Ok(Some(_)) => {}
+                        _ => break 'stream,
+                    },
+                    () = tokio::time::sleep_until(next) => break,
+                }
+            }
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            for &id in &ids {
+                if tx.send(LeaseKeepAliveRequest { id }).is_err() {
+                    break 'stream;
+                }
+            }
+            next += period;
+        }
+    }
+    Ok(lost)
 }
