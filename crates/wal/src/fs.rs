@@ -3,7 +3,7 @@
 //! if asked, tearing the last unsynced write sector by sector), for the crash tests here and for
 //! the simulator.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -153,7 +153,7 @@ struct MemInner {
     names: BTreeMap<PathBuf, u64>,
     /// The names as they would be after a crash (made durable by `sync_dir`).
     durable_names: BTreeMap<PathBuf, u64>,
-    inodes: HashMap<u64, Inode>,
+    inodes: BTreeMap<u64, Inode>,
     /// Fail every operation from now on (a disk that went away).
     failing: Option<io::ErrorKind>,
     /// Bytes all files together may hold; a write that would grow a file past it fails with
