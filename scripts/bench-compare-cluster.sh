@@ -95,6 +95,14 @@ workloads=(
   # One writer's puts on the leader while a client reads 300,000 1 KiB objects whole from it,
   # back to back: how long a big read holds the leader's writes (and its Raft thread) back.
   "leader|put-during-list --objects 300000 --readers 1 --conns 2 --duration 10"
+  # Issue 45's own size, 100,000 objects, read from the leader and from the followers (each
+  # follower's read asks the leader for a read index; the writer's puts go to a follower too).
+  "leader|put-during-list --objects 100000 --readers 1 --conns 2 --duration 10"
+  "followers|put-during-list --objects 100000 --readers 1 --conns 2 --duration 10"
+  # The same with the reads paced at two a second (what etcd 3.7 serves back to back here), so
+  # both servers serve the same reads: back to back, leasehold's faster reads take more CPU.
+  "leader|put-during-list --objects 100000 --readers 1 --conns 2 --duration 10 --read-every-ms 500"
+  "followers|put-during-list --objects 100000 --readers 1 --conns 2 --duration 10 --read-every-ms 500"
   # The same with 1,000,000 objects (about 1 GB read whole), while 1,000 leases of 5 s are kept
   # alive: whether a read that size costs an election or a kept lease.
   "leader|put-during-list --objects 1000000 --readers 1 --conns 2 --duration 30 --keepalive-leases 1000 --lease-ttl 5"

@@ -2,6 +2,8 @@
 //! a prefix first; then one writer puts in a loop (the latencies this report gives) while
 //! `--readers` clients each read the whole prefix back to back, unpaged, as kube-apiserver's LIST
 //! does when it reads a resource without a limit (its watch cache filling, or a consistent list).
+//! With `--read-every-ms T` each reader starts a read at most every T ms instead, so that a
+//! faster server is not handed more reads than a slower one.
 //! The run lasts `--duration` seconds (default 10). The extra figures are the full reads: how
 //! many, and their p50 and slowest.
 //!
@@ -46,6 +48,11 @@ pub struct PutDuringList {
     /// Clients reading the whole prefix back to back.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     readers: u64,
+    /// Start each reader's full reads at most this often (ms): the same read load on every
+    /// server, where back to back a faster server is given more reads to serve. 0: back to
+    /// back.
+    #[arg(long, default_value_t = 0)]
+    read_every_ms: u64,
     /// Leases kept alive over one stream during the run (see the module doc).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000))]
     keepalive_leases: u64,
@@ -99,11 +106,15 @@ impl Workload for PutDuringList {
             let mut kv =
                 KvClient::new(channel(r as usize + 1)).max_decoding_message_size(READ_BYTES_MAX);
             let (stop, objects) = (stop.clone(), self.objects);
+            let every = Duration::from_millis(self.read_every_ms);
             let prefix = self.prefix.clone().into_bytes();
             readers.push(tokio::spawn(async move {
                 let mut reads = Histogram::<u64>::new(3).expect("valid sigfig");
                 let mut wrong = 0u64;
+                let mut next = tokio::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep_until(next).await;
+                    next = tokio::time::Instant::now() + every;
                     let t = Instant::now();
                     let read = kv.range(RangeRequest {
                         range_end: leasehold_types::prefix_range_end(&prefix),
