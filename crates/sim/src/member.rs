@@ -624,7 +624,7 @@ impl Member {
         let status = self.status();
         let leading = status.is_some_and(|s| s.is_leader);
         let term = status.map_or(0, |s| s.term);
-        let (round, _) = LeaderRound::start::<ReadError>(leading, term);
+        let round = LeaderRound::start(leading, term);
         self.leader_round = Some(LeaderRead {
             number,
             readers,

@@ -65,7 +65,7 @@ impl ReadIndexRounds {
                     let s = status.borrow();
                     (s.term, s.is_leader)
                 };
-                let (mut round, _) = LeaderRound::start::<ReplicaError>(leading, term);
+                let mut round = LeaderRound::start(leading, term);
                 let watched = round;
                 let deposed = |s: &EngineStatus| {
                     watched
@@ -88,7 +88,6 @@ impl ReadIndexRounds {
                         wait_applied(&status, confirmed.index).await?;
                         confirmed
                     }
-                    LeaderStep::AwaitIndex => unreachable!("the core answered"),
                     LeaderStep::Failed(LeaderEnd::Index(e)) => return Err(e),
                     LeaderStep::Failed(LeaderEnd::LeaderChanged) => return Err(LeaderChanged),
                 };
@@ -204,7 +203,7 @@ async fn follower_round(
 
 /// The round's step once this member's known leader became `leader` (an error: the engine is
 /// gone).
-fn leader_lost<A: Clone>(
+fn leader_lost<A>(
     round: &mut FollowerRound<A>,
     leader: Result<Option<u64>, watch::error::RecvError>,
 ) -> Result<FollowerStep<A, ReplicaError>, ReplicaError> {
@@ -249,6 +248,7 @@ mod tests {
 
     use super::*;
     use crate::steps::PROOF_ASKS;
+    use crate::steps::follower_round_heard::{PROOF, seen};
 
     /// Rounds that each wait for one permit of `gate`, and answer with their own number.
     fn gated(gate: Arc<Semaphore>, rounds: Arc<AtomicU64>) -> ReadIndexRounds {
@@ -282,11 +282,6 @@ mod tests {
         asks: Arc<AtomicU64>,
         proof: Option<ReadProof>,
     }
-
-    const PROOF: ReadProof = ReadProof {
-        term: 3,
-        context: 5,
-    };
 
     impl Forwarder for ProvingLeader {
         fn forward(
@@ -361,15 +356,6 @@ mod tests {
             Duration::from_millis(1_000),
         );
         (rounds, status)
-    }
-
-    fn seen(leader: u64, term: u64, context: u64) -> HeartbeatSeen {
-        HeartbeatSeen {
-            leader,
-            term,
-            heartbeats: 1,
-            context,
-        }
     }
 
     /// The leader's answer counts once the follower has stepped the leader's heartbeat of the

@@ -59,7 +59,7 @@ pub struct FollowerRound<A> {
     proving: Option<(u64, ReadProof, A, Instant)>,
 }
 
-impl<A: Clone> FollowerRound<A> {
+impl<A> FollowerRound<A> {
     /// A round that asks `leader`, whose heartbeats come at least every half `election_timeout`;
     /// its first step is to ask.
     pub fn start<E>(
@@ -142,19 +142,20 @@ impl<A: Clone> FollowerRound<A> {
     }
 }
 
+/// What the follower-round tests here and in `replica/read_index.rs` share: a leader's round
+/// proof, and the heartbeats a follower has stepped.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod heard {
+    use super::{HeartbeatSeen, ReadProof};
 
-    type Step = FollowerStep<&'static str, &'static str>;
-
-    const ELECTION: Duration = Duration::from_millis(1_000);
-    const PROOF: ReadProof = ReadProof {
+    /// Leader 2's round of context 5 in term 3.
+    pub(crate) const PROOF: ReadProof = ReadProof {
         term: 3,
         context: 5,
     };
 
-    fn seen(leader: u64, term: u64, context: u64) -> HeartbeatSeen {
+    /// `leader`'s newest heartbeat stepped: of `term`, carrying `context`.
+    pub(crate) fn seen(leader: u64, term: u64, context: u64) -> HeartbeatSeen {
         HeartbeatSeen {
             leader,
             term,
@@ -162,6 +163,17 @@ mod tests {
             context,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Step = FollowerStep<&'static str, &'static str>;
+
+    use super::heard::{PROOF, seen};
+
+    const ELECTION: Duration = Duration::from_millis(1_000);
 
     /// An answer counts once this member has stepped the leader's heartbeat of the round's term
     /// carrying its context or a later one; another leader's or another term's proves nothing.

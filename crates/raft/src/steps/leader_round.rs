@@ -10,9 +10,6 @@ use leasehold_consensus::reads::Confirmed;
 /// What the driver of a [`LeaderRound`] does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaderStep<E> {
-    /// Wait for the core's read index ([`LeaderRound::confirmed`]), watching leadership
-    /// ([`LeaderRound::leadership`]).
-    AwaitIndex,
     /// Wait until this member has applied the read index ([`LeaderRound::applied`]).
     AwaitApply(Confirmed),
     /// The round is over: its readers read now.
@@ -41,14 +38,14 @@ pub struct LeaderRound {
 }
 
 impl LeaderRound {
-    /// A round begun by a member that leads (`leading`) in `term`, or not; its first step is to
-    /// wait for the core's read index.
-    pub fn start<E>(leading: bool, term: u64) -> (LeaderRound, LeaderStep<E>) {
-        let round = LeaderRound {
+    /// A round begun by a member that leads (`leading`) in `term`, or not. It waits for the
+    /// core's read index ([`LeaderRound::confirmed`]), watching leadership meanwhile
+    /// ([`LeaderRound::leadership`]).
+    pub fn start(leading: bool, term: u64) -> LeaderRound {
+        LeaderRound {
             led_term: leading.then_some(term),
             confirmed: None,
-        };
-        (round, LeaderStep::AwaitIndex)
+        }
     }
 
     /// The core's answer; `applied` is how far this member has applied.
@@ -94,20 +91,19 @@ mod tests {
     /// Readers read only once this member has applied the read index.
     #[test]
     fn a_round_reads_once_applied_to_its_read_index() {
-        let (mut round, first): (_, Step) = LeaderRound::start(true, 3);
-        assert_eq!(first, LeaderStep::AwaitIndex);
+        let mut round = LeaderRound::start(true, 3);
         assert_eq!(round.applied::<&str>(100), None, "no read index yet");
         let step: Step = round.confirmed(Ok(AT_9), 8);
         assert_eq!(step, LeaderStep::AwaitApply(AT_9));
         assert_eq!(round.applied::<&str>(8), None);
         assert_eq!(round.applied::<&str>(9), Some(LeaderStep::Read(AT_9)));
         // Applied that far already: read at once.
-        let (mut round, _): (_, Step) = LeaderRound::start(true, 3);
+        let mut round = LeaderRound::start(true, 3);
         assert_eq!(
             round.confirmed::<&str>(Ok(AT_9), 12),
             LeaderStep::Read(AT_9)
         );
-        let (mut round, _): (_, Step) = LeaderRound::start(true, 3);
+        let mut round = LeaderRound::start(true, 3);
         assert_eq!(
             round.confirmed(Err("timed out"), 12),
             LeaderStep::Failed(LeaderEnd::Index("timed out"))
@@ -118,14 +114,14 @@ mod tests {
     /// changed"; once confirmed, or if it never led, leadership does not end the round.
     #[test]
     fn a_leader_deposed_before_confirmation_fails_the_round() {
-        let (mut round, _): (_, Step) = LeaderRound::start(true, 3);
+        let mut round = LeaderRound::start(true, 3);
         assert_eq!(round.leadership::<&str>(true, 3), None);
         let changed = Some(LeaderStep::Failed(LeaderEnd::LeaderChanged));
         assert_eq!(round.leadership::<&str>(false, 3), changed);
         assert_eq!(round.leadership::<&str>(true, 4), changed);
         let _: Step = round.confirmed(Ok(AT_9), 0);
         assert_eq!(round.leadership::<&str>(false, 4), None, "confirmed");
-        let (round, _): (_, Step) = LeaderRound::start(false, 3);
+        let round = LeaderRound::start(false, 3);
         assert_eq!(round.leadership::<&str>(false, 5), None, "never led");
     }
 }

@@ -35,6 +35,8 @@ mod waiters;
 
 pub use append_times::AppendTimes;
 pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
+#[cfg(test)]
+pub(crate) use follower_round::heard as follower_round_heard;
 pub use follower_round::{FollowerRound, FollowerStep, PROOF_ASKS, RoundEnd};
 pub use leader_round::{LeaderEnd, LeaderRound, LeaderStep};
 pub use promotion::{Promotion, PromotionStep};
