@@ -100,6 +100,23 @@ const WORKLOADS: &[&[&str]] = &[
         "--conns",
         "2",
     ],
+    // The same, paced, with 20 leases of 2 s kept alive over one stream for 3 s: a lease whose
+    // renewals did not get through would be gone before the end, and count as lost.
+    &[
+        "put-during-list",
+        "--duration",
+        "3",
+        "--objects",
+        "300",
+        "--conns",
+        "2",
+        "--read-every-ms",
+        "100",
+        "--keepalive-leases",
+        "20",
+        "--lease-ttl",
+        "2",
+    ],
 ];
 
 fn bench(server: &Server, args: &[&str]) -> Value {
@@ -166,6 +183,20 @@ async fn run_all(target: &str, server: &Server) {
                     && r["full_reads_failed"].as_f64() == Some(0.0),
                 "{target}: the whole reads ran and each returned every object: {r}"
             );
+            assert_eq!(r["elections"].as_f64(), Some(0.0), "{target}: {r}");
+            if args.contains(&"--keepalive-leases") {
+                assert_eq!(
+                    (r["leases_kept"].as_f64(), r["leases_lost"].as_f64()),
+                    (Some(20.0), Some(0.0)),
+                    "{target}: every kept lease is alive at the end: {r}"
+                );
+                // The readers start 200 ms before the writer's 3 s and finish the read they
+                // are in after it: about 33 reads paced, hundreds back to back.
+                assert!(
+                    r["full_reads"].as_f64() <= Some(40.0),
+                    "{target}: a read every 100 ms at most: {r}"
+                );
+            }
         } else if args[0] == "watch-latency" {
             assert_eq!(
                 r["requests"].as_f64(),
