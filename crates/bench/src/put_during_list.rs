@@ -9,9 +9,10 @@
 //!
 //! With `--keepalive-leases N`, N leases of `--lease-ttl` seconds are granted first and kept
 //! alive during the run over one `LeaseKeepAlive` stream, each renewed every third of its TTL as
-//! clientv3 does; afterwards each is looked up (`leases_lost`: renewals answered TTL <= 0, or
-//! leases gone at the end). Every run also reports `elections`: how far the highest Raft term
-//! any endpoint reports moved during the run (0: no election).
+//! clientv3 does; at the end, after the readers' last reads and with the keeper still renewing,
+//! each is looked up (`leases_lost`: renewals answered TTL <= 0, or leases gone at the end).
+//! Every run also reports `elections`: how far the highest Raft term any endpoint reports moved
+//! during the run (0: no election).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -97,9 +98,17 @@ impl Workload for PutDuringList {
                     .id,
             );
         }
+        // The keeper has its own stop: it renews until every lease has been looked up at the
+        // end, after the readers' last reads (a read of a million objects can outlast a TTL).
+        let keeping_done = Arc::new(AtomicBool::new(false));
         let keeper = (!leases.is_empty()).then(|| {
             let period = Duration::from_secs(self.lease_ttl as u64) / 3;
-            tokio::spawn(keep_alive(channel(0), leases.clone(), period, stop.clone()))
+            tokio::spawn(keep_alive(
+                channel(0),
+                leases.clone(),
+                period,
+                keeping_done.clone(),
+            ))
         });
         let mut readers = Vec::new();
         for r in 0..self.readers {
@@ -162,10 +171,7 @@ impl Workload for PutDuringList {
             reads.add(h)?;
             wrong += w;
         }
-        let mut lost = match keeper {
-            Some(keeper) => keeper.await??,
-            None => HashSet::new(),
-        };
+        let mut gone = HashSet::new();
         for id in leases {
             let ask = grants.lease_time_to_live(LeaseTimeToLiveRequest { id, keys: false });
             let ttl = tokio::time::timeout(OP_TIMEOUT, ask)
@@ -173,9 +179,15 @@ impl Workload for PutDuringList {
                 .into_inner()
                 .ttl;
             if ttl <= 0 {
-                lost.insert(id);
+                gone.insert(id);
             }
         }
+        keeping_done.store(true, Ordering::Relaxed);
+        let mut lost = match keeper {
+            Some(keeper) => keeper.await??,
+            None => HashSet::new(),
+        };
+        lost.extend(gone);
         let term_after = highest_term(&run.channels).await?;
         let ms = |us: u64| us as f64 / 1000.0;
         let mut extra = serde_json::Map::new();
