@@ -126,8 +126,9 @@ pub struct Replica {
     quota_bytes: Option<u64>,
     /// The file size as the quota check last read it.
     quota_size: QuotaSize,
-    /// The bytes in use as the quota check last read them, once the file reached the quota.
-    quota_in_use: QuotaSize,
+    /// The bytes in use as the quota check last read them, once the file reached the quota
+    /// (shared with the task that reads them again in the background).
+    quota_in_use: Arc<QuotaSize>,
     /// `--strict-reconfig-check` (see [`ReplicaConfig::strict_reconfig_check`]).
     strict_reconfig_check: bool,
     /// One Raft tick (`--heartbeat-interval`).
@@ -144,6 +145,8 @@ struct QuotaSize {
     read_at_ms: std::sync::atomic::AtomicU64,
     bytes: std::sync::atomic::AtomicU64,
     fresh_for_ms: std::sync::atomic::AtomicU64,
+    /// A background reading is under way ([`Replica::refresh_in_use`]).
+    refreshing: std::sync::atomic::AtomicBool,
 }
 
 impl QuotaSize {
@@ -155,6 +158,7 @@ impl QuotaSize {
             read_at_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
             bytes: std::sync::atomic::AtomicU64::new(0),
             fresh_for_ms: std::sync::atomic::AtomicU64::new(Self::FRESH_FOR.as_millis() as u64),
+            refreshing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -170,11 +174,19 @@ impl QuotaSize {
 
     /// The size last read, unless it is stale.
     fn cached(&self) -> Option<u64> {
+        self.last()
+            .and_then(|(bytes, fresh)| fresh.then_some(bytes))
+    }
+
+    /// The size last read, and whether it is still fresh; `None` before the first reading.
+    fn last(&self) -> Option<(u64, bool)> {
         use std::sync::atomic::Ordering::Relaxed;
         let at = self.read_at_ms.load(Relaxed);
-        let fresh =
-            at != u64::MAX && self.now_ms().saturating_sub(at) < self.fresh_for_ms.load(Relaxed);
-        fresh.then(|| self.bytes.load(Relaxed))
+        if at == u64::MAX {
+            return None;
+        }
+        let fresh = self.now_ms().saturating_sub(at) < self.fresh_for_ms.load(Relaxed);
+        Some((self.bytes.load(Relaxed), fresh))
     }
 
     /// Keeps `bytes`, read just now in `took`.
@@ -195,6 +207,14 @@ impl QuotaSize {
             bytes
         })
     }
+}
+
+/// The bytes of the database file that hold data ([`storage::Db::bytes_in_use`], which waits for
+/// a commit in progress), or the file's size once the database is closed. Blocks.
+fn in_use_or_file_size(db: &std::sync::Weak<storage::Db>, path: &std::path::Path) -> u64 {
+    db.upgrade()
+        .and_then(|db| db.bytes_in_use())
+        .unwrap_or_else(|| std::fs::metadata(path).map_or(0, |m| m.len()))
 }
 
 impl Replica {
@@ -325,7 +345,7 @@ impl Replica {
             stopping: tokio::sync::watch::Sender::new(false),
             quota_bytes: cfg.quota_bytes,
             quota_size: QuotaSize::new(),
-            quota_in_use: QuotaSize::new(),
+            quota_in_use: Arc::new(QuotaSize::new()),
             strict_reconfig_check: cfg.strict_reconfig_check,
             heartbeat_interval_ms: cfg.heartbeat_interval_ms,
         });
@@ -810,21 +830,31 @@ impl Replica {
         let cost = u64::try_from(write.approx_bytes()).unwrap_or(u64::MAX);
         let size = self.quota_size.get(|| self.db_size_bytes());
         if size.saturating_add(cost) < quota {
+            if size >= quota / 4 && self.quota_in_use.last().is_none() {
+                // The first reading of the bytes in use, ahead of the first write that needs it
+                // (redb grows its file in big steps: its last size below the quota can be far below).
+                self.refresh_in_use();
+            }
             return Ok(());
         }
         // The file reached the quota. It counts the pages that hold data, as etcd's file size
         // does: redb's file starts at about a MiB and grows ahead of its data (an empty one
         // holds 24 KiB, as etcd's empty file is 20 KiB), and pages a compaction freed are
         // written again before the file grows.
-        let in_use = match self.quota_in_use.cached() {
-            Some(bytes) => bytes,
-            None => {
-                let started = std::time::Instant::now();
-                let bytes = self.db_size_in_use_bytes().await;
-                self.quota_in_use.record(bytes, started.elapsed());
-                bytes
+        // Reading the bytes in use waits for a checkpoint's commit, which under load takes
+        // a second or more: a put never waits for it while a past reading says the write fits.
+        // A stale reading is read again in the background; only a refusal reads it first.
+        if let Some((in_use, fresh)) = self.quota_in_use.last() {
+            if !fresh {
+                self.refresh_in_use();
             }
-        };
+            if in_use.saturating_add(cost) < quota {
+                return Ok(());
+            }
+        }
+        let started = std::time::Instant::now();
+        let in_use = self.db_size_in_use_bytes().await;
+        self.quota_in_use.record(in_use, started.elapsed());
         if in_use.saturating_add(cost) < quota {
             return Ok(());
         }
@@ -1100,14 +1130,30 @@ impl Replica {
     /// when that cannot be read (the member is stopping). Begins a write transaction, so it
     /// waits for a commit in progress.
     pub async fn db_size_in_use_bytes(&self) -> u64 {
-        let Some(db) = self.db.upgrade() else {
-            return self.db_size_bytes();
-        };
-        let in_use = tokio::task::spawn_blocking(move || db.bytes_in_use())
+        let (db, path) = (self.db.clone(), self.db_path.clone());
+        tokio::task::spawn_blocking(move || in_use_or_file_size(&db, &path))
             .await
-            .ok()
-            .flatten();
-        in_use.unwrap_or_else(|| self.db_size_bytes())
+            .unwrap_or_else(|_| self.db_size_bytes())
+    }
+
+    /// Reads the bytes in use again for the quota check, in the background, unless a reading is
+    /// already under way.
+    fn refresh_in_use(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.quota_in_use.refreshing.swap(true, Relaxed) {
+            return;
+        }
+        let (quota, db, path) = (
+            self.quota_in_use.clone(),
+            self.db.clone(),
+            self.db_path.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let bytes = in_use_or_file_size(&db, &path);
+            quota.record(bytes, started.elapsed());
+            quota.refreshing.store(false, Relaxed);
+        });
     }
 
     /// [`Replica::db_size_in_use_bytes`], read again only when the last reading (this one's or
@@ -1267,4 +1313,40 @@ fn open_state_machine(
         .tokens
         .set_ttl(token_ttl);
     Ok(sm)
+}
+
+#[cfg(test)]
+mod quota_size_tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::Duration;
+
+    use super::QuotaSize;
+
+    #[test]
+    fn a_reading_goes_stale_but_is_kept() {
+        let size = QuotaSize::new();
+        assert_eq!(size.last(), None, "nothing read yet");
+        assert_eq!(size.cached(), None);
+        size.record(1000, Duration::from_millis(1));
+        assert_eq!(size.last(), Some((1000, true)));
+        assert_eq!(size.cached(), Some(1000));
+        // Past its freshness: the admission check still has the number, marked stale.
+        size.fresh_for_ms.store(0, Relaxed);
+        assert_eq!(size.last(), Some((1000, false)));
+        assert_eq!(size.cached(), None, "a stale reading is not fresh");
+        size.forget();
+        assert_eq!(size.last(), None, "a defragment forgets it");
+    }
+
+    #[test]
+    fn a_slow_reading_stays_fresh_ten_times_as_long() {
+        let size = QuotaSize::new();
+        size.record(7, Duration::from_secs(2));
+        assert_eq!(size.fresh_for_ms.load(Relaxed), 20_000);
+        size.record(7, Duration::from_millis(1));
+        assert_eq!(
+            size.fresh_for_ms.load(Relaxed),
+            QuotaSize::FRESH_FOR.as_millis() as u64
+        );
+    }
 }
