@@ -40,6 +40,17 @@ where
     }
 }
 
+/// A message at least this long is encoded with the runtime told that this worker blocks: a
+/// gigabyte range response takes most of a second to copy, and a task woken meanwhile into this
+/// worker's own slot (a put's answer, say) could not be stolen by the other workers until the
+/// copy was done. `block_in_place` moves the worker's queue to another thread first.
+pub const BLOCKING_ENCODE_BYTES: usize = 4 * 1024 * 1024;
+
+fn on_multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
 /// Encodes a prost message into room reserved for all of it.
 #[derive(Debug)]
 pub struct SizedEncoder<T>(PhantomData<T>);
@@ -49,9 +60,19 @@ impl<T: Message> Encoder for SizedEncoder<T> {
     type Error = Status;
 
     fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        buf.reserve(item.encoded_len());
-        item.encode(buf)
-            .map_err(|e| Status::internal(format!("encoding a message: {e}")))
+        let len = item.encoded_len();
+        buf.reserve(len);
+        let mut encode = || {
+            item.encode(buf)
+                .map_err(|e| Status::internal(format!("encoding a message: {e}")))
+        };
+        if len >= BLOCKING_ENCODE_BYTES && on_multi_thread_runtime() {
+            // The worker hands its queued tasks to another thread before it blocks (see
+            // `BLOCKING_ENCODE_BYTES`).
+            tokio::task::block_in_place(encode)
+        } else {
+            encode()
+        }
     }
 
     fn buffer_settings(&self) -> BufferSettings {
