@@ -634,7 +634,9 @@ impl Db {
         }
     }
 
-    /// Bytes of the file that hold data (etcd's `db_size_in_use`): the pages allocated.
+    /// Bytes of the file that hold data (etcd's `db_size_in_use`): the pages allocated. Slow on a
+    /// big file: it begins a write transaction (waiting for a commit in progress), and redb's
+    /// `stats()` walks every table's pages, reading those not cached.
     pub(crate) fn bytes_in_use(&self) -> Option<u64> {
         let txn = self.begin_write().ok()?;
         let stats = txn.stats().ok();

@@ -209,8 +209,8 @@ impl QuotaSize {
     }
 }
 
-/// The bytes of the database file that hold data ([`storage::Db::bytes_in_use`], which waits for
-/// a commit in progress), or the file's size once the database is closed. Blocks.
+/// The bytes of the database file that hold data ([`storage::Db::bytes_in_use`], slow on a big
+/// file), or the file's size once the database is closed. Blocks.
 fn in_use_or_file_size(db: &std::sync::Weak<storage::Db>, path: &std::path::Path) -> u64 {
     db.upgrade()
         .and_then(|db| db.bytes_in_use())
@@ -841,8 +841,8 @@ impl Replica {
         // does: redb's file starts at about a MiB and grows ahead of its data (an empty one
         // holds 24 KiB, as etcd's empty file is 20 KiB), and pages a compaction freed are
         // written again before the file grows.
-        // Reading the bytes in use waits for a checkpoint's commit, which under load takes
-        // a second or more: a put never waits for it while a past reading says the write fits.
+        // Reading the bytes in use takes a second or more on a big file under load (see
+        // `Db::bytes_in_use`): a put never waits for it while a past reading says the write fits.
         // A stale reading is read again in the background; only a refusal reads it first.
         if let Some((in_use, fresh)) = self.quota_in_use.last() {
             if !fresh {
@@ -1127,8 +1127,8 @@ impl Replica {
     }
 
     /// Bytes of the database file that hold data (etcd's `db_size_in_use`); the file's size
-    /// when that cannot be read (the member is stopping). Begins a write transaction, so it
-    /// waits for a commit in progress.
+    /// when that cannot be read (the member is stopping). Slow on a big file (see
+    /// `Db::bytes_in_use`).
     pub async fn db_size_in_use_bytes(&self) -> u64 {
         let (db, path) = (self.db.clone(), self.db_path.clone());
         tokio::task::spawn_blocking(move || in_use_or_file_size(&db, &path))
