@@ -32,6 +32,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .generate_default_stubs(true)
         // tonic-prost's codec, with an encoder that reserves each message's length first.
         .codec_path("crate::codec::SizedCodec")
+        // A key-value's value is shared bytes, so an answer carries the store's own values
+        // (reference counts) into the encoder instead of a copy of each.
+        .bytes(".mvccpb.KeyValue.value")
         .compile_fds(fds)?;
     // etcd's gateway marshals with the proto field names (`cluster_id`, `TTL`, `dbSize`),
     // omits zero values, prints enums by name and ignores fields it does not know.

@@ -101,7 +101,7 @@ impl Printer {
         let (key, value) = if self.hex {
             (hex_escaped(&kv.key), hex_escaped(&kv.value))
         } else {
-            (kv.key.clone(), kv.value.clone())
+            (kv.key.clone(), kv.value.to_vec())
         };
         if !self.value_only {
             out.extend_from_slice(&key);
@@ -562,7 +562,7 @@ mod tests {
             create_revision: create,
             mod_revision: modified,
             version,
-            value: value.into(),
+            value: value.as_bytes().to_vec().into(),
             lease,
         }
     }

@@ -32,7 +32,7 @@ fn get_at(store: &Store, key: &str, range_end: &str, revision: i64) -> Vec<(Stri
         .map(|kv| {
             (
                 String::from_utf8(kv.key).unwrap(),
-                String::from_utf8(kv.value).unwrap(),
+                String::from_utf8(kv.value.to_vec()).unwrap(),
             )
         })
         .collect()
@@ -562,10 +562,7 @@ fn ignore_value_and_ignore_lease_keep_the_previous_ones() {
         })
         .unwrap()
         .kvs[0];
-    assert_eq!(
-        (kv.value.as_slice(), kv.lease, kv.version),
-        (&b"w"[..], None, 3)
-    );
+    assert_eq!((&kv.value[..], kv.lease, kv.version), (&b"w"[..], None, 3));
 }
 
 #[test]
@@ -627,7 +624,7 @@ fn events_replay_history_in_revision_order_with_prev_kv() {
                 e.kind,
                 e.kv.key.as_slice(),
                 e.kv.mod_revision,
-                e.prev_kv.as_ref().map(|p| p.value.as_slice()),
+                e.prev_kv.as_ref().map(|p| &p.value[..]),
             )
         })
         .collect();
@@ -736,7 +733,7 @@ proptest! {
                     } else if at < compacted {
                         prop_assert_eq!(res.unwrap_err(), Error::Compacted);
                     } else {
-                        let got: Vec<(Vec<u8>, Vec<u8>)> = res.unwrap().kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
+                        let got: Vec<(Vec<u8>, Vec<u8>)> = res.unwrap().kvs.into_iter().map(|kv| (kv.key, kv.value.to_vec())).collect();
                         let want: Vec<(Vec<u8>, Vec<u8>)> = model[at as usize].iter().filter(|(x, _)| if end.is_empty() { **x == key(k) } else { **x >= key(k) && **x < end }).map(|(a, b)| (a.clone(), b.clone())).collect();
                         prop_assert_eq!(got, want);
                     }
@@ -756,7 +753,7 @@ proptest! {
             store
                 .events(from, store.current_revision(), usize::MAX)
                 .into_iter()
-                .map(|e| (e.kind, e.kv.key, e.kv.value, e.kv.mod_revision))
+                .map(|e| (e.kind, e.kv.key, e.kv.value.to_vec(), e.kv.mod_revision))
                 .collect()
         };
         let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
@@ -988,7 +985,12 @@ fn a_scan_compacted_past_its_revision_stops_rather_than_answer_a_mix() {
     s.compact(scan.revision()).unwrap();
     put(&mut s, "k3", "newer");
     while !s.range_step(&mut scan, one_key).unwrap() {}
-    let values: Vec<Vec<u8>> = scan.finish().kvs.into_iter().map(|kv| kv.value).collect();
+    let values: Vec<Vec<u8>> = scan
+        .finish()
+        .kvs
+        .into_iter()
+        .map(|kv| kv.value.to_vec())
+        .collect();
     assert_eq!(values, [b"old", b"old", b"old", b"new"].map(|v| v.to_vec()));
 }
 

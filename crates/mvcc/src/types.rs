@@ -2,6 +2,7 @@
 //! (so conversion at the gRPC edge is one function per message), but use newtypes and `Option`
 //! where the wire uses sentinels.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use leasehold_types::LeaseId;
@@ -34,10 +35,14 @@ impl Revision {
 }
 
 /// One version of a key, as etcd's `mvccpb.KeyValue`. Keys and values go through serde as
-/// byte strings (`serde_bytes`), not sequences of `u8`: postcard writes both the same way (a
-/// length, then the bytes), so stored rows and snapshots are unchanged, but a byte string is
-/// read in one copy instead of one call per byte (reading every row at start-up and for a
-/// snapshot spent a tenth of its time there: docs/bench.md).
+/// byte strings (`serde_bytes`, and `Bytes`' own impl), not sequences of `u8`: postcard writes
+/// both the same way (a length, then the bytes), so stored rows and snapshots are unchanged, but
+/// a byte string is read in one copy instead of one call per byte (reading every row at start-up
+/// and for a snapshot spent a tenth of its time there: docs/bench.md).
+///
+/// The value is shared, not owned: a read hands out the store's own bytes (a reference count),
+/// so a read of a gigabyte copies no value under the state lock, and the answer's encoder reads
+/// them in place.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
     #[serde(with = "serde_bytes")]
@@ -45,8 +50,7 @@ pub struct KeyValue {
     pub create_revision: i64,
     pub mod_revision: i64,
     pub version: i64,
-    #[serde(with = "serde_bytes")]
-    pub value: Vec<u8>,
+    pub value: Bytes,
     pub lease: Option<LeaseId>,
 }
 
@@ -256,7 +260,7 @@ mod tests {
             create_revision: 2,
             mod_revision: 7,
             version: 3,
-            value: vec![0, 1, 255, 128],
+            value: vec![0, 1, 255, 128].into(),
             lease: LeaseId::from_wire(-5),
         };
         let old = SeqRecord::Put {
@@ -264,7 +268,7 @@ mod tests {
             create_revision: 2,
             mod_revision: 7,
             version: 3,
-            value: kv.value.clone(),
+            value: kv.value.to_vec(),
             lease: kv.lease,
         };
         let new = postcard::to_stdvec(&Record::Put(kv.clone())).expect("encode");

@@ -308,7 +308,7 @@ async fn a_compaction_a_stop_interrupts_resumes_at_the_next_start() {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(at.kvs[0].value, b"3");
+        assert_eq!(at.kvs[0].value, &b"3"[..]);
         tokio::time::timeout(
             std::time::Duration::from_secs(20),
             replica.compacted_physically(5),

@@ -579,7 +579,7 @@ mod tests {
         let ev = |n: usize| mvccpb::Event {
             kv: Some(mvccpb::KeyValue {
                 key: vec![b'k'; 8],
-                value: vec![b'v'; n],
+                value: vec![b'v'; n].into(),
                 ..Default::default()
             }),
             ..Default::default()

@@ -849,7 +849,12 @@ impl Member {
             ..RangeRequest::default()
         };
         match self.machine.store().range(&request) {
-            Ok(r) => Answer::Kvs(r.kvs.into_iter().map(|kv| (kv.key, kv.value)).collect()),
+            Ok(r) => Answer::Kvs(
+                r.kvs
+                    .into_iter()
+                    .map(|kv| (kv.key, kv.value.to_vec()))
+                    .collect(),
+            ),
             Err(_) => Answer::Failed("range"),
         }
     }

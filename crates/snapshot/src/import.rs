@@ -310,7 +310,7 @@ mod tests {
             create_revision: 2,
             mod_revision: 2,
             version: 1,
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             lease: 5,
         };
         let tombstone = (
@@ -327,7 +327,7 @@ mod tests {
         match &got[0].1 {
             Record::Put(kv) => {
                 assert_eq!(kv.lease.map(LeaseId::get), Some(5));
-                assert_eq!(kv.value, b"v");
+                assert_eq!(kv.value, &b"v"[..]);
             }
             other => panic!("{other:?}"),
         }

@@ -15,6 +15,7 @@ mod scan;
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
+use bytes::Bytes;
 use leasehold_types::Key;
 
 pub use scan::{EventsScan, RangeScan, ScanBudget};
@@ -34,15 +35,16 @@ struct Version {
     rev: Revision,
     create_revision: i64,
     version: i64,
-    value: Option<Box<[u8]>>,
+    /// Shared with every answer and event that carries it: a read takes a reference, not a copy.
+    value: Option<Bytes>,
     lease: Option<LeaseId>,
 }
 
 // The sizes ARCHITECTURE.md states per key (on 64-bit targets).
 #[cfg(target_pointer_width = "64")]
 const _: () = {
-    assert!(size_of::<Version>() == 56);
-    assert!(size_of::<History>() == 64);
+    assert!(size_of::<Version>() == 72);
+    assert!(size_of::<History>() == 80);
     assert!(size_of::<(Revision, Key)>() == 32);
 };
 
@@ -148,8 +150,8 @@ impl<'s> Found<'s> {
             mod_revision: v.rev.main,
             version: v.version,
             value: match &v.value {
-                Some(value) if with_value => value.to_vec(),
-                _ => Vec::new(),
+                Some(value) if with_value => value.clone(),
+                _ => Bytes::new(),
             },
             lease: v.lease,
         }
@@ -165,7 +167,7 @@ impl<'s> Found<'s> {
 ///
 /// What a key costs: one key map entry (the shared key and a boxed [`History`]), the key's bytes
 /// once (a [`Key`], shared with the revision index and with the lease the key is attached to),
-/// and per version 56 bytes plus its value. Each version at or above the compaction point also has a
+/// and per version 72 bytes plus its value. Each version at or above the compaction point also has a
 /// revision index entry (32 bytes).
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -275,7 +277,7 @@ impl Store {
                         rev,
                         create_revision: kv.create_revision,
                         version: kv.version,
-                        value: Some(kv.value.into_boxed_slice()),
+                        value: Some(kv.value),
                         lease: kv.lease,
                     },
                 ),
@@ -874,9 +876,9 @@ impl<'s> Writer<'s> {
 
     fn put(&mut self, req: &PutRequest) -> PutResponse {
         let prev = self.store.latest(&req.key);
-        let value: Box<[u8]> = match (prev, req.ignore_value) {
-            (Some(prev), true) => prev.value().into(),
-            _ => req.value.as_slice().into(),
+        let value = match (prev, req.ignore_value) {
+            (Some(prev), true) => prev.version.value.clone().unwrap_or_default(),
+            _ => Bytes::copy_from_slice(&req.value),
         };
         let lease = match (prev, req.ignore_lease) {
             (Some(prev), true) => prev.version.lease,
@@ -893,7 +895,7 @@ impl<'s> Writer<'s> {
             create_revision,
             mod_revision: rev.main,
             version,
-            value: value.to_vec(),
+            value: value.clone(),
             lease,
         };
         self.store.push_version(

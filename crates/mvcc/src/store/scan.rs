@@ -8,6 +8,7 @@
 //!
 //! A whole [`Store::range`] is one scan taken in a single step, so there is one read path.
 
+use bytes::Bytes;
 use std::cmp::Ordering;
 use std::ops::Bound;
 
@@ -124,7 +125,7 @@ impl RangeScan {
         }
         if self.req.keys_only {
             for kv in &mut self.picked {
-                kv.value = Vec::new();
+                kv.value = Bytes::new();
             }
         }
         RangeResponse {

@@ -14,8 +14,10 @@ use super::Replica;
 use crate::replica::ReplicaError;
 use crate::state_machine;
 
-/// One part of a read (and of a watch history read): at most this many keys, or about this many bytes copied. At 1 KiB values
-/// that is ~0.2 ms of copying under the lock.
+/// One part of a read (and of a watch history read): at most this many keys, or about this many
+/// bytes of keys and values. Values are shared with the answer, not copied (leasehold-mvcc's
+/// `KeyValue`), so a part under the lock is a walk of the index plus a reference count and a key
+/// copy per key.
 pub(crate) const RANGE_PART: ScanBudget = ScanBudget {
     keys: 1024,
     bytes: 1024 * 1024,

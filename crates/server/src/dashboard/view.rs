@@ -355,8 +355,7 @@ pub(crate) struct QueueEntry {
 impl QueueEntry {
     fn of(kv: mvcc::KeyValue) -> QueueEntry {
         let value_len = kv.value.len();
-        let mut value = kv.value;
-        value.truncate(BYTES_SHOWN_MAX);
+        let value = kv.value[..value_len.min(BYTES_SHOWN_MAX)].to_vec();
         QueueEntry {
             key: kv.key,
             lease: kv.lease,

@@ -217,7 +217,7 @@ pub(super) type WatchedEvent = (i64, Vec<u8>, Option<Vec<u8>>);
 
 pub(super) fn watched(event: &leasehold_mvcc::Event) -> WatchedEvent {
     let value = match event.kind {
-        leasehold_mvcc::EventKind::Put => Some(event.kv.value.clone()),
+        leasehold_mvcc::EventKind::Put => Some(event.kv.value.to_vec()),
         leasehold_mvcc::EventKind::Delete => None,
     };
     (event.kv.mod_revision, event.kv.key.clone(), value)
