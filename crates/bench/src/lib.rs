@@ -109,6 +109,8 @@ trait Workload {
 #[derive(Debug)]
 struct Run {
     channels: Vec<Channel>,
+    /// The endpoint each of `channels` is connected to, in the same order.
+    urls: Vec<String>,
     clients: usize,
     /// `--total`: requests, or leases, or puts, as the workload counts.
     total: u64,
@@ -248,17 +250,15 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         endpoints
     };
     let mut channels: Vec<Channel> = Vec::new();
+    let mut urls = Vec::new();
     for i in 0..args.conns {
         let url = &endpoints[i % endpoints.len()];
-        let ch = Endpoint::from_shared(url.clone())?
-            .connect_timeout(Duration::from_secs(5))
-            .connect()
-            .await
-            .with_context(|| format!("connect to {url}"))?;
-        channels.push(ch);
+        channels.push(connect(url).await?);
+        urls.push(url.clone());
     }
     let run = Run {
         channels,
+        urls,
         clients: args.clients,
         total: args.total,
         duration: args.duration.map(Duration::from_secs),
@@ -279,6 +279,15 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         WorkloadArgs::ExpiryStorm(w) => w.run(&run).await,
         WorkloadArgs::LeaseMemory(w) => w.run(&run).await,
     }
+}
+
+/// One connection to `url`, as every workload makes them.
+async fn connect(url: &str) -> anyhow::Result<Channel> {
+    Endpoint::from_shared(url.to_owned())?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .with_context(|| format!("connect to {url}"))
 }
 
 /// A progress line on stderr while the run goes (only when stderr is a terminal).
