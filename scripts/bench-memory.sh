@@ -11,7 +11,10 @@
 # 1,000 keys (100,000 revisions kept), RSS; a compaction to the current revision, RSS again.
 # Prints one JSON line per target and part, then tables.
 #
-#   scripts/bench-memory.sh [leases]      (default 1000000; needs `etcd` on PATH)
+#   scripts/bench-memory.sh [leases]      (default 1000000)
+#
+# TARGETS picks the servers (default "etcd37 leasehold"; the first is the baseline of every
+# ratio), e.g. TARGETS="etcd37 leasehold_before leasehold" LEASEHOLD_BEFORE_BIN=/tmp/old.
 #
 # Build first: cargo build --release -p leasehold
 set -euo pipefail
@@ -19,7 +22,13 @@ cd "$(dirname "$0")/.."
 leases=${1:-1000000}
 bin=$PWD/target/release/leasehold
 [ -x "$bin" ] || { echo "build first: cargo build --release -p leasehold" >&2; exit 2; }
-command -v etcd >/dev/null || { echo "etcd not found (apt-get install etcd-server)" >&2; exit 2; }
+command -v etcdctl >/dev/null || { echo "etcdctl not found (apt-get install etcd-client)" >&2; exit 2; }
+read -r -a targets <<<"${TARGETS:-etcd37 leasehold}"
+if [[ " ${targets[*]} " == *" etcd "* ]]; then
+  command -v etcd >/dev/null || { echo "etcd not found (apt-get install etcd-server)" >&2; exit 2; }
+fi
+# shellcheck source=lib/go-tools.sh
+. scripts/lib/go-tools.sh
 
 # shellcheck source=lib/ports.sh
 . scripts/lib/ports.sh
@@ -44,7 +53,7 @@ ttls() {
 }
 
 results="$work/results.jsonl"
-for target in etcd leasehold; do
+for target in "${targets[@]}"; do
   c=$(free_port); p=$(free_port); e="http://127.0.0.1:$c"
   start "$target" "$c" "$p"
   ready "$e" 120
@@ -83,7 +92,7 @@ PY
 done
 history="$work/history.jsonl"
 rss() { awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$1/status"; }
-for target in etcd leasehold; do
+for target in "${targets[@]}"; do
   c=$(free_port); p=$(free_port); e="http://127.0.0.1:$c"
   rm -rf "${work:?}/$target"
   start "$target" "$c" "$p"
@@ -101,12 +110,14 @@ for target in etcd leasehold; do
 done
 python3 - "$results" "$history" <<'PY'
 import json, sys
-rows = {r["target"]: r for r in map(json.loads, open(sys.argv[1]))}
-e, l = rows["etcd"], rows["leasehold"]
+rows = [json.loads(l) for l in open(sys.argv[1])]
+hist = {r["target"]: r for r in map(json.loads, open(sys.argv[2]))}
+base = rows[0]
 mib = lambda b: b / 2**20
-print(f"\n{l['leases']:,} leases, one key each\n")
-print("| figure | etcd | leasehold | leasehold/etcd |")
-print("|---|---:|---:|---:|")
+print(f"\n{base['leases']:,} leases, one key each (ratios against {base['target']})\n")
+print("| figure | " + " | ".join(r["target"] for r in rows) + " | " +
+      " | ".join(f"{r['target']}/{base['target']}" for r in rows[1:]) + " |")
+print("|---|" + "---:|" * (2 * len(rows) - 1))
 for name, key, fmt in [
     ("bytes per idle lease", "bytes_per_lease", "{:.0f}"),
     ("bytes per attached key", "bytes_per_key", "{:.0f}"),
@@ -116,19 +127,20 @@ for name, key, fmt in [
     ("restart to first linearizable read (ms)", "restart_to_linearizable_read_ms", "{:.0f}"),
     ("grants and puts per second while filling", "grant_and_put_per_s", "{:.0f}"),
 ]:
-    a, b = e[key], l[key]
     show = (lambda v: f"{mib(v):.0f}") if fmt == "mib" else (lambda v: fmt.format(v))
-    print(f"| {name} | {show(a)} | {show(b)} | {b / a if a else float('nan'):.2f} |")
-for r in (e, l):
+    a = base[key]
+    print(f"| {name} | " + " | ".join(show(r[key]) for r in rows) + " | " +
+          " | ".join(f"{r[key] / a if a else float('nan'):.2f}" for r in rows[1:]) + " |")
+for r in rows:
     fresh = any(a > b for a, b in zip(r["ttl_after_restart"], r["ttl_before_restart"]))
     print(f"\n{r['target']}: sampled TTLs {r['ttl_before_restart']} before, {r['ttl_after_restart']} after"
           f" ({'a FRESH TTL' if fresh else 'none longer'}); {r['keys_after_restart']:,} keys after the restart")
-hist = {r["target"]: r for r in map(json.loads, open(sys.argv[2]))}
 print("\nHistory: 100,000 puts of 1 KiB values over 1,000 keys, then a compaction to the current revision\n")
-print("| figure | etcd | leasehold |")
-print("|---|---:|---:|")
+names = [r["target"] for r in rows]
+print("| figure | " + " | ".join(names) + " |")
+print("|---|" + "---:|" * len(names))
 per = lambda r, k: (r[k] - r["rss_before"]) / 100000
-print(f"| RSS bytes per revision kept | {per(hist['etcd'], 'rss_100k_revisions'):.0f} | {per(hist['leasehold'], 'rss_100k_revisions'):.0f} |")
-print(f"| RSS bytes per revision after the compaction | {per(hist['etcd'], 'rss_compacted'):.0f} | {per(hist['leasehold'], 'rss_compacted'):.0f} |")
-print(f"| RSS after the compaction (MiB) | {hist['etcd']['rss_compacted'] / 2**20:.0f} | {hist['leasehold']['rss_compacted'] / 2**20:.0f} |")
+print("| RSS bytes per revision kept | " + " | ".join(f"{per(hist[n], 'rss_100k_revisions'):.0f}" for n in names) + " |")
+print("| RSS bytes per revision after the compaction | " + " | ".join(f"{per(hist[n], 'rss_compacted'):.0f}" for n in names) + " |")
+print("| RSS after the compaction (MiB) | " + " | ".join(f"{hist[n]['rss_compacted'] / 2**20:.0f}" for n in names) + " |")
 PY

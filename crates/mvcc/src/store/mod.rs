@@ -48,6 +48,21 @@ const _: () = {
     assert!(size_of::<(Revision, Key)>() == 32);
 };
 
+/// Values shorter than this are copied rather than shared ([`share`]).
+const SHARED_VALUE_MIN: usize = 64;
+
+/// `value` for an answer, an event or another version. A long value is shared (a reference
+/// count). A short one is copied: the first share of a value allocates its count's header
+/// (about 32 bytes), which then lives as long as the value does, so sharing a 16-byte value once
+/// would cost a key more than copying it each time.
+fn share(value: &Bytes) -> Bytes {
+    if value.len() < SHARED_VALUE_MIN {
+        Bytes::copy_from_slice(value)
+    } else {
+        value.clone()
+    }
+}
+
 impl Version {
     /// The tombstone a delete at `rev` leaves.
     fn tombstone(rev: Revision) -> Version {
@@ -150,7 +165,7 @@ impl<'s> Found<'s> {
             mod_revision: v.rev.main,
             version: v.version,
             value: match &v.value {
-                Some(value) if with_value => value.clone(),
+                Some(value) if with_value => share(value),
                 _ => Bytes::new(),
             },
             lease: v.lease,
@@ -877,7 +892,7 @@ impl<'s> Writer<'s> {
     fn put(&mut self, req: &PutRequest) -> PutResponse {
         let prev = self.store.latest(&req.key);
         let value = match (prev, req.ignore_value) {
-            (Some(prev), true) => prev.version.value.clone().unwrap_or_default(),
+            (Some(prev), true) => prev.version.value.as_ref().map(share).unwrap_or_default(),
             _ => Bytes::copy_from_slice(&req.value),
         };
         let lease = match (prev, req.ignore_lease) {
@@ -895,7 +910,7 @@ impl<'s> Writer<'s> {
             create_revision,
             mod_revision: rev.main,
             version,
-            value: value.clone(),
+            value: share(&value),
             lease,
         };
         self.store.push_version(
