@@ -1106,3 +1106,49 @@ proptest! {
         restored.validate();
     }
 }
+
+/// A long value is handed out as the store's own bytes (a read takes a reference, not a copy),
+/// to every reader and to the write's event alike; a short one is copied (see `share`).
+#[test]
+fn long_values_are_shared_and_short_ones_copied() {
+    let mut s = Store::new();
+    let long = "v".repeat(1024);
+    put(&mut s, "long", &long);
+    put(&mut s, "short", "sixteen-bytes-ok");
+    let read = |s: &Store, key: &str| {
+        let req = RangeRequest {
+            key: key.into(),
+            ..Default::default()
+        };
+        s.range(&req).expect("range").kvs.remove(0).value
+    };
+    let (a, b) = (read(&s, "long"), read(&s, "long"));
+    assert_eq!(a, long.as_bytes());
+    assert_eq!(
+        a.as_ptr(),
+        b.as_ptr(),
+        "two reads share one copy of a long value"
+    );
+    let (a, b) = (read(&s, "short"), read(&s, "short"));
+    assert_eq!(a, &b"sixteen-bytes-ok"[..]);
+    assert_ne!(a.as_ptr(), b.as_ptr(), "a short value is copied");
+
+    let req = PutRequest {
+        key: b"long2".to_vec(),
+        value: long.clone().into_bytes(),
+        ..Default::default()
+    };
+    let (_, changes) = s.put(&req, &no_leases).expect("put");
+    let Some(Change::Write {
+        record: Record::Put(kv),
+        ..
+    }) = changes.last()
+    else {
+        panic!("a put's change is its record: {changes:?}");
+    };
+    assert_eq!(
+        kv.value.as_ptr(),
+        read(&s, "long2").as_ptr(),
+        "the event carries the stored value"
+    );
+}
