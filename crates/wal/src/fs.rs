@@ -23,6 +23,17 @@ pub trait Fs: Send + Sync + 'static {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Makes the creations, renames and removals in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Starts making `path` a file of `size` zero bytes, synced, away from the caller's thread,
+    /// where this file system does that: the file comes on the receiver. `None`: the caller
+    /// makes it in place (the default, and what the test file systems do, which stay
+    /// deterministic).
+    fn zero_fill_apart(
+        &self,
+        _path: &Path,
+        _size: u64,
+    ) -> Option<std::sync::mpsc::Receiver<io::Result<Self::File>>> {
+        None
+    }
     /// Bytes free for new data on the file system that holds `dir`, if known.
     fn available(&self, _dir: &Path) -> Option<u64> {
         None
@@ -98,6 +109,24 @@ impl Fs for StdFs {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         std::fs::File::open(dir)?.sync_all()
+    }
+
+    /// On a thread of its own: writing and syncing a 64 MiB segment takes the disk for a few
+    /// hundred milliseconds, which the Raft thread (the log's writer) must not wait out.
+    fn zero_fill_apart(
+        &self,
+        path: &Path,
+        size: u64,
+    ) -> Option<std::sync::mpsc::Receiver<io::Result<StdFile>>> {
+        let (made, made_rx) = std::sync::mpsc::sync_channel(1);
+        let path = path.to_path_buf();
+        std::thread::Builder::new()
+            .name("leasehold-wal-spare".into())
+            .spawn(move || {
+                let _ = made.send(crate::wal::zero_filled(&StdFs, &path, size));
+            })
+            .ok()?;
+        Some(made_rx)
     }
 }
 

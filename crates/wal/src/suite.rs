@@ -698,3 +698,47 @@ fn a_mark_over_another_history_drops_its_suffix_and_the_log_continues_right_afte
         assert_eq!(wal.last_index(), 9);
     });
 }
+
+/// On the real file system the spare segment is made on a thread of its own: the append that
+/// starts a segment only starts making the next spare, and does not write and sync a whole
+/// segment of zeros itself (a 64 MiB one held the Raft thread for 200-300 ms).
+#[test]
+fn the_real_file_system_makes_the_spare_apart_and_a_new_segment_takes_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("wal");
+    let (mut wal, _) = Wal::open_on(StdFs, &dir, SMALL).expect("create");
+    assert!(
+        wal.making_spare() && !wal.has_spare(),
+        "opening starts the spare and does not wait for it"
+    );
+    // Bounded: a 4 KiB file is made in milliseconds.
+    let mut polls = 0;
+    while !wal.make_spare() {
+        assert!(polls < 5_000, "the spare was never made");
+        polls += 1;
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(wal.has_spare() && !wal.making_spare());
+    let segments = wal.segment_count();
+    let mut i = 1;
+    while wal.segment_count() == segments {
+        wal.append(&batch(i, i, 1)).expect("append");
+        i += 1;
+    }
+    assert!(
+        wal.making_spare() && !wal.has_spare(),
+        "the new segment took the spare, and the next one is being made apart"
+    );
+    // Another new segment while the spare may still be in the making waits for it.
+    let segments = wal.segment_count();
+    while wal.segment_count() == segments {
+        wal.append(&batch(i, i, 1)).expect("append");
+        i += 1;
+    }
+    drop(wal);
+    let (_, recovered) = Wal::open_on(StdFs, &dir, SMALL).expect("reopen");
+    assert_eq!(
+        indexes(&recovered.entries),
+        (1..i).map(|n| (n, 1)).collect::<Vec<_>>()
+    );
+}

@@ -90,8 +90,11 @@ pub struct Wal<F: Fs = StdFs> {
     /// `fdatasync` may have dropped the dirty pages), so no later append may be acknowledged.
     /// Reopening replays what is really there.
     poisoned: bool,
-    /// The next segment, made ahead ([`SPARE_NAME`]); `None` when there was no room for it.
+    /// The next segment, made ahead ([`SPARE_NAME`]); `None` when there was no room for it, or
+    /// while it is being made apart (`making`).
     spare: Option<F::File>,
+    /// The spare being made away from this thread ([`Fs::zero_fill_apart`]), if it is.
+    making: Option<std::sync::mpsc::Receiver<std::io::Result<F::File>>>,
     /// The appends since [`Wal::take_written`] last took them.
     written: Vec<Written>,
 }
@@ -316,6 +319,7 @@ impl<F: Fs> Wal<F> {
             scratch: Vec::new(),
             poisoned: false,
             spare: None,
+            making: None,
             written: Vec::new(),
         };
         let mut wal = wal;
@@ -352,6 +356,7 @@ impl<F: Fs> Wal<F> {
             scratch: Vec::new(),
             poisoned: false,
             spare: None,
+            making: None,
             written: Vec::new(),
         };
         let mut wal = wal;
@@ -405,10 +410,25 @@ impl<F: Fs> Wal<F> {
 
     /// Makes the spare segment if there is none (see [`SPARE_NAME`]); whether there is one now.
     /// On a full disk it fails, leaving no file behind: try again later (it writes a whole
-    /// segment, so not on every append).
+    /// segment, so not on every append). Where the file system makes it apart
+    /// ([`Fs::zero_fill_apart`]) this starts it, or looks whether it is done: `false` until then.
     pub fn make_spare(&mut self) -> bool {
         if self.spare.is_some() {
             return true;
+        }
+        if let Some(making) = &self.making {
+            match making.try_recv() {
+                Err(std::sync::mpsc::TryRecvError::Empty) => return false,
+                Ok(made) => {
+                    self.making = None;
+                    return self.made_spare(made);
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    self.making = None;
+                    return self
+                        .made_spare(Err(std::io::Error::other("the spare's maker stopped")));
+                }
+            }
         }
         // Not tried without room for it and a quarter segment more: filling the disk for a moment
         // would fail whatever else writes there then (the state machine's checkpoint).
@@ -421,7 +441,36 @@ impl<F: Fs> Wal<F> {
             return false;
         }
         let path = self.dir.join(SPARE_NAME);
-        match zero_filled(&self.fs, &path, self.segment_bytes) {
+        if let Some(making) = self.fs.zero_fill_apart(&path, self.segment_bytes) {
+            self.making = Some(making);
+            return false;
+        }
+        let made = zero_filled(&self.fs, &path, self.segment_bytes);
+        self.made_spare(made)
+    }
+
+    /// Whether a spare is being made apart ([`Fs::zero_fill_apart`]).
+    #[cfg(test)]
+    pub(crate) fn making_spare(&self) -> bool {
+        self.making.is_some()
+    }
+
+    /// The spare, to start the next segment with. One still being made apart is waited for: it
+    /// is already under way, and making another here would take longer.
+    fn take_spare(&mut self) -> Option<F::File> {
+        if let Some(making) = self.making.take() {
+            let made = making
+                .recv()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the spare's maker stopped")));
+            self.made_spare(made);
+        }
+        self.spare.take()
+    }
+
+    /// Takes in a spare just made (or the failure to make it: no file is left behind).
+    fn made_spare(&mut self, made: std::io::Result<F::File>) -> bool {
+        let path = self.dir.join(SPARE_NAME);
+        match made {
             Ok(file) => {
                 self.spare = Some(file);
                 true
@@ -603,7 +652,7 @@ impl<F: Fs> Wal<F> {
         let header_bytes = encoded_header_len(&header);
         let size = self.segment_bytes.max(header_bytes + framed);
         let spare = if size == self.segment_bytes {
-            self.spare.take()
+            self.take_spare()
         } else {
             None
         };
@@ -622,6 +671,16 @@ impl<F: Fs> Wal<F> {
         // The next one, ahead of need; no room for it is not an error now (`has_room` says so).
         self.make_spare();
         Ok(())
+    }
+}
+
+impl<F: Fs> Drop for Wal<F> {
+    /// A spare still being made apart is waited for, so that no thread writes zeros into the
+    /// spare's file once this log is gone (a log opened again at once would make the same file).
+    fn drop(&mut self) {
+        if let Some(making) = self.making.take() {
+            let _ = making.recv();
+        }
     }
 }
 
@@ -695,7 +754,7 @@ fn fill_segment<F: Fs>(
 }
 
 /// A new file of `size` zero bytes, synced.
-fn zero_filled<F: Fs>(fs: &F, path: &Path, size: u64) -> std::io::Result<F::File> {
+pub(crate) fn zero_filled<F: Fs>(fs: &F, path: &Path, size: u64) -> std::io::Result<F::File> {
     let mut file = fs.create(path)?;
     let zeros = vec![0u8; ZEROS_CHUNK_BYTES];
     let mut at = 0;
