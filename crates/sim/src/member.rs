@@ -26,9 +26,10 @@ use leasehold_consensus::{
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
-    self, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound, FollowerStep, LeaderRenewals,
-    LeaderRound, LeaderStep, PROMOTION_WAIT_MAX, Promotion, PromotionStep, ReadRounds, RenewStep,
-    RoundEnd, StampGate, Waiters, answered_before_apply, expiry_pass, stamp_gate,
+    self, BatchFill, BatchRoute, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound,
+    FollowerStep, LeaderRenewals, LeaderRound, LeaderStep, PROMOTION_WAIT_MAX, Promotion,
+    PromotionStep, ReadRounds, RenewStep, RoundEnd, StampGate, Waiters, answered_before_apply,
+    batch_route, expiry_pass, stamp_gate,
 };
 use leasehold_raft::{
     Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
@@ -299,7 +300,7 @@ pub struct Member {
     /// task's turn in production. 0: each write is its own entry, proposed as it arrives.
     pub batch_window_us: u64,
     /// Writes waiting for the batcher, and when it takes them.
-    batch: Vec<(Origin, Write)>,
+    batch: VecDeque<(Origin, Write)>,
     batch_at: Option<u64>,
     /// A leader's batches held until it times leases (`StampGate::AwaitPromotion`: the
     /// replica's proposer waits in `ready_to_stamp`, and what is queued behind it waits too):
@@ -393,7 +394,7 @@ impl Member {
             covering: Vec::new(),
             waiters: Waiters::default(),
             batch_window_us: 0,
-            batch: Vec::new(),
+            batch: VecDeque::new(),
             batch_at: None,
             held: None,
             reads: ReadBatcher::new(1, 1),
@@ -886,7 +887,7 @@ impl Member {
     /// Queues a write for the batcher (batching seeds); the first one in an empty queue sets
     /// when the batcher takes them all.
     fn enqueue(&mut self, now: u64, origin: Origin, write: Write, out: &mut Vec<Out>) {
-        self.batch.push((origin, write));
+        self.batch.push_back((origin, write));
         if self.batch_at.is_none() {
             let at = now + self.batch_window_us;
             self.batch_at = Some(at);
@@ -894,58 +895,64 @@ impl Member {
         }
     }
 
-    /// The batcher's turn: whatever is queued becomes one entry on a leader, or one forwarded
-    /// batch on a follower (`replica/batch.rs`'s `propose_batches`).
+    /// The batcher's turn: what is queued becomes entries on a leader, or forwarded batches on a
+    /// follower, a batch at a time as the replica's `propose_batches` takes them
+    /// (`steps::BatchFill`, `steps::batch_route`).
     pub fn flush(&mut self, now: u64, out: &mut Vec<Out>) {
         if self.core.is_none() || self.batch_at.is_none_or(|at| at > now) {
             return;
         }
         self.batch_at = None;
-        let batch = std::mem::take(&mut self.batch);
-        self.write_batch(now, batch, out);
+        while !self.batch.is_empty() {
+            let batch = BatchFill::take(&mut self.batch, |(_, write)| write);
+            self.write_batch(now, batch, out);
+        }
         self.drive(now, out);
     }
 
     fn write_batch(&mut self, now: u64, batch: Vec<(Origin, Write)>, out: &mut Vec<Out>) {
         let Some(status) = self.status() else { return };
-        if batch.is_empty() {
+        let route = batch_route(self.id, status.is_leader, status.leader);
+        let mut own = Vec::new();
+        for (origin, write) in batch {
+            if route.forwards(matches!(origin, Origin::Forwarded { .. })) {
+                own.push((origin, write));
+            } else {
+                reply(out, origin, 0, Answer::Failed("no leader"));
+            }
+        }
+        if own.is_empty() {
             return;
         }
-        if batch.len() > 1 {
+        if own.len() > 1 {
             out.push(Out::Note(format!(
                 "m{} batches {} writes{}",
                 self.id,
-                batch.len(),
-                if status.is_leader { "" } else { " (forwarded)" }
+                own.len(),
+                if route == BatchRoute::Propose {
+                    ""
+                } else {
+                    " (forwarded)"
+                }
             )));
         }
-        if status.is_leader {
-            self.propose_writes(now, batch, out);
-        } else if status.leader != 0 {
-            // What a follower forwarded here is never forwarded again: its follower retries.
-            let mut writes = Vec::new();
-            for (origin, write) in batch {
-                if let Origin::Forwarded { .. } = origin {
-                    reply(out, origin, 0, Answer::Failed("no leader"));
-                    continue;
+        match route {
+            BatchRoute::Propose => self.propose_writes(now, own, out),
+            BatchRoute::Forward { leader } => {
+                let mut writes = Vec::new();
+                for (origin, write) in own {
+                    let request = self.next_ctx();
+                    self.forwarded
+                        .insert(request, (origin, write.answered_at_commit()));
+                    writes.push((request, write));
                 }
-                let request = self.next_ctx();
-                self.forwarded
-                    .insert(request, (origin, write.answered_at_commit()));
-                writes.push((request, write));
-            }
-            if !writes.is_empty() {
                 out.push(Out::Peer {
-                    to: status.leader,
+                    to: leader,
                     msg: PeerMsg::ForwardBatch {
                         from: self.id,
                         writes,
                     },
                 });
-            }
-        } else {
-            for (origin, _) in batch {
-                reply(out, origin, 0, Answer::Failed("no leader"));
             }
         }
     }

@@ -7,17 +7,11 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
 use super::engine::EngineStatus;
 use super::error::ReplicaError;
-use super::forward::{Forwarded, Forwarder, forward, leader_elsewhere, wait_applied};
+use super::forward::{Forwarded, Forwarder, forward, wait_applied};
 use super::lease_time::{SharedClock, stamp_lease_times};
 use super::rs::RsEngine;
 use crate::command::{Applied, Write};
-use crate::steps::{self, StampGate, answered_before_apply};
-
-/// Most commands in one log entry (a renewal is about 15 bytes of it, a 256-byte put about 280).
-pub(super) const BATCH_LEN_MAX: usize = 4096;
-
-/// Soft bound on one log entry's size: a batch closes once it holds this much.
-pub(super) const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
+use crate::steps::{self, BatchFill, BatchRoute, StampGate, answered_before_apply, batch_route};
 
 /// Writes waiting to be batched before callers wait for room.
 pub(super) const QUEUE_LEN_MAX: usize = 16 * 1024;
@@ -66,12 +60,13 @@ pub(super) async fn propose_batches(
             let Some(first) = queue.recv().await else {
                 return;
             };
-            let mut bytes = first.write.approx_bytes();
+            let mut fill = BatchFill::default();
+            fill.add(&first.write);
             let mut batch = vec![first];
-            while batch.len() < BATCH_LEN_MAX && bytes < BATCH_BYTES_MAX {
+            while fill.open() {
                 match queue.try_recv() {
                     Ok(next) => {
-                        bytes += next.write.approx_bytes();
+                        fill.add(&next.write);
                         batch.push(next);
                     }
                     Err(_) => break,
@@ -79,17 +74,28 @@ pub(super) async fn propose_batches(
             }
             batch
         };
-        match leader_elsewhere(&status, member_id) {
-            Some((leader, addr)) => {
-                drop(held);
-                let (from_peers, own): (Vec<Pending>, Vec<Pending>) =
-                    batch.into_iter().partition(|p| p.from_peer);
-                for p in from_peers {
-                    let _ = p.reply.send(Err(ReplicaError::NoLeader));
-                }
-                if own.is_empty() {
+        drop(held);
+        let route = {
+            let status = status.borrow();
+            batch_route(member_id, status.is_leader, status.leader.unwrap_or(0))
+        };
+        let (own, refused): (Vec<Pending>, Vec<Pending>) =
+            batch.into_iter().partition(|p| route.forwards(p.from_peer));
+        for p in refused {
+            let _ = p.reply.send(Err(ReplicaError::NoLeader));
+        }
+        if own.is_empty() {
+            continue;
+        }
+        match route {
+            BatchRoute::Forward { leader } => {
+                let Some(addr) = status.borrow().peer_url(leader).map(str::to_owned) else {
+                    answer(
+                        own.into_iter().map(|p| p.reply).collect(),
+                        Err(ReplicaError::NoLeader),
+                    );
                     continue;
-                }
+                };
                 let Ok(permit) = forwards.clone().acquire_owned().await else {
                     return;
                 };
@@ -104,12 +110,11 @@ pub(super) async fn propose_batches(
                     answer_forwarded(&status, replies, &at_commit, result).await;
                 });
             }
-            None => {
+            BatchRoute::Propose => {
                 // Submitted in order; the Raft thread puts whatever arrived together into one
                 // append.
-                drop(held);
                 let (writes, replies): (Vec<Write>, Vec<_>) =
-                    batch.into_iter().map(|p| (p.write, p.reply)).unzip();
+                    own.into_iter().map(|p| (p.write, p.reply)).unzip();
                 let submitted = match ready_to_stamp(&status, &clock, &writes).await {
                     Ok(()) => stamp_lease_times(&clock, cover_margin_ms, writes)
                         .map(|proposal| engine.submit(proposal)),

@@ -15,7 +15,9 @@
 //! - [`ReadRounds`]: which read-index round answers which linearizable reader, and
 //!   [`FollowerRound`]: one follower round, from its ask to the heartbeat that proves it, and
 //!   [`LeaderRound`]: one leader round, from its read index to applying that far;
-//! - [`Waiters`]: which applied entry answers which waiting proposal.
+//! - [`Waiters`]: which applied entry answers which waiting proposal;
+//! - [`BatchFill`]: how many queued writes one log entry takes, and [`batch_route`]: whether a
+//!   batch is proposed here, forwarded to the leader, or answered "no leader".
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +26,7 @@ use leasehold_lease::LeaseClock;
 use crate::command::{Applied, Proposal, Write};
 
 mod append_times;
+mod batch;
 mod expiry;
 mod follower_round;
 mod leader_round;
@@ -34,6 +37,7 @@ mod renewals;
 mod waiters;
 
 pub use append_times::AppendTimes;
+pub use batch::{BATCH_BYTES_MAX, BATCH_LEN_MAX, BatchFill, BatchRoute, batch_route};
 pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
 #[cfg(test)]
 pub(crate) use follower_round::heard as follower_round_heard;
