@@ -742,3 +742,143 @@ fn the_real_file_system_makes_the_spare_apart_and_a_new_segment_takes_it() {
         (1..i).map(|n| (n, 1)).collect::<Vec<_>>()
     );
 }
+
+/// [`MemFs`], but it makes the spare apart as [`StdFs`] does, and the test says when that is done
+/// and how it ended.
+#[derive(Clone, Default)]
+struct ApartFs {
+    mem: MemFs,
+    making: std::sync::Arc<std::sync::Mutex<Option<Making>>>,
+}
+
+type Making = (
+    PathBuf,
+    u64,
+    std::sync::mpsc::SyncSender<std::io::Result<crate::MemFile>>,
+);
+
+impl ApartFs {
+    /// Ends the spare being made: made (`None`), or failed with `error`.
+    fn finish(&self, error: Option<std::io::ErrorKind>) {
+        let (path, size, made) = self
+            .making
+            .lock()
+            .expect("lock")
+            .take()
+            .expect("a spare is being made");
+        let file = match error {
+            None => crate::wal::zero_filled(&self.mem, &path, size),
+            Some(kind) => Err(std::io::Error::from(kind)),
+        };
+        made.send(file).expect("the log waits for it");
+    }
+}
+
+/// Fails the spare still being made when a test panics, so that the log it drops (which waits for
+/// its spare) does not wait forever and the test reports its failure. Declared after the log, so
+/// that it is dropped first.
+struct FailOnPanic(ApartFs);
+
+impl Drop for FailOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some((_, _, made)) = self.0.making.lock().expect("lock").take()
+        {
+            let _ = made.send(Err(std::io::Error::other("the test failed")));
+        }
+    }
+}
+
+impl Fs for ApartFs {
+    type File = crate::MemFile;
+
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.mem.create_dir_all(dir)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.mem.list(dir)
+    }
+    fn open(&self, path: &Path) -> std::io::Result<Self::File> {
+        self.mem.open(path)
+    }
+    fn create(&self, path: &Path) -> std::io::Result<Self::File> {
+        self.mem.create(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.mem.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        self.mem.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.mem.sync_dir(dir)
+    }
+    fn zero_fill_apart(
+        &self,
+        path: &Path,
+        size: u64,
+    ) -> Option<std::sync::mpsc::Receiver<std::io::Result<Self::File>>> {
+        let (made, made_rx) = std::sync::mpsc::sync_channel(1);
+        *self.making.lock().expect("lock") = Some((path.to_path_buf(), size, made));
+        Some(made_rx)
+    }
+}
+
+/// A spare still being made counts as room: the segment in use may pass its last quarter
+/// meanwhile, and the member must not refuse writes for it. Once it fails, the next append sees
+/// it, and without a spare or a quarter segment left the log has no room; a spare made again
+/// gives it room.
+#[test]
+fn a_spare_in_the_making_counts_as_room_until_it_fails() {
+    let fs = ApartFs::default();
+    let dir = PathBuf::from("/wal");
+    let (mut wal, _) = Wal::open_on(fs.clone(), &dir, SMALL).expect("create");
+    let _fail_on_panic = FailOnPanic(fs.clone());
+    assert!(wal.making_spare() && !wal.has_spare());
+    let segments = wal.segment_count();
+    let mut i = 1;
+    while wal.room_in_segment() >= SMALL.segment_bytes / 4 {
+        wal.append(&batch(i, i, 1)).expect("append");
+        i += 1;
+    }
+    assert_eq!(wal.segment_count(), segments, "still the first segment");
+    assert!(wal.has_room(), "the spare in the making counts");
+
+    fs.finish(Some(std::io::ErrorKind::StorageFull));
+    assert!(wal.has_room(), "not looked at until the next append");
+    wal.append(&batch(i, i, 1)).expect("append");
+    i += 1;
+    assert!(!wal.making_spare() && !wal.has_spare());
+    assert!(
+        !wal.has_room(),
+        "no spare, and less than a quarter segment left"
+    );
+    assert!(
+        fs.mem
+            .list(&dir)
+            .expect("list")
+            .iter()
+            .all(|n| !n.ends_with(".tmp")),
+        "the failed spare left no file"
+    );
+
+    assert!(!wal.make_spare(), "started again, not done yet");
+    assert!(wal.has_room());
+    fs.finish(None);
+    assert!(wal.make_spare() && wal.has_spare() && wal.has_room());
+    let segments = wal.segment_count();
+    while wal.segment_count() == segments {
+        wal.append(&batch(i, i, 1)).expect("append");
+        i += 1;
+    }
+    // The new segment took the spare and started the next one apart; that one is ended before
+    // the log is dropped (dropping waits for it).
+    assert!(wal.making_spare());
+    fs.finish(None);
+    drop(wal);
+    let (_, recovered) = Wal::open_on(fs.mem.clone(), &dir, SMALL).expect("reopen");
+    assert_eq!(
+        indexes(&recovered.entries),
+        (1..i).map(|n| (n, 1)).collect::<Vec<_>>()
+    );
+}

@@ -403,8 +403,13 @@ impl<F: Fs> Wal<F> {
     /// client writes (elections, lease expiries, membership, its own shutdown): a spare segment,
     /// or a quarter of a segment left in the one in use. Without it, the host should take no
     /// writes that add data, so that the log never has to grow on a full disk.
+    /// A spare being made apart counts: it was started only with room for it and a quarter
+    /// segment more, and counting it as missing for the moments it takes would refuse writes on
+    /// a disk with room (the segment in use can pass its last quarter meanwhile under a fast
+    /// writer). Each append looks whether it is done, so a failure to make it counts at once.
     pub fn has_room(&self) -> bool {
         self.spare.is_some()
+            || self.making.is_some()
             || self.active_bytes.saturating_sub(self.offset) >= self.segment_bytes / 4
     }
 
@@ -416,19 +421,8 @@ impl<F: Fs> Wal<F> {
         if self.spare.is_some() {
             return true;
         }
-        if let Some(making) = &self.making {
-            match making.try_recv() {
-                Err(std::sync::mpsc::TryRecvError::Empty) => return false,
-                Ok(made) => {
-                    self.making = None;
-                    return self.made_spare(made);
-                }
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    self.making = None;
-                    return self
-                        .made_spare(Err(std::io::Error::other("the spare's maker stopped")));
-                }
-            }
+        if let Some(done) = self.spare_made() {
+            return done;
         }
         // Not tried without room for it and a quarter segment more: filling the disk for a moment
         // would fail whatever else writes there then (the state machine's checkpoint).
@@ -447,6 +441,27 @@ impl<F: Fs> Wal<F> {
         }
         let made = zero_filled(&self.fs, &path, self.segment_bytes);
         self.made_spare(made)
+    }
+
+    /// Takes in the spare being made apart if it is done: `None` if none is being made, else
+    /// whether there is a spare now (`false` while it is still being made, or if it failed).
+    fn spare_made(&mut self) -> Option<bool> {
+        let making = self.making.as_ref()?;
+        let made = match making.try_recv() {
+            Err(std::sync::mpsc::TryRecvError::Empty) => return Some(false),
+            Ok(made) => made,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                Err(std::io::Error::other("the spare's maker stopped"))
+            }
+        };
+        self.making = None;
+        Some(self.made_spare(made))
+    }
+
+    /// Bytes left in the segment in use.
+    #[cfg(test)]
+    pub(crate) fn room_in_segment(&self) -> u64 {
+        self.active_bytes.saturating_sub(self.offset)
     }
 
     /// Whether a spare is being made apart ([`Fs::zero_fill_apart`]).
@@ -492,6 +507,7 @@ impl<F: Fs> Wal<F> {
         if self.poisoned {
             return Err(WalError::Poisoned);
         }
+        self.spare_made();
         if let Some(first) = batch.entries.first() {
             let min = batch
                 .compacted
