@@ -40,7 +40,7 @@ struct Version {
     lease: Option<LeaseId>,
 }
 
-// The sizes ARCHITECTURE.md states per key (on 64-bit targets).
+// The sizes `Store`'s documentation states per key (on 64-bit targets).
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(size_of::<Version>() == 72);
