@@ -187,6 +187,7 @@ impl Node {
             strict_reconfig_check: config.strict_reconfig_check,
             force_new_cluster: config.force_new_cluster,
             compaction_pace: config.compaction_pace(),
+            clock: leasehold_raft::system_clock(),
         };
         // The links report a peer they cannot reach to the replica, which starts after them
         // (its Raft thread sends through them from the start).

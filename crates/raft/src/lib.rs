@@ -10,6 +10,7 @@
 //!   Replica::read(f)   ──► read index (ReadIndex round) ──► f(&Store)
 //! ```
 
+mod clock;
 mod command;
 mod export;
 mod position;
@@ -20,6 +21,7 @@ mod storage;
 mod telemetry;
 mod tokens;
 
+pub use clock::{Clock, ManualClock, SystemClock, system_clock};
 pub use command::{
     Alarm, AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, Compact,
     LeaseGrant, LeaseRenew, LeaseRevoke, MemberAttrs, Proposal, Propose, Write,

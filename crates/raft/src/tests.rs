@@ -38,7 +38,7 @@ fn state_machine_reopens_at_its_checkpoint() {
                 (at(2), put("a")),
                 (at(3), put("b")),
             ],
-            |_| None,
+            |_| std::time::Instant::now(),
         );
         assert!(replies[0].is_empty(), "a membership entry answers nothing");
         assert!(matches!(replies[1][..], [Applied::Put(Ok(ref r))] if r.revision == 2));
@@ -71,6 +71,7 @@ fn one_member(data_dir: &std::path::Path) -> ReplicaConfig {
         election_timeout_ms: 200,
         snapshot_log_entries_max: 100_000,
         compaction_pace: crate::CompactionPace::default(),
+        clock: crate::system_clock(),
     }
 }
 

@@ -2,7 +2,8 @@
 //! `Replica::expiry_pass`, which keeps it apart from renewals answered from memory) (what is due,
 //! when to tick the lease clock, when to look again), commits what it asks, and sleeps until the
 //! pass's wake, a lease change or the next promotion. A failed proposal is retried after
-//! `ExpiryConfig::retry`, never dropped.
+//! `ExpiryConfig::retry`, never dropped. Its now, and its sleep, are the replica's clock
+//! (`leasehold_raft::Clock`): a test moves it by hand.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,12 +39,12 @@ pub async fn drive_lease_expiry(
             Ok(wake) => wake,
             Err(e) => {
                 tracing::warn!("lease expiry: {e}; retrying");
-                Some(Instant::now() + cfg.retry)
+                Some(replica.clock().now() + cfg.retry)
             }
         };
         let sleep = async {
             match wake {
-                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                Some(at) => replica.clock().sleep_until(at).await,
                 None => std::future::pending().await,
             }
         };
@@ -63,9 +64,9 @@ async fn step(
 ) -> Result<Option<Instant>, leasehold_raft::ReplicaError> {
     let Some(clock) = replica.lease_clock() else {
         // Demoted since the caller looked: it waits for the next promotion.
-        return Ok(Some(Instant::now()));
+        return Ok(Some(replica.clock().now()));
     };
-    let now = Instant::now();
+    let now = replica.clock().now();
     let pass = replica.expiry_pass(&clock, now, cfg);
     match pass.work {
         Some(ExpiryWork::Expire {
@@ -76,19 +77,228 @@ async fn step(
             // Only as leader: a member that was deposed meanwhile must not get its expiries
             // committed by the new leader (etcd#15247).
             replica.expire_leases(leases, now_ms).await?;
-            let committed_ms = clock.now_ms(Instant::now());
+            let committed_ms = clock.now_ms(replica.clock().now());
             metrics.leases_expired(
                 deadlines
                     .iter()
                     .map(|d| Duration::from_millis(committed_ms.saturating_sub(*d))),
             );
             // More may be due: look again at once.
-            Ok(Some(Instant::now()))
+            Ok(Some(replica.clock().now()))
         }
         Some(ExpiryWork::Tick { now_ms }) => {
             replica.tick_lease_clock(now_ms).await?;
             Ok(pass.wake)
         }
         None => Ok(pass.wake),
+    }
+}
+
+/// Lease safety in-process on a clock moved by hand: the expiry driver's passes, renewals and a
+/// restart, with no sleeping (`leasehold_raft::ManualClock`).
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use leasehold_mvcc::{PutRequest, RangeRequest};
+    use leasehold_raft::{LeaseGrant, LeaseId, ManualClock, Replica, ReplicaConfig};
+
+    use super::{ExpiryConfig, step};
+    use crate::metrics::Metrics;
+
+    const HELD: &[u8] = b"held";
+
+    fn config(dir: &std::path::Path, clock: &Arc<ManualClock>) -> ReplicaConfig {
+        ReplicaConfig {
+            member_id: 1,
+            peer_url: "http://127.0.0.1:1".into(),
+            initial_peers: Default::default(),
+            bootstrap: true,
+            data_dir: dir.to_path_buf(),
+            heartbeat_interval_ms: 50,
+            election_timeout_ms: 200,
+            snapshot_log_entries_max: 10_000,
+            quota_bytes: None,
+            auth_token_ttl: Duration::from_secs(300),
+            lease_cover_margin_ms: leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS,
+            strict_reconfig_check: true,
+            force_new_cluster: false,
+            compaction_pace: Default::default(),
+            clock: clock.clone(),
+        }
+    }
+
+    struct Member {
+        replica: Arc<Replica>,
+        metrics: Arc<Metrics>,
+    }
+
+    impl Member {
+        async fn start(dir: &std::path::Path, clock: &Arc<ManualClock>) -> Member {
+            let replica = Replica::start(config(dir, clock)).await.unwrap();
+            let metrics = Arc::new(Metrics::new(replica.clone(), false));
+            Member { replica, metrics }
+        }
+
+        /// The driver's passes at the clock's now, as many as it asks for at once (after an
+        /// expiry it looks again), committing what each asks.
+        async fn passes(&self) {
+            let cfg = ExpiryConfig::default();
+            for _ in 0..100 {
+                let wake = step(&self.replica, &self.metrics, &cfg).await.unwrap();
+                if wake.is_none_or(|at| at > self.replica.clock().now()) {
+                    return;
+                }
+            }
+            panic!("the expiry driver asked for 100 passes at one instant");
+        }
+
+        async fn grant_with_key(&self, id: LeaseId, ttl_secs: i64) {
+            self.replica
+                .propose(LeaseGrant { id, ttl_secs })
+                .await
+                .unwrap()
+                .unwrap();
+            self.replica
+                .propose(PutRequest {
+                    key: HELD.into(),
+                    value: b"v".to_vec(),
+                    lease: Some(id),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .unwrap();
+        }
+
+        /// The lease's time left as the leader tells it (ms), `None` once it is gone.
+        async fn left_ms(&self, id: LeaseId) -> Option<u64> {
+            self.replica
+                .read_at_lease_time(|_, leases, at| {
+                    at.deadline_ms(leases, id)
+                        .map(|deadline| deadline.saturating_sub(at.now_ms))
+                })
+                .await
+                .unwrap()
+        }
+
+        async fn key_held(&self) -> bool {
+            let range = RangeRequest {
+                key: HELD.to_vec(),
+                ..Default::default()
+            };
+            let got = self.replica.read(true, |s| s.range(&range)).await;
+            !got.unwrap().unwrap().kvs.is_empty()
+        }
+    }
+
+    fn lease(id: i64) -> LeaseId {
+        LeaseId::from_wire(id).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_ends_when_the_clock_reaches_its_ttl_and_not_a_millisecond_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new();
+        let member = Member::start(dir.path(), &clock).await;
+        member.grant_with_key(lease(1), 5).await;
+        clock.advance(Duration::from_millis(4_999));
+        member.passes().await;
+        assert!(member.key_held().await, "1 ms before its TTL");
+        assert_eq!(member.left_ms(lease(1)).await, Some(1));
+        clock.advance(Duration::from_millis(1));
+        member.passes().await;
+        assert!(!member.key_held().await, "its key goes with it");
+        assert_eq!(member.left_ms(lease(1)).await, None);
+        member.replica.shutdown().await;
+    }
+
+    /// The first renewal goes through the log (it gives the lease its cover); the next, inside
+    /// the cover, is answered from the leader's memory at the clock's now, writing nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renewal_gives_a_whole_ttl_from_the_moment_it_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new();
+        let member = Member::start(dir.path(), &clock).await;
+        member.grant_with_key(lease(2), 5).await;
+        clock.advance(Duration::from_secs(4));
+        member.passes().await;
+        assert_eq!(member.replica.renew_lease(lease(2)).await.unwrap(), Some(5));
+        clock.advance(Duration::from_secs(2));
+        member.passes().await;
+        let logged = member.replica.status().last_log_index;
+        assert_eq!(member.replica.renew_lease(lease(2)).await.unwrap(), Some(5));
+        assert_eq!(
+            member.replica.status().last_log_index,
+            logged,
+            "answered from memory"
+        );
+        // Past both earlier deadlines (5 s and 9 s), inside the last one (11 s).
+        clock.advance(Duration::from_millis(4_999));
+        member.passes().await;
+        assert!(member.key_held().await);
+        assert_eq!(member.left_ms(lease(2)).await, Some(1));
+        clock.advance(Duration::from_millis(1));
+        member.passes().await;
+        assert!(!member.key_held().await);
+        // Renewing a lease that ended answers no TTL (0 on the wire), as etcd's.
+        assert_eq!(member.replica.renew_lease(lease(2)).await.unwrap(), None);
+        member.replica.shutdown().await;
+    }
+
+    /// etcd 3.7 gives every lease a whole TTL again after a restart; here the lease time the
+    /// driver ticked into the log goes on, so a restart costs no holder its deadline and gives
+    /// none a fresh one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restart_gives_no_fresh_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new();
+        let member = Member::start(dir.path(), &clock).await;
+        member.grant_with_key(lease(3), 10).await;
+        clock.advance(Duration::from_secs(6));
+        member.passes().await;
+        member.replica.shutdown().await;
+        drop(member);
+
+        let member = Member::start(dir.path(), &clock).await;
+        assert_eq!(member.left_ms(lease(3)).await, Some(4_000));
+        clock.advance(Duration::from_millis(3_999));
+        member.passes().await;
+        assert!(member.key_held().await);
+        clock.advance(Duration::from_millis(1));
+        member.passes().await;
+        assert!(!member.key_held().await);
+        member.replica.shutdown().await;
+    }
+
+    /// The driver itself sleeps on the replica's clock: moving the clock past a deadline wakes
+    /// it, with no real time passing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_driver_wakes_when_the_clock_passes_a_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new();
+        let member = Member::start(dir.path(), &clock).await;
+        member.grant_with_key(lease(4), 1).await;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let driver = tokio::spawn(super::drive_lease_expiry(
+            member.replica.clone(),
+            member.metrics.clone(),
+            ExpiryConfig::default(),
+            stopped,
+        ));
+        let mut revisions = member.replica.subscribe_revisions();
+        let before = *revisions.borrow_and_update();
+        clock.advance(Duration::from_secs(1));
+        // A bound on the wait, not a timing assertion: the delete comes as soon as the driver
+        // is scheduled.
+        tokio::time::timeout(Duration::from_secs(30), revisions.wait_for(|r| *r > before))
+            .await
+            .expect("the driver woke and expired the lease")
+            .unwrap();
+        assert!(!member.key_held().await);
+        stop.send_replace(true);
+        driver.await.unwrap();
+        member.replica.shutdown().await;
     }
 }

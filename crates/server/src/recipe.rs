@@ -306,6 +306,7 @@ mod tests {
             election_timeout_ms: 200,
             snapshot_log_entries_max: 10_000,
             compaction_pace: Default::default(),
+            clock: leasehold_raft::system_clock(),
         })
         .await
         .unwrap();

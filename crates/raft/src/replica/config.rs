@@ -2,6 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::clock::Clock;
 
 /// How to start a member.
 #[derive(Clone, Debug)]
@@ -40,6 +43,8 @@ pub struct ReplicaConfig {
     /// How a compaction's rows leave the file (etcd's `--compaction-batch-limit` and
     /// `--compaction-sleep-interval`).
     pub compaction_pace: CompactionPace,
+    /// What lease time is read from ([`crate::clock`]): [`crate::system_clock`] in production.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// How a compaction's rows leave the file: at most `batch_limit` per durable transaction, with

@@ -9,30 +9,52 @@ use leasehold_lease::LeaseClock;
 use tokio::sync::watch;
 
 use super::error::ReplicaError;
+use crate::clock::Clock;
 use crate::command::{Proposal, Write};
 use crate::steps;
 
 /// The lease clock a leader times leases with, shared by the replica and its proposer; a watch
 /// channel, so that whoever waits for this member to start (or stop) timing leases is woken
-/// rather than polling.
+/// rather than polling. Beside it, the time source ([`Clock`]) every lease-time reading of the
+/// replica takes its now from.
 #[derive(Clone)]
-pub(super) struct SharedClock(Arc<watch::Sender<Option<LeaseClock>>>);
+pub(super) struct SharedClock {
+    lease: Arc<watch::Sender<Option<LeaseClock>>>,
+    time: Arc<dyn Clock>,
+}
 
 impl SharedClock {
-    pub(super) fn new() -> SharedClock {
-        SharedClock(Arc::new(watch::Sender::new(None)))
+    pub(super) fn new(time: Arc<dyn Clock>) -> SharedClock {
+        SharedClock {
+            lease: Arc::new(watch::Sender::new(None)),
+            time,
+        }
     }
 
     pub(super) fn get(&self) -> Option<LeaseClock> {
-        *self.0.borrow()
+        *self.lease.borrow()
     }
 
     pub(super) fn set(&self, clock: Option<LeaseClock>) {
-        self.0.send_replace(clock);
+        self.lease.send_replace(clock);
     }
 
     pub(super) fn subscribe(&self) -> watch::Receiver<Option<LeaseClock>> {
-        self.0.subscribe()
+        self.lease.subscribe()
+    }
+
+    /// Now, on the replica's time source.
+    pub(super) fn now(&self) -> Instant {
+        self.time.now()
+    }
+
+    pub(super) fn time(&self) -> &Arc<dyn Clock> {
+        &self.time
+    }
+
+    /// The lease time now, if this member times leases.
+    pub(super) fn lease_now_ms(&self) -> Option<u64> {
+        self.get().map(|c| c.now_ms(self.now()))
     }
 
     /// Waits (at most `bound`) until this member times leases; whether it does.
@@ -52,7 +74,7 @@ pub(super) fn stamp_lease_times(
 ) -> Result<Proposal, ReplicaError> {
     Ok(steps::stamp(
         clock.get(),
-        Instant::now(),
+        clock.now(),
         cover_margin_ms,
         writes,
     )?)

@@ -297,13 +297,14 @@ impl Replica {
             telemetry: telemetry.clone(),
             transport,
             compaction_pace: cfg.compaction_pace,
+            clock: cfg.clock.clone(),
         };
         let replayed_to = log.commit_index();
         let (engine, status) = RsEngine::start(log, start);
         // The proposer, the read rounds, leadership following.
         let (proposals, queue) = mpsc::channel(QUEUE_LEN_MAX);
         let queue = Arc::new(tokio::sync::Mutex::new(queue));
-        let lease_clock = SharedClock::new();
+        let lease_clock = SharedClock::new(cfg.clock.clone());
         tokio::spawn(propose_batches(
             engine.clone(),
             status.clone(),
@@ -586,9 +587,9 @@ impl Replica {
     /// For operators' views (the dashboard): on a follower both lag the leader by its
     /// replication delay. `f` runs under the state lock, so it must copy a bounded part only.
     pub fn read_local<T>(&self, f: impl FnOnce(&Store, &LeaseTable, u64) -> T) -> T {
-        let now_ms = match self.lease_clock() {
-            Some(clock) => clock.now_ms(std::time::Instant::now()),
-            None => state_machine::lease_time_now(&self.shared),
+        let now_ms = match self.lease_clock.lease_now_ms() {
+            Some(now_ms) => now_ms,
+            None => state_machine::lease_time_now(&self.shared, self.lease_clock.now()),
         };
         state_machine::read_state(&self.shared, |store, leases| f(store, leases, now_ms))
     }
@@ -1219,7 +1220,7 @@ impl Replica {
     /// from this member's lease time now.
     pub async fn view_state(&self) -> Result<crate::StateView, ReplicaError> {
         let db = self.db.upgrade().ok_or(ReplicaError::Stopped)?;
-        let lease_time_ms = state_machine::lease_time_now(&self.shared);
+        let lease_time_ms = state_machine::lease_time_now(&self.shared, self.lease_clock.now());
         tokio::task::spawn_blocking(move || crate::StateView::take(&db, lease_time_ms))
             .await
             .map_err(|_| ReplicaError::Stopped)?

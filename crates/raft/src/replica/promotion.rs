@@ -1,12 +1,13 @@
 //! Promotion and demotion as leadership comes and goes: a new leader starts timing leases from
 //! the replicated lease time ([`Promotion`]'s steps), and one that no longer leads stops.
 
-use std::time::Instant;
+use std::sync::Arc;
 
 use leasehold_lease::{LeaseClock, LeaseTable};
 
 use super::Replica;
 use super::error::ReplicaError;
+use crate::clock::Clock;
 use crate::state_machine;
 use crate::steps::{Promotion, PromotionStep};
 
@@ -80,7 +81,7 @@ impl Replica {
             return Ok(());
         };
         self.commit_here(command).await?;
-        if let Some(clock) = promotion.committed(term, Instant::now()) {
+        if let Some(clock) = promotion.committed(term, self.lease_clock.now()) {
             self.renewals().clear();
             self.lease_clock.set(Some(clock));
             tracing::info!(lease_clock_ms = lease_now_ms, "promoted: timing leases");
@@ -90,13 +91,19 @@ impl Replica {
 
     /// The current lease time, if this member times leases (leads).
     pub fn lease_now_ms(&self) -> Result<u64, ReplicaError> {
-        self.lease_clock()
-            .map(|c| c.now_ms(Instant::now()))
+        self.lease_clock
+            .lease_now_ms()
             .ok_or(ReplicaError::NoLeader)
     }
 
     /// The leader's lease clock, if this member leads.
     pub fn lease_clock(&self) -> Option<LeaseClock> {
         self.lease_clock.get()
+    }
+
+    /// The time source this member reads lease time from ([`crate::clock`]): the expiry driver
+    /// takes its now from it and sleeps on it.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        self.lease_clock.time()
     }
 }

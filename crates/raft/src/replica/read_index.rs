@@ -93,7 +93,7 @@ impl ReadIndexRounds {
                 };
                 Ok(ReadIndex {
                     index: confirmed.index,
-                    lease_now_ms: clock.get().map(|c| c.now_ms(std::time::Instant::now())),
+                    lease_now_ms: clock.lease_now_ms(),
                     proof: confirmed.proof,
                 })
             })

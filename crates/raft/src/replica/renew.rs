@@ -5,8 +5,6 @@
 //! decides the same way (`Replica::leader_commit`). The decisions are
 //! `steps::LeaderRenewals::renew`'s, under the one lock the expiry driver's passes take too.
 
-use std::time::Instant;
-
 use leasehold_lease::LeaseId;
 use tokio::sync::oneshot;
 
@@ -71,7 +69,7 @@ impl Replica {
     /// The renewal's decision now: answered from memory, or what it waits for.
     pub(super) fn renew_step(&self, id: LeaseId) -> Result<Step, ReplicaError> {
         let clock = self.lease_clock().ok_or(ReplicaError::NoLeader)?;
-        let now_ms = clock.now_ms_ceil(Instant::now());
+        let now_ms = clock.now_ms_ceil(self.lease_clock.now());
         let step = state_machine::read_leases(&self.shared, |table| {
             self.renewals()
                 .renew(table, id, now_ms, self.cover_margin_ms)

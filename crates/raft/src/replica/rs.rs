@@ -39,6 +39,7 @@ use super::config::CompactionPace;
 use super::engine::{EngineMember, EngineStatus};
 use super::error::{Fatal, ReplicaError};
 use super::forward::{BoxFuture, Forwarded, MemberChange};
+use crate::clock::Clock;
 use crate::command::Proposal;
 use crate::position::{self, LogPosition};
 use crate::state_machine::{self, Applying, Shared};
@@ -200,6 +201,8 @@ pub(super) struct RsStart {
     pub(super) telemetry: Arc<Telemetry>,
     pub(super) transport: Arc<dyn RaftTransport>,
     pub(super) compaction_pace: CompactionPace,
+    /// Dates appended entries (`AppendTimes`) and the lease time applied (`crate::clock`).
+    pub(super) clock: Arc<dyn Clock>,
 }
 
 impl RsEngine {
@@ -224,6 +227,7 @@ impl RsEngine {
             telemetry,
             transport,
             compaction_pace,
+            clock,
         } = start;
         // The membership the log was opened with ([`starting_membership`]): the loaded one, or a
         // new cluster's members on its first start.
@@ -257,6 +261,7 @@ impl RsEngine {
             core: CoreStatus::default(),
             members,
             append_times: AppendTimes::default(),
+            clock,
             heartbeats: heartbeats.clone(),
         };
         let reads = ReadBatcher::new((election_tick / 2).max(1), election_tick * 2);
@@ -680,6 +685,7 @@ struct RsMachine {
     members: BTreeMap<u64, EngineMember>,
     /// When the entries not yet applied were appended here, to date the lease time they carry.
     append_times: AppendTimes,
+    clock: Arc<dyn Clock>,
     /// What this follower has stepped of its leader's heartbeats (a watch of its own: it moves
     /// at every heartbeat, which the status's many watchers need not wake for).
     heartbeats: watch::Sender<HeartbeatSeen>,
@@ -804,8 +810,11 @@ impl Machine for RsMachine {
             entries.push((position, payload));
         }
         let append_times = &mut self.append_times;
+        let clock = &self.clock;
         let replies = state_machine::apply_entries(&self.shared, &self.db, entries, |index| {
-            append_times.appended_at(index)
+            index
+                .and_then(|index| append_times.appended_at(index))
+                .unwrap_or_else(|| clock.now())
         });
         // Published before anyone is answered: a caller that reads the members or waits to
         // apply an index next sees this apply.
@@ -877,8 +886,8 @@ impl Machine for RsMachine {
     fn log_written(&mut self, took: Duration, appended: Option<(u64, u64)>) {
         self.telemetry.log_commit.observe(took);
         if let Some((first, last)) = appended {
-            self.append_times
-                .appended(first, last, std::time::Instant::now());
+            let now = self.clock.now();
+            self.append_times.appended(first, last, now);
         }
     }
 }

@@ -384,13 +384,13 @@ pub(super) fn apply_entry(
 /// Applies committed entries, in order, to the state machine: one reply per entry (one
 /// `Applied` per command). The changes are staged (`Db::stage_sm`), not written: the log holds
 /// the entries durably, and the staged rows reach the file with the next checkpoint. `dated`
-/// tells when an entry reached this member, if known, which dates the replicated lease time it
-/// carries (now, if not).
+/// tells when the entry at an index reached this member, which dates the replicated lease time
+/// it carries; given no index (no entry moved the lease time) or one it does not know, now.
 pub(crate) fn apply_entries(
     shared: &Shared,
     db: &Db,
     entries: impl IntoIterator<Item = (LogPosition, Applying)>,
-    mut dated: impl FnMut(u64) -> Option<std::time::Instant>,
+    mut dated: impl FnMut(Option<u64>) -> std::time::Instant,
 ) -> Vec<Vec<Applied>> {
     let mut replies = Vec::new();
     let mut fx = Effects::default();
@@ -422,10 +422,7 @@ pub(crate) fn apply_entries(
             clock_moved_at,
         )
     };
-    let dated = clock_moved_at
-        .and_then(&mut dated)
-        .unwrap_or_else(std::time::Instant::now);
-    shared.note_lease_time(lease_clock_ms, dated);
+    shared.note_lease_time(lease_clock_ms, dated(clock_moved_at));
     if !lease_rows.is_empty() {
         shared.leases_moved();
     }

@@ -151,14 +151,15 @@ pub(crate) fn read<T>(shared: &Shared, f: impl FnOnce(&Store) -> T) -> T {
 }
 
 /// The replicated lease time, advanced by the time this process has seen pass since that value
-/// was applied here (zero after a restart: nothing is known about the downtime).
-pub(crate) fn lease_time_now(shared: &Shared) -> u64 {
+/// was applied here (zero after a restart: nothing is known about the downtime), at `now` on
+/// the replica's clock.
+pub(crate) fn lease_time_now(shared: &Shared, now: std::time::Instant) -> u64 {
     let replicated = read_leases(shared, |t| t.clock_ms());
     let seen = *shared
         .lease_time_applied
         .lock()
         .expect("lease time lock poisoned");
-    seen.now_ms(replicated, std::time::Instant::now())
+    seen.now_ms(replicated, now)
 }
 
 /// The replicated lease time as this member last saw it move, and when the entry that moved it

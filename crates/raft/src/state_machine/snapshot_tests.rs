@@ -71,7 +71,7 @@ async fn a_streamed_snapshot_is_the_payloads_encoding() {
             (at(1), Applying::Membership(members)),
             (at(2), Applying::Normal(Proposal { commands })),
         ],
-        |_| None,
+        |_| std::time::Instant::now(),
     );
 
     let (meta, streamed) = snapshot_bytes_from_file(&db).unwrap();
