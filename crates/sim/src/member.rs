@@ -26,10 +26,10 @@ use leasehold_consensus::{
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
-    self, BatchFill, BatchRoute, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound,
+    self, Arrival, BatchFill, BatchRoute, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound,
     FollowerStep, LeaderRenewals, LeaderRound, LeaderStep, PROMOTION_WAIT_MAX, Promotion,
     PromotionStep, ReadRounds, RenewStep, RoundEnd, StampGate, Waiters, answered_before_apply,
-    batch_route, expiry_pass, stamp_gate,
+    batch_route, expiry_pass, leader_arrival, stamp_gate,
 };
 use leasehold_raft::{
     Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
@@ -861,6 +861,9 @@ impl Member {
     }
 
     fn write(&mut self, now: u64, origin: Origin, write: Write, out: &mut Vec<Out>) {
+        let Some((origin, write)) = self.arrive(now, origin, write, out) else {
+            return;
+        };
         if self.batch_window_us > 0 {
             return self.enqueue(now, origin, write, out);
         }
@@ -881,6 +884,28 @@ impl Member {
             });
         } else {
             reply(out, origin, 0, Answer::Failed("no leader"));
+        }
+    }
+
+    /// A write as it reaches this member while it leads (`steps::leader_arrival`, as the
+    /// replica's `renew_lease` and `leader_commit` take it): a renewal is decided at once, never
+    /// after the batching window; what is left goes on to the write queue.
+    fn arrive(
+        &mut self,
+        now: u64,
+        origin: Origin,
+        write: Write,
+        out: &mut Vec<Out>,
+    ) -> Option<(Origin, Write)> {
+        if !self.status().is_some_and(|s| s.is_leader) {
+            return Some((origin, write));
+        }
+        // The simulated disk never fills.
+        match leader_arrival(&write, self.lease_clock.is_some(), false) {
+            Arrival::Renew(_) => self
+                .renew_from_memory(now, vec![(origin, write)], out)
+                .pop(),
+            Arrival::Queue | Arrival::NoSpace => Some((origin, write)),
         }
     }
 
@@ -963,10 +988,6 @@ impl Member {
     fn propose_writes(&mut self, now: u64, batch: Vec<(Origin, Write)>, out: &mut Vec<Out>) {
         if let Some((_, behind)) = self.held.as_mut() {
             behind.push_back(batch);
-            return;
-        }
-        let batch = self.renew_from_memory(now, batch, out);
-        if batch.is_empty() {
             return;
         }
         let writes: Vec<Write> = batch.iter().map(|(_, w)| w.clone()).collect();
@@ -1053,8 +1074,8 @@ impl Member {
     /// The leader's renewals, decided as the replica's `renew_step` decides them
     /// (`steps::LeaderRenewals::renew`): answered from memory within the lease's cover (its
     /// cover extended in the background when less than half a margin is left), an end proposed
-    /// for a lease past the deadline its holder was told, and the rest returned to be proposed
-    /// with the batch (through the log, as `LeaseCover`s).
+    /// for a lease past the deadline its holder was told, and the rest returned to join the
+    /// write queue (through the log, as `LeaseCover`s).
     fn renew_from_memory(
         &mut self,
         now: u64,
@@ -1190,14 +1211,17 @@ impl Member {
                 write,
                 out,
             ),
-            // The leader folds a forwarded batch into its own queue.
+            // The leader takes a forwarded batch a write at a time, as they arrive, into its
+            // own queue.
             PeerMsg::ForwardBatch { from, writes } => {
                 for (request, write) in writes {
                     let origin = Origin::Forwarded {
                         member: from,
                         request,
                     };
-                    self.enqueue(now, origin, write, out);
+                    if let Some((origin, write)) = self.arrive(now, origin, write, out) {
+                        self.enqueue(now, origin, write, out);
+                    }
                 }
             }
             PeerMsg::ReadIndex { from, request } => self.leader_read(LeaderReader::Peer {

@@ -42,6 +42,7 @@ use rs::RsEngine;
 
 use crate::command::{Alarm, AlarmChange, AlarmMember, Applied, Command, Proposal, Propose, Write};
 use crate::state_machine::{self, KeyDeleteWaiter, Shared, StateMachine};
+use crate::steps;
 use crate::storage;
 use crate::storage::Defragmented;
 use crate::telemetry::{Telemetry, TelemetryReading};
@@ -612,25 +613,25 @@ impl Replica {
             Done(Applied, u64),
             Renewal(LeaseId, renew::Step),
         }
-        // The followers' own admission could not see this member's disk: its rule is applied
-        // here, one write at a time (renewals and deletes in the batch go on). Renewals are
+        // Each write as it arrives (`steps::leader_arrival`): the disk's rule, which the
+        // followers' own admission could not see, one write at a time; renewals decided at once,
         // answered from memory where they can be (`steps::LeaderRenewals`).
+        let disk_full = self.disk_full();
         let mut waits = Vec::with_capacity(writes.len());
         for write in writes {
-            waits.push(if self.refused_by_disk(&write) {
-                Wait::Done(Applied::NoSpace, 0)
-            } else if let Write::LeaseRenew(crate::command::LeaseRenew { id }) = write {
-                match self.renew_step(id) {
+            let timing = self.lease_clock().is_some();
+            waits.push(match steps::leader_arrival(&write, timing, disk_full) {
+                steps::Arrival::NoSpace => Wait::Done(Applied::NoSpace, 0),
+                steps::Arrival::Renew(id) => match self.renew_step(id) {
                     Ok(renew::Step::Answered(ttl, index)) => {
                         Wait::Done(Applied::LeaseRenew(ttl), index)
                     }
                     Ok(step) => Wait::Renewal(id, step),
-                    // Not timing leases (yet, or any more): through the queue, which waits for
-                    // a promotion or answers "no leader".
+                    // Demoted since: through the queue, which waits for a promotion or answers
+                    // "no leader".
                     Err(_) => Wait::Queued(self.enqueue(write, true).await?),
-                }
-            } else {
-                Wait::Queued(self.enqueue(write, true).await?)
+                },
+                steps::Arrival::Queue => Wait::Queued(self.enqueue(write, true).await?),
             });
         }
         // Waited for together: renewals that go through the log share entries with each other
@@ -797,8 +798,9 @@ impl Replica {
             || self.db.upgrade().is_some_and(|db| db.out_of_space())
     }
 
-    /// The part of [`Replica::admit`] that is this member's disk, and so also a leader's to
-    /// apply to what followers forward: with it full, what adds data gets NOSPACE.
+    /// The part of [`Replica::admit`] that is this member's disk: with it full, what adds data
+    /// gets NOSPACE (a leader applies the same rule to what followers forward, in
+    /// `steps::leader_arrival`).
     fn refused_by_disk(&self, write: &Write) -> bool {
         write.adds_data() && self.disk_full()
     }

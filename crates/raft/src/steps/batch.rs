@@ -1,6 +1,36 @@
-//! Group commit's decisions: how many queued writes one log entry takes, and where a batch goes.
+//! Group commit's decisions: what a leader does with a write as it arrives, how many queued
+//! writes one log entry takes, and where a batch goes.
 
-use crate::command::Write;
+use leasehold_lease::LeaseId;
+
+use crate::command::{LeaseRenew, Write};
+
+/// What a leader does with a write as it reaches it ([`leader_arrival`]), before its write
+/// queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Answered NOSPACE at once: it adds data and this member's disk is full.
+    NoSpace,
+    /// A renewal, decided now ([`crate::steps::LeaderRenewals::renew`]): answered from memory,
+    /// the lease's end proposed, or queued through the log.
+    Renew(LeaseId),
+    /// Into the write queue, to be batched, stamped and proposed.
+    Queue,
+}
+
+/// What a leader that times leases (`timing_leases`) or not yet does with `write` as it
+/// arrives: from one of its own clients, or in a batch a follower forwarded. A renewal is
+/// decided on arrival, never after a batching window, so that one answered from memory waits
+/// for nothing; while the leader does not time leases yet it queues, and the stamp gate holds
+/// it until the promotion. A follower's own admission could not see this member's disk, so its
+/// rule applies here to what adds data.
+pub fn leader_arrival(write: &Write, timing_leases: bool, disk_full: bool) -> Arrival {
+    match write {
+        _ if disk_full && write.adds_data() => Arrival::NoSpace,
+        Write::LeaseRenew(LeaseRenew { id }) if timing_leases => Arrival::Renew(*id),
+        _ => Arrival::Queue,
+    }
+}
 
 /// Most writes in one log entry (a renewal is about 15 bytes of it, a 256-byte put about 280).
 pub const BATCH_LEN_MAX: usize = 4096;
@@ -84,7 +114,9 @@ mod tests {
 
     use leasehold_lease::LeaseId;
 
-    use super::{BATCH_BYTES_MAX, BATCH_LEN_MAX, BatchFill, BatchRoute, batch_route};
+    use super::{
+        Arrival, BATCH_BYTES_MAX, BATCH_LEN_MAX, BatchFill, BatchRoute, batch_route, leader_arrival,
+    };
     use crate::command::{LeaseRenew, Write};
 
     fn renew() -> Write {
@@ -138,5 +170,28 @@ mod tests {
         assert!(forward.forwards(false));
         assert!(!forward.forwards(true), "never forwarded twice");
         assert!(BatchRoute::Propose.forwards(true));
+    }
+
+    #[test]
+    fn a_leader_decides_a_renewal_on_arrival_and_refuses_new_data_on_a_full_disk() {
+        let id = LeaseId::from_wire(1).expect("not zero");
+        assert_eq!(leader_arrival(&renew(), true, false), Arrival::Renew(id));
+        assert_eq!(
+            leader_arrival(&renew(), false, false),
+            Arrival::Queue,
+            "not timing leases yet: the stamp gate holds it"
+        );
+        assert_eq!(
+            leader_arrival(&renew(), true, true),
+            Arrival::Renew(id),
+            "a renewal adds no data"
+        );
+        assert_eq!(leader_arrival(&put(8), true, false), Arrival::Queue);
+        assert_eq!(leader_arrival(&put(8), true, true), Arrival::NoSpace);
+        let delete = Write::DeleteRange(leasehold_mvcc::DeleteRangeRequest {
+            key: b"k".to_vec(),
+            ..Default::default()
+        });
+        assert_eq!(leader_arrival(&delete, true, true), Arrival::Queue);
     }
 }

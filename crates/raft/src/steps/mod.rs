@@ -16,8 +16,9 @@
 //!   [`FollowerRound`]: one follower round, from its ask to the heartbeat that proves it, and
 //!   [`LeaderRound`]: one leader round, from its read index to applying that far;
 //! - [`Waiters`]: which applied entry answers which waiting proposal;
-//! - [`BatchFill`]: how many queued writes one log entry takes, and [`batch_route`]: whether a
-//!   batch is proposed here, forwarded to the leader, or answered "no leader".
+//! - [`leader_arrival`]: what a leader does with a write as it arrives (a renewal is decided at
+//!   once), [`BatchFill`]: how many queued writes one log entry takes, and [`batch_route`]:
+//!   whether a batch is proposed here, forwarded to the leader, or answered "no leader".
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,9 @@ mod renewals;
 mod waiters;
 
 pub use append_times::AppendTimes;
-pub use batch::{BATCH_BYTES_MAX, BATCH_LEN_MAX, BatchFill, BatchRoute, batch_route};
+pub use batch::{
+    Arrival, BATCH_BYTES_MAX, BATCH_LEN_MAX, BatchFill, BatchRoute, batch_route, leader_arrival,
+};
 pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
 #[cfg(test)]
 pub(crate) use follower_round::heard as follower_round_heard;
