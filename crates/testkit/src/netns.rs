@@ -62,7 +62,11 @@ impl NetCluster {
     }
 
     pub fn create() -> Result<NetCluster, String> {
-        let tag = std::process::id() % 200 + 20;
+        // Unique among this process's clusters too: the tests of one binary run in parallel
+        // threads, and two clusters with one tag collide on their bridge's name.
+        static CREATED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nth = CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = (std::process::id() + nth) % 200 + 20;
         let cluster = NetCluster {
             tag,
             processes: Vec::new(),
