@@ -1,13 +1,14 @@
 //! One simulated member: the real consensus core on its simulated disk, the real state machine,
-//! and around them the replica's own decisions (`leasehold_raft::steps`: stamping, promotion,
-//! the expiry pass, when a forwarded write is answered, append dates, which read-index round
-//! answers which reader) and the Raft thread's own round (`leasehold_consensus::driver::round`),
+//! and around them the replica's own decisions (`leasehold_raft::steps`: what a leader does with
+//! a write as it arrives, what becomes of each batch and when a new leader holds one, stamping,
+//! promotion, the expiry pass, when a forwarded write is answered, append dates, which
+//! read-index round answers which reader) and the Raft thread's own round (`leasehold_consensus::driver::round`),
 //! driven event by event instead of on threads and tasks. Linearizable reads take the replica's
 //! paths: on the leader (or a member that knows none) a round of the core's read index; on a
 //! follower one read-index request to the leader over the peer line per round, given up when the
 //! leader changes or after two election timeouts, then a wait to apply that far. What stays here
-//! is the plumbing the replica does with tasks and channels: waiting for an entry to apply,
-//! forwarding a follower's writes, answering readers. Every clock read is this member's
+//! is the plumbing the replica does with tasks and channels: the write queue, waiting for an
+//! entry to apply, forwarding a follower's writes, answering readers. Every clock read is this member's
 //! simulated monotonic clock.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -26,10 +27,9 @@ use leasehold_consensus::{
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
-    self, Arrival, BatchFill, BatchRoute, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound,
-    FollowerStep, LeaderRenewals, LeaderRound, LeaderStep, PROMOTION_WAIT_MAX, Promotion,
-    PromotionStep, ReadRounds, RenewStep, RoundEnd, StampGate, Waiters, answered_before_apply,
-    batch_route, expiry_pass, leader_arrival, stamp_gate,
+    self, Arrival, BatchFill, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound, FollowerStep,
+    Go, LeaderRenewals, LeaderRound, LeaderStep, Promotion, PromotionStep, Proposer, ReadRounds,
+    RenewStep, RoundEnd, Waiters, answered_before_apply, expiry_pass, leader_arrival,
 };
 use leasehold_raft::{
     Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
@@ -105,9 +105,6 @@ pub enum Request {
     },
 }
 
-/// Writes taken together, each with who waits for it.
-type Batch = Vec<(Origin, Write)>;
-
 /// A range: key and range end.
 pub type Span = (Vec<u8>, Vec<u8>);
 
@@ -140,12 +137,7 @@ pub struct Stamp {
 /// Member-to-member messages besides Raft's.
 #[derive(Clone, Debug)]
 pub enum PeerMsg {
-    Forward {
-        from: u64,
-        request: u64,
-        write: Write,
-    },
-    /// A follower's batch of writes, each with its request number there (batching seeds).
+    /// A follower's batch of writes, each with its request number there.
     ForwardBatch {
         from: u64,
         writes: Vec<(u64, Write)>,
@@ -302,10 +294,9 @@ pub struct Member {
     /// Writes waiting for the batcher, and when it takes them.
     batch: VecDeque<(Origin, Write)>,
     batch_at: Option<u64>,
-    /// A leader's batches held until it times leases (`StampGate::AwaitPromotion`: the
-    /// replica's proposer waits in `ready_to_stamp`, and what is queued behind it waits too):
-    /// the first until this true µs, then "no leader".
-    held: Option<(u64, VecDeque<Batch>)>,
+    /// What becomes of each batch, and the one a leader holds until it times leases
+    /// (`steps::Proposer`, the replica's): nothing more is taken off `batch` meanwhile.
+    proposer: Proposer<(Origin, Write)>,
     /// The driver's own batcher of ReadIndex rounds (retries included), and what it answered,
     /// collected for the next step.
     reads: ReadBatcher,
@@ -396,7 +387,7 @@ impl Member {
             batch_window_us: 0,
             batch: VecDeque::new(),
             batch_at: None,
-            held: None,
+            proposer: Proposer::default(),
             reads: ReadBatcher::new(1, 1),
             read_answers: Arc::new(Mutex::new(Vec::new())),
             leader_reads: ReadRounds::default(),
@@ -474,7 +465,7 @@ impl Member {
         self.waiters.drain();
         self.batch.clear();
         self.batch_at = None;
-        self.held = None;
+        self.proposer = Proposer::default();
         self.reads.stop();
         self.read_answers.lock().expect("not poisoned").clear();
         self.leader_reads.clear();
@@ -860,30 +851,20 @@ impl Member {
         }
     }
 
+    /// A write, after its arrival (`arrive`), joins the write queue: taken at once (each write
+    /// its own entry while nothing else is queued), or after the batching window in batching
+    /// seeds, as the replica's proposer task takes what gathered during the last proposal.
     fn write(&mut self, now: u64, origin: Origin, write: Write, out: &mut Vec<Out>) {
         let Some((origin, write)) = self.arrive(now, origin, write, out) else {
             return;
         };
-        if self.batch_window_us > 0 {
-            return self.enqueue(now, origin, write, out);
-        }
-        let Some(status) = self.status() else { return };
-        if status.is_leader {
-            self.propose_writes(now, vec![(origin, write)], out);
-        } else if status.leader != 0 {
-            let request = self.next_ctx();
-            let at_commit = write.answered_at_commit();
-            self.forwarded.insert(request, (origin, at_commit));
-            out.push(Out::Peer {
-                to: status.leader,
-                msg: PeerMsg::Forward {
-                    from: self.id,
-                    request,
-                    write,
-                },
-            });
-        } else {
-            reply(out, origin, 0, Answer::Failed("no leader"));
+        self.batch.push_back((origin, write));
+        if self.batch_window_us == 0 {
+            self.take_batches(now, out);
+        } else if self.batch_at.is_none() {
+            let at = now + self.batch_window_us;
+            self.batch_at = Some(at);
+            out.push(Out::FlushAt(at));
         }
     }
 
@@ -909,63 +890,48 @@ impl Member {
         }
     }
 
-    /// Queues a write for the batcher (batching seeds); the first one in an empty queue sets
-    /// when the batcher takes them all.
-    fn enqueue(&mut self, now: u64, origin: Origin, write: Write, out: &mut Vec<Out>) {
-        self.batch.push_back((origin, write));
-        if self.batch_at.is_none() {
-            let at = now + self.batch_window_us;
-            self.batch_at = Some(at);
-            out.push(Out::FlushAt(at));
-        }
-    }
-
-    /// The batcher's turn: what is queued becomes entries on a leader, or forwarded batches on a
-    /// follower, a batch at a time as the replica's `propose_batches` takes them
-    /// (`steps::BatchFill`, `steps::batch_route`).
+    /// The batcher's turn (batching seeds): what gathered during the window.
     pub fn flush(&mut self, now: u64, out: &mut Vec<Out>) {
         if self.core.is_none() || self.batch_at.is_none_or(|at| at > now) {
             return;
         }
         self.batch_at = None;
-        while !self.batch.is_empty() {
-            let batch = BatchFill::take(&mut self.batch, |(_, write)| write);
-            self.write_batch(now, batch, out);
-        }
+        self.take_batches(now, out);
         self.drive(now, out);
     }
 
+    /// Takes what is queued, a batch at a time (`steps::BatchFill`), as the replica's
+    /// `propose_batches` does, until it is empty or a batch is held.
+    fn take_batches(&mut self, now: u64, out: &mut Vec<Out>) {
+        while self.proposer.holding().is_none() && !self.batch.is_empty() {
+            let batch = BatchFill::take(&mut self.batch, |(_, write)| write);
+            self.write_batch(now, batch, out);
+        }
+    }
+
+    /// What becomes of one batch: `steps::Proposer`'s decision, carried out.
     fn write_batch(&mut self, now: u64, batch: Vec<(Origin, Write)>, out: &mut Vec<Out>) {
         let Some(status) = self.status() else { return };
-        let route = batch_route(self.id, status.is_leader, status.leader);
-        let mut own = Vec::new();
-        for (origin, write) in batch {
-            if route.forwards(matches!(origin, Origin::Forwarded { .. })) {
-                own.push((origin, write));
-            } else {
-                reply(out, origin, 0, Answer::Failed("no leader"));
-            }
+        let at = self.instant(now);
+        let step = self.proposer.batch(
+            batch,
+            |(_, write)| write,
+            |(origin, _)| matches!(origin, Origin::Forwarded { .. }),
+            self.id,
+            status.is_leader,
+            status.leader,
+            self.lease_clock.is_some(),
+            at,
+        );
+        for (origin, _) in step.no_leader {
+            reply(out, origin, 0, Answer::Failed("no leader"));
         }
-        if own.is_empty() {
-            return;
-        }
-        if own.len() > 1 {
-            out.push(Out::Note(format!(
-                "m{} batches {} writes{}",
-                self.id,
-                own.len(),
-                if route == BatchRoute::Propose {
-                    ""
-                } else {
-                    " (forwarded)"
-                }
-            )));
-        }
-        match route {
-            BatchRoute::Propose => self.propose_writes(now, own, out),
-            BatchRoute::Forward { leader } => {
+        match step.go {
+            Go::Done => {}
+            Go::Forward { leader, batch } => {
+                self.note_batch(batch.len(), " (forwarded)", out);
                 let mut writes = Vec::new();
-                for (origin, write) in own {
+                for (origin, write) in batch {
                     let request = self.next_ctx();
                     self.forwarded
                         .insert(request, (origin, write.answered_at_commit()));
@@ -979,49 +945,32 @@ impl Member {
                     },
                 });
             }
+            Go::Propose(batch) => {
+                self.note_batch(batch.len(), "", out);
+                self.stamp_and_propose(now, batch, out);
+            }
+            Go::Hold { .. } => out.push(Out::Note(format!(
+                "m{} holds a batch until it times leases",
+                self.id
+            ))),
         }
     }
 
-    /// A leader's entry of writes: stamped with one lease time (`steps::stamp`), each write's
-    /// caller answered with its own command's result; all of them "no leader" while this member
-    /// does not time leases yet (promotion under way: the clients go again).
-    fn propose_writes(&mut self, now: u64, batch: Vec<(Origin, Write)>, out: &mut Vec<Out>) {
-        if let Some((_, behind)) = self.held.as_mut() {
-            behind.push_back(batch);
-            return;
+    fn note_batch(&self, len: usize, how: &str, out: &mut Vec<Out>) {
+        if len > 1 {
+            out.push(Out::Note(format!("m{} batches {len} writes{how}", self.id)));
         }
-        let writes: Vec<Write> = batch.iter().map(|(_, w)| w.clone()).collect();
-        let is_leader = self.status().is_some_and(|s| s.is_leader);
-        if stamp_gate(&writes, self.lease_clock.is_some(), is_leader) == StampGate::AwaitPromotion {
-            let until = now + PROMOTION_WAIT_MAX.as_micros() as u64;
-            out.push(Out::Note(format!(
-                "m{} holds {} writes until it times leases",
-                self.id,
-                batch.len()
-            )));
-            self.held = Some((until, VecDeque::from([batch])));
-            return;
-        }
-        self.stamp_and_propose(now, batch, out);
     }
 
-    /// Releases the held batches once this member times leases, or the first of them once its
-    /// wait is over (stamped without lease time, it answers "no leader"); the rest go through
-    /// the gate again, in order.
+    /// The held batch, once this member times leases or its wait has run out (stamped without
+    /// lease time, it answers "no leader"); then what queued behind it.
     fn release_held(&mut self, now: u64, out: &mut Vec<Out>) {
-        let due = self
-            .held
-            .as_ref()
-            .is_some_and(|(until, _)| self.lease_clock.is_some() || now >= *until);
-        if !due {
-            return;
-        }
-        let (_, mut batches) = self.held.take().expect("due");
-        if let Some(first) = batches.pop_front() {
-            self.stamp_and_propose(now, first, out);
-        }
-        for batch in batches {
-            self.propose_writes(now, batch, out);
+        let at = self.instant(now);
+        if let Some(batch) = self.proposer.release(self.lease_clock.is_some(), at) {
+            self.stamp_and_propose(now, batch, out);
+            if self.batch_at.is_none() {
+                self.take_batches(now, out);
+            }
         }
     }
 
@@ -1198,19 +1147,6 @@ impl Member {
             return;
         }
         match msg {
-            PeerMsg::Forward {
-                from,
-                request,
-                write,
-            } => self.write(
-                now,
-                Origin::Forwarded {
-                    member: from,
-                    request,
-                },
-                write,
-                out,
-            ),
             // The leader takes a forwarded batch a write at a time, as they arrive, into its
             // own queue.
             PeerMsg::ForwardBatch { from, writes } => {
@@ -1219,9 +1155,7 @@ impl Member {
                         member: from,
                         request,
                     };
-                    if let Some((origin, write)) = self.arrive(now, origin, write, out) {
-                        self.enqueue(now, origin, write, out);
-                    }
+                    self.write(now, origin, write, out);
                 }
             }
             PeerMsg::ReadIndex { from, request } => self.leader_read(LeaderReader::Peer {

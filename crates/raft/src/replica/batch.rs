@@ -11,7 +11,7 @@ use super::forward::{Forwarded, Forwarder, forward, wait_applied};
 use super::lease_time::{SharedClock, stamp_lease_times};
 use super::rs::RsEngine;
 use crate::command::{Applied, Write};
-use crate::steps::{self, BatchFill, BatchRoute, StampGate, answered_before_apply, batch_route};
+use crate::steps::{BatchFill, Go, Proposer, answered_before_apply};
 
 /// Writes waiting to be batched before callers wait for room.
 pub(super) const QUEUE_LEN_MAX: usize = 16 * 1024;
@@ -42,7 +42,8 @@ pub(super) struct Committed {
 /// entry, and answers each caller with its own result. The Raft thread takes a proposal without
 /// waiting for the last one's fsync, so the next batch forms at once. On a follower the batch
 /// goes to the leader, up to [`FORWARDS_IN_FLIGHT_MAX`] batches at once, and the callers are
-/// answered once this member has applied it too.
+/// answered once this member has applied it too. What becomes of each batch is
+/// [`Proposer::batch`]'s decision, which the simulator's members take too.
 pub(super) async fn propose_batches(
     engine: Arc<RsEngine>,
     status: watch::Receiver<EngineStatus>,
@@ -53,10 +54,11 @@ pub(super) async fn propose_batches(
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
 ) {
     let forwards = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT_MAX));
+    let mut proposer = Proposer::default();
     loop {
-        let mut held = queue.lock().await;
+        let mut receiver = queue.lock().await;
         let batch = {
-            let queue = &mut *held;
+            let queue = &mut *receiver;
             let Some(first) = queue.recv().await else {
                 return;
             };
@@ -74,24 +76,29 @@ pub(super) async fn propose_batches(
             }
             batch
         };
-        drop(held);
-        let route = {
+        drop(receiver);
+        let step = {
             let status = status.borrow();
-            batch_route(member_id, status.is_leader, status.leader.unwrap_or(0))
+            proposer.batch(
+                batch,
+                |p| &p.write,
+                |p| p.from_peer,
+                member_id,
+                status.is_leader,
+                status.leader.unwrap_or(0),
+                clock.get().is_some(),
+                tokio::time::Instant::now().into_std(),
+            )
         };
-        let (own, refused): (Vec<Pending>, Vec<Pending>) =
-            batch.into_iter().partition(|p| route.forwards(p.from_peer));
-        for p in refused {
+        for p in step.no_leader {
             let _ = p.reply.send(Err(ReplicaError::NoLeader));
         }
-        if own.is_empty() {
-            continue;
-        }
-        match route {
-            BatchRoute::Forward { leader } => {
+        let own = match step.go {
+            Go::Done => continue,
+            Go::Forward { leader, batch } => {
                 let Some(addr) = status.borrow().peer_url(leader).map(str::to_owned) else {
                     answer(
-                        own.into_iter().map(|p| p.reply).collect(),
+                        batch.into_iter().map(|p| p.reply).collect(),
                         Err(ReplicaError::NoLeader),
                     );
                     continue;
@@ -102,31 +109,36 @@ pub(super) async fn propose_batches(
                 let (status, forwarder) = (status.clone(), forwarder.clone());
                 tokio::spawn(async move {
                     let (writes, replies): (Vec<Write>, Vec<_>) =
-                        own.into_iter().map(|p| (p.write, p.reply)).unzip();
+                        batch.into_iter().map(|p| (p.write, p.reply)).unzip();
                     let at_commit: Vec<bool> =
                         writes.iter().map(Write::answered_at_commit).collect();
                     let result = forward(&status, &*forwarder, leader, addr, writes).await;
                     drop(permit);
                     answer_forwarded(&status, replies, &at_commit, result).await;
                 });
+                continue;
             }
-            BatchRoute::Propose => {
-                // Submitted in order; the Raft thread puts whatever arrived together into one
-                // append.
-                let (writes, replies): (Vec<Write>, Vec<_>) =
-                    own.into_iter().map(|p| (p.write, p.reply)).unzip();
-                let submitted = match ready_to_stamp(&status, &clock, &writes).await {
-                    Ok(()) => stamp_lease_times(&clock, cover_margin_ms, writes)
-                        .map(|proposal| engine.submit(proposal)),
-                    Err(e) => Err(e),
-                };
-                match submitted {
-                    Ok(committed) => {
-                        tokio::spawn(async move { answer(replies, committed.await) });
-                    }
-                    Err(e) => answer(replies, Err(e)),
+            Go::Propose(batch) => batch,
+            // The proposer waits with it, taking nothing more off the queue: woken by the
+            // promotion, or at the bound (the stamp then answers "no leader").
+            Go::Hold { until } => loop {
+                let now = tokio::time::Instant::now().into_std();
+                if let Some(batch) = proposer.release(clock.get().is_some(), now) {
+                    break batch;
                 }
+                clock
+                    .wait_timing(until.saturating_duration_since(now))
+                    .await;
+            },
+        };
+        // Submitted in order; the Raft thread puts whatever arrived together into one append.
+        let (writes, replies): (Vec<Write>, Vec<_>) =
+            own.into_iter().map(|p| (p.write, p.reply)).unzip();
+        match stamp_lease_times(&clock, cover_margin_ms, writes).map(|p| engine.submit(p)) {
+            Ok(committed) => {
+                tokio::spawn(async move { answer(replies, committed.await) });
             }
+            Err(e) => answer(replies, Err(e)),
         }
     }
 }
@@ -178,25 +190,6 @@ fn answer(
             for reply in replies {
                 let _ = reply.send(Err(err.clone()));
             }
-        }
-    }
-}
-
-/// A leader times leases only once it has promoted itself (milliseconds after its election):
-/// [`steps::stamp_gate`] says whether `writes` wait for that (bounded) or answer "no leader".
-async fn ready_to_stamp(
-    status: &watch::Receiver<EngineStatus>,
-    clock: &SharedClock,
-    writes: &[Write],
-) -> Result<(), ReplicaError> {
-    let is_leader = status.borrow().is_leader;
-    match steps::stamp_gate(writes, clock.get().is_some(), is_leader) {
-        StampGate::Now => Ok(()),
-        StampGate::NoLeader => Err(ReplicaError::NoLeader),
-        StampGate::AwaitPromotion => {
-            // Woken by the promotion; after the bound the stamp answers "no leader".
-            clock.wait_timing(steps::PROMOTION_WAIT_MAX).await;
-            Ok(())
         }
     }
 }

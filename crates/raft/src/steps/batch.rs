@@ -1,8 +1,11 @@
 //! Group commit's decisions: what a leader does with a write as it arrives, how many queued
 //! writes one log entry takes, and where a batch goes.
 
+use std::time::Instant;
+
 use leasehold_lease::LeaseId;
 
+use super::{PROMOTION_WAIT_MAX, StampGate, stamp_gate};
 use crate::command::{LeaseRenew, Write};
 
 /// What a leader does with a write as it reaches it ([`leader_arrival`]), before its write
@@ -108,6 +111,103 @@ impl BatchRoute {
     }
 }
 
+/// A member's proposer, batch by batch: where each batch taken off the write queue goes
+/// ([`batch_route`]), whether it may be stamped ([`stamp_gate`]), and the one batch a leader
+/// that does not time leases yet holds until it does, or for at most [`PROMOTION_WAIT_MAX`].
+/// While a batch is held nothing more is taken off the queue, so what was written after it is
+/// never stamped before it. `T` is a queued write with whatever waits for it; the replica's
+/// proposer task and the simulator's member each keep the queue and carry out the steps.
+#[derive(Debug)]
+pub struct Proposer<T> {
+    held: Option<(Instant, Vec<T>)>,
+}
+
+impl<T> Default for Proposer<T> {
+    fn default() -> Self {
+        Proposer { held: None }
+    }
+}
+
+/// What becomes of one batch ([`Proposer::batch`]).
+#[derive(Debug)]
+pub struct BatchStep<T> {
+    /// Answered "no leader" at once: a follower's forwarded writes on a member that does not
+    /// lead (never forwarded twice), or a whole batch that needs lease time on a member that
+    /// does not lead (the callers wait for the next leader).
+    pub no_leader: Vec<T>,
+    pub go: Go<T>,
+}
+
+/// Where the rest of a batch goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Go<T> {
+    /// Nowhere: nothing is left.
+    Done,
+    /// Forwarded to `leader`.
+    Forward { leader: u64, batch: Vec<T> },
+    /// Stamped ([`crate::steps::stamp`]) and proposed on this member's Raft. A stamp that finds
+    /// no lease clock (a hold that ran out) answers each write "no leader".
+    Propose(Vec<T>),
+    /// Held until this member times leases or `until` passes: ask [`Proposer::release`] then,
+    /// and take nothing off the queue meanwhile.
+    Hold { until: Instant },
+}
+
+impl<T> Proposer<T> {
+    /// Until when a batch is held, if one is.
+    pub fn holding(&self) -> Option<Instant> {
+        self.held.as_ref().map(|(until, _)| *until)
+    }
+
+    /// A batch taken off the queue at `now` by member `member_id`, which leads (`is_leader`) or
+    /// follows `leader` (0: none known), and times leases (`timing`) or not. `write` and
+    /// `from_peer` read a queued write and whether a follower forwarded it here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch(
+        &mut self,
+        batch: Vec<T>,
+        write: impl Fn(&T) -> &Write,
+        from_peer: impl Fn(&T) -> bool,
+        member_id: u64,
+        is_leader: bool,
+        leader: u64,
+        timing: bool,
+        now: Instant,
+    ) -> BatchStep<T> {
+        debug_assert!(self.held.is_none(), "a batch was taken while one is held");
+        let route = batch_route(member_id, is_leader, leader);
+        let (own, mut no_leader): (Vec<T>, Vec<T>) = batch
+            .into_iter()
+            .partition(|queued| route.forwards(from_peer(queued)));
+        let go = match route {
+            _ if own.is_empty() => Go::Done,
+            BatchRoute::Forward { leader } => Go::Forward { leader, batch: own },
+            BatchRoute::Propose => match stamp_gate(own.iter().map(write), timing, is_leader) {
+                StampGate::Now => Go::Propose(own),
+                StampGate::NoLeader => {
+                    no_leader.extend(own);
+                    Go::Done
+                }
+                StampGate::AwaitPromotion => {
+                    let until = now + PROMOTION_WAIT_MAX;
+                    self.held = Some((until, own));
+                    Go::Hold { until }
+                }
+            },
+        };
+        BatchStep { no_leader, go }
+    }
+
+    /// The held batch, to be stamped and proposed, once this member times leases or at `now`
+    /// its wait has run out; `None` while it waits on (or nothing is held).
+    pub fn release(&mut self, timing: bool, now: Instant) -> Option<Vec<T>> {
+        match self.held {
+            Some((until, _)) if timing || now >= until => self.held.take().map(|(_, b)| b),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
@@ -115,9 +215,11 @@ mod tests {
     use leasehold_lease::LeaseId;
 
     use super::{
-        Arrival, BATCH_BYTES_MAX, BATCH_LEN_MAX, BatchFill, BatchRoute, batch_route, leader_arrival,
+        Arrival, BATCH_BYTES_MAX, BATCH_LEN_MAX, BatchFill, BatchRoute, Go, Proposer, batch_route,
+        leader_arrival,
     };
     use crate::command::{LeaseRenew, Write};
+    use crate::steps::PROMOTION_WAIT_MAX;
 
     fn renew() -> Write {
         Write::LeaseRenew(LeaseRenew {
@@ -193,5 +295,100 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(leader_arrival(&delete, true, true), Arrival::Queue);
+    }
+
+    /// A queued write as the tests keep it: its name, the write, and whether a follower
+    /// forwarded it.
+    type Queued = (&'static str, Write, bool);
+
+    fn step(
+        proposer: &mut Proposer<Queued>,
+        batch: Vec<Queued>,
+        is_leader: bool,
+        leader: u64,
+        timing: bool,
+        now: std::time::Instant,
+    ) -> (Vec<&'static str>, Go<Vec<&'static str>>) {
+        let step = proposer.batch(batch, |q| &q.1, |q| q.2, 1, is_leader, leader, timing, now);
+        let names = |batch: Vec<Queued>| batch.into_iter().map(|q| q.0).collect::<Vec<_>>();
+        let go = match step.go {
+            Go::Done => Go::Done,
+            Go::Forward { leader, batch } => Go::Forward {
+                leader,
+                batch: vec![names(batch)],
+            },
+            Go::Propose(batch) => Go::Propose(vec![names(batch)]),
+            Go::Hold { until } => Go::Hold { until },
+        };
+        (names(step.no_leader), go)
+    }
+
+    #[test]
+    fn a_new_leader_holds_a_batch_needing_lease_time_until_it_times_leases_or_the_bound() {
+        let now = std::time::Instant::now();
+        let mut proposer = Proposer::default();
+        let until = now + PROMOTION_WAIT_MAX;
+        let batch = vec![("renew", renew(), false), ("put", put(1), true)];
+        assert_eq!(
+            step(&mut proposer, batch, true, 1, false, now),
+            (vec![], Go::Hold { until })
+        );
+        assert_eq!(proposer.holding(), Some(until));
+        assert!(
+            proposer
+                .release(false, until - std::time::Duration::from_millis(1))
+                .is_none()
+        );
+        let released = proposer
+            .release(true, now)
+            .expect("timing leases: released");
+        assert_eq!(released.len(), 2);
+        assert_eq!(proposer.holding(), None);
+
+        // Never promoted: released at the bound, to be answered "no leader" by its stamp.
+        let batch = vec![("grant", renew(), false)];
+        step(&mut proposer, batch, true, 1, false, now);
+        assert!(proposer.release(false, until).is_some());
+
+        // Nothing in it needs lease time: proposed at once.
+        let batch = vec![("put", put(1), false)];
+        assert_eq!(
+            step(&mut proposer, batch, true, 1, false, now),
+            (vec![], Go::Propose(vec![vec!["put"]]))
+        );
+    }
+
+    #[test]
+    fn a_follower_forwards_its_own_writes_and_refuses_what_was_forwarded_to_it() {
+        let now = std::time::Instant::now();
+        let mut proposer = Proposer::default();
+        let batch = vec![
+            ("own", put(1), false),
+            ("theirs", put(1), true),
+            ("own renewal", renew(), false),
+        ];
+        assert_eq!(
+            step(&mut proposer, batch, false, 2, false, now),
+            (
+                vec!["theirs"],
+                Go::Forward {
+                    leader: 2,
+                    batch: vec![vec!["own", "own renewal"]]
+                }
+            )
+        );
+        // No leader known: what needs lease time answers "no leader", and so does the rest of
+        // its batch; a batch without lease writes goes to the core (which refuses it).
+        let batch = vec![("put", put(1), false), ("renew", renew(), false)];
+        assert_eq!(
+            step(&mut proposer, batch, false, 0, false, now),
+            (vec!["put", "renew"], Go::Done)
+        );
+        let batch = vec![("put", put(1), false)];
+        assert_eq!(
+            step(&mut proposer, batch, false, 0, false, now),
+            (vec![], Go::Propose(vec![vec!["put"]]))
+        );
+        assert_eq!(proposer.holding(), None, "only a leader holds");
     }
 }

@@ -17,8 +17,10 @@
 //!   [`LeaderRound`]: one leader round, from its read index to applying that far;
 //! - [`Waiters`]: which applied entry answers which waiting proposal;
 //! - [`leader_arrival`]: what a leader does with a write as it arrives (a renewal is decided at
-//!   once), [`BatchFill`]: how many queued writes one log entry takes, and [`batch_route`]:
-//!   whether a batch is proposed here, forwarded to the leader, or answered "no leader".
+//!   once), [`BatchFill`]: how many queued writes one log entry takes, [`batch_route`]:
+//!   whether a batch is proposed here, forwarded to the leader, or answered "no leader", and
+//!   [`Proposer`]: what becomes of each batch, held behind the stamp gate with the queue behind
+//!   it until its leader times leases.
 
 use std::time::{Duration, Instant};
 
@@ -39,7 +41,8 @@ mod waiters;
 
 pub use append_times::AppendTimes;
 pub use batch::{
-    Arrival, BATCH_BYTES_MAX, BATCH_LEN_MAX, BatchFill, BatchRoute, batch_route, leader_arrival,
+    Arrival, BATCH_BYTES_MAX, BATCH_LEN_MAX, BatchFill, BatchRoute, BatchStep, Go, Proposer,
+    batch_route, leader_arrival,
 };
 pub use expiry::{ExpiryConfig, ExpiryPass, ExpiryWork, expiry_pass};
 #[cfg(test)]
@@ -79,8 +82,12 @@ pub enum StampGate {
 /// leads (`is_leader`) or not. Only a leader is ever promoted, so only a leader waits: a
 /// proposer that waited on a follower held every later write for the whole bound, and a renewal
 /// retried after the election missed its lease's grace (a cluster test lost a kept lease).
-pub fn stamp_gate(writes: &[Write], timing: bool, is_leader: bool) -> StampGate {
-    if timing || !writes.iter().any(Write::is_lease_timed) {
+pub fn stamp_gate<'a>(
+    writes: impl IntoIterator<Item = &'a Write>,
+    timing: bool,
+    is_leader: bool,
+) -> StampGate {
+    if timing || !writes.into_iter().any(Write::is_lease_timed) {
         StampGate::Now
     } else if is_leader {
         StampGate::AwaitPromotion

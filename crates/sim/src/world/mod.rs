@@ -451,9 +451,8 @@ impl World {
                 // The peer line to a stopped member breaks: what a follower forwarded on it
                 // fails with "no leader" (`leasehold_peer`'s line), and its clients go again.
                 let (from, requests) = match msg {
-                    PeerMsg::Forward { from, request, .. } => (from, vec![request]),
                     PeerMsg::ForwardBatch { from, writes } => {
-                        (from, writes.into_iter().map(|(r, _)| r).collect())
+                        (from, writes.into_iter().map(|(r, _)| r).collect::<Vec<_>>())
                     }
                     PeerMsg::ReadIndex { from, request } => {
                         let back = PeerMsg::ReadIndexed {
