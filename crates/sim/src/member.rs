@@ -27,9 +27,10 @@ use leasehold_consensus::{
 use leasehold_lease::{LeaseClock, LeaseId};
 use leasehold_mvcc::RangeRequest;
 use leasehold_raft::steps::{
-    self, Arrival, BatchFill, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound, FollowerStep,
-    Go, LeaderRenewals, LeaderRound, LeaderStep, Promotion, PromotionStep, Proposer, ReadRounds,
-    RenewStep, RoundEnd, Waiters, answered_before_apply, expiry_pass, leader_arrival,
+    self, AfterEnd, Arrival, BatchFill, EntryOutcome, ExpiryConfig, ExpiryWork, FollowerRound,
+    FollowerStep, Go, LeaderRenewals, LeaderRound, LeaderStep, Promotion, PromotionStep, Proposer,
+    ReadRounds, RenewStep, RoundEnd, Waiters, after_end, answered_before_apply, expiry_pass,
+    leader_arrival,
 };
 use leasehold_raft::{
     Applied, AuthWrite, Command, LeaseRenew, Machine, Proposal, Write, encode_proposal,
@@ -218,8 +219,9 @@ struct Waiter {
     origin: Origin,
     stamped_at: Option<Stamp>,
     /// A renewal that found its lease past the deadline its holder was told, waiting for the
-    /// lease's end (`RenewStep::Expire`): answered TTL 0 if it revoked the lease.
-    renewal_end: bool,
+    /// lease's end (`RenewStep::Expire`): its lease, and how many times it was decided.
+    /// `steps::after_end` then says whether it is answered TTL 0 or decided again.
+    renewal_end: Option<(LeaseId, usize)>,
 }
 
 /// What the read batcher answered each leader round (by its number), for the member's next
@@ -281,6 +283,9 @@ pub struct Member {
     promoting: Option<(u64, u64)>,
     /// The leader's renewals from memory (`steps::LeaderRenewals`), as the replica's.
     renewals: LeaderRenewals,
+    /// Renewals whose end revoked nothing, to be decided again (`steps::after_end`), with how
+    /// many times each was decided so far.
+    decide_again: Vec<(Origin, LeaseId, usize)>,
     /// How far a renewal through the log covers beyond its deadline (`--lease-cover-margin`).
     pub cover_margin_ms: u64,
     /// Leases whose end, or background cover, is being committed at these indexes: they are
@@ -380,6 +385,7 @@ impl Member {
             confirming: None,
             promoting: None,
             renewals: LeaderRenewals::default(),
+            decide_again: Vec::new(),
             cover_margin_ms: leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS,
             ending: Vec::new(),
             covering: Vec::new(),
@@ -462,6 +468,7 @@ impl Member {
         self.core = None;
         self.lease_clock = None;
         self.forget_renewals();
+        self.decide_again.clear();
         self.waiters.drain();
         self.batch.clear();
         self.batch_at = None;
@@ -855,9 +862,13 @@ impl Member {
     /// its own entry while nothing else is queued), or after the batching window in batching
     /// seeds, as the replica's proposer task takes what gathered during the last proposal.
     fn write(&mut self, now: u64, origin: Origin, write: Write, out: &mut Vec<Out>) {
-        let Some((origin, write)) = self.arrive(now, origin, write, out) else {
-            return;
-        };
+        if let Some((origin, write)) = self.arrive(now, origin, write, out) {
+            self.queue(now, origin, write, out);
+        }
+    }
+
+    /// Into the write queue.
+    fn queue(&mut self, now: u64, origin: Origin, write: Write, out: &mut Vec<Out>) {
         self.batch.push_back((origin, write));
         if self.batch_window_us == 0 {
             self.take_batches(now, out);
@@ -883,9 +894,7 @@ impl Member {
         }
         // The simulated disk never fills.
         match leader_arrival(&write, self.lease_clock.is_some(), false) {
-            Arrival::Renew(_) => self
-                .renew_from_memory(now, vec![(origin, write)], out)
-                .pop(),
+            Arrival::Renew(id) => self.renew(now, origin, id, 1, out),
             Arrival::Queue | Arrival::NoSpace => Some((origin, write)),
         }
     }
@@ -1020,82 +1029,80 @@ impl Member {
         self.propose(proposal.commands, waiters, out);
     }
 
-    /// The leader's renewals, decided as the replica's `renew_step` decides them
-    /// (`steps::LeaderRenewals::renew`): answered from memory within the lease's cover (its
-    /// cover extended in the background when less than half a margin is left), an end proposed
-    /// for a lease past the deadline its holder was told, and the rest returned to join the
-    /// write queue (through the log, as `LeaseCover`s).
-    fn renew_from_memory(
+    /// A renewal on this member, which leads, decided as the replica's `renew_step` decides it
+    /// (`steps::LeaderRenewals::renew`), for the `decisions`th time: answered from memory within
+    /// the lease's cover (its cover extended in the background when less than half a margin is
+    /// left), an end proposed for a lease past the deadline its holder was told, or returned to
+    /// join the write queue (through the log, as a `LeaseCover`), as it is while this member does
+    /// not time leases yet.
+    fn renew(
         &mut self,
         now: u64,
-        batch: Vec<(Origin, Write)>,
+        origin: Origin,
+        id: LeaseId,
+        decisions: usize,
         out: &mut Vec<Out>,
-    ) -> Vec<(Origin, Write)> {
+    ) -> Option<(Origin, Write)> {
         let Some(clock) = self.lease_clock else {
-            return batch;
+            return Some((origin, Write::LeaseRenew(LeaseRenew { id })));
         };
         let now_ms = clock.now_ms_ceil(self.instant(now));
         let applied = self.machine.applied().0;
-        let mut rest = Vec::with_capacity(batch.len());
-        for (origin, write) in batch {
-            let Write::LeaseRenew(LeaseRenew { id }) = write else {
-                rest.push((origin, write));
-                continue;
-            };
-            let step = self
-                .renewals
-                .renew(self.machine.leases(), id, now_ms, self.cover_margin_ms);
-            let answered = |ttl| Answer::Applied {
-                applied: Applied::LeaseRenew(ttl),
+        let answered = |ttl| Answer::Applied {
+            applied: Applied::LeaseRenew(ttl),
+            index: applied,
+            pos: 0,
+            stamped_at: Some(Stamp {
+                true_us: now,
+                lease_ms: now_ms,
                 index: applied,
-                pos: 0,
-                stamped_at: Some(Stamp {
-                    true_us: now,
+            }),
+        };
+        match self
+            .renewals
+            .renew(self.machine.leases(), id, now_ms, self.cover_margin_ms)
+        {
+            RenewStep::Answer { ttl_secs, cover } => {
+                out.push(Out::Stamped {
+                    id,
                     lease_ms: now_ms,
-                    index: applied,
-                }),
-            };
-            match step {
-                RenewStep::Answer { ttl_secs, cover } => {
-                    out.push(Out::Stamped {
-                        id,
-                        lease_ms: now_ms,
-                    });
-                    reply(out, origin, applied, answered(Some(ttl_secs)));
-                    if cover {
-                        let renew = Write::LeaseRenew(LeaseRenew { id });
-                        match steps::stamp(
-                            self.lease_clock,
-                            self.instant(now),
-                            self.cover_margin_ms,
-                            vec![renew],
-                        ) {
-                            Ok(proposal) => {
-                                match self.propose(proposal.commands, Vec::new(), out) {
-                                    Some(index) => self.covering.push((index, id)),
-                                    None => self.renewals.covered(id),
-                                }
-                            }
-                            Err(_) => self.renewals.covered(id),
-                        }
+                });
+                reply(out, origin, applied, answered(Some(ttl_secs)));
+                if cover {
+                    let renew = Write::LeaseRenew(LeaseRenew { id });
+                    match steps::stamp(
+                        self.lease_clock,
+                        self.instant(now),
+                        self.cover_margin_ms,
+                        vec![renew],
+                    ) {
+                        Ok(proposal) => match self.propose(proposal.commands, Vec::new(), out) {
+                            Some(index) => self.covering.push((index, id)),
+                            None => self.renewals.covered(id),
+                        },
+                        Err(_) => self.renewals.covered(id),
                     }
                 }
-                RenewStep::NotFound => reply(out, origin, applied, answered(None)),
-                RenewStep::Expire { cover_ms } => {
-                    let end = Command::LeaseExpireTold {
-                        leases: vec![(id, cover_ms)],
-                        now_ms,
-                    };
-                    let waiter = (0, origin, None);
-                    match self.propose_with(vec![end], vec![waiter], true, out) {
-                        Some(index) => self.ending.push((index, vec![id])),
-                        None => self.renewals.ended([id]),
-                    }
-                }
-                RenewStep::ThroughLog => rest.push((origin, Write::LeaseRenew(LeaseRenew { id }))),
+                None
             }
+            RenewStep::NotFound => {
+                reply(out, origin, applied, answered(None));
+                None
+            }
+            RenewStep::Expire { cover_ms } => {
+                let end = Command::LeaseExpireTold {
+                    leases: vec![(id, cover_ms)],
+                    now_ms,
+                };
+                let waiter = (0, origin, None);
+                match self.propose_with(vec![end], vec![waiter], Some((id, decisions)), out) {
+                    Some(index) => self.ending.push((index, vec![id])),
+                    None => self.renewals.ended([id]),
+                }
+                None
+            }
+            RenewStep::ThroughLog => Some((origin, Write::LeaseRenew(LeaseRenew { id }))),
         }
-        rest
     }
 
     /// Proposes one entry; each waiter is answered with its command's result (by `pos`).
@@ -1105,7 +1112,7 @@ impl Member {
         waiters: Vec<(usize, Origin, Option<Stamp>)>,
         out: &mut Vec<Out>,
     ) -> Option<u64> {
-        self.propose_with(commands, waiters, false, out)
+        self.propose_with(commands, waiters, None, out)
     }
 
     /// [`Member::propose`]; `renewal_end`: the waiters are renewals waiting for their lease's
@@ -1114,7 +1121,7 @@ impl Member {
         &mut self,
         commands: Vec<Command>,
         waiters: Vec<(usize, Origin, Option<Stamp>)>,
-        renewal_end: bool,
+        renewal_end: Option<(LeaseId, usize)>,
         out: &mut Vec<Out>,
     ) -> Option<u64> {
         let core = self.core.as_mut()?;
@@ -1400,6 +1407,11 @@ impl Member {
             self.renewals.covered(id);
         }
         self.promotion_steps(now, out);
+        for (origin, id, decisions) in std::mem::take(&mut self.decide_again) {
+            if let Some((origin, write)) = self.renew(now, origin, id, decisions, out) {
+                self.queue(now, origin, write, out);
+            }
+        }
         self.release_held(now, out);
         self.expiry_duties(now, out);
     }
@@ -1495,18 +1507,28 @@ impl Member {
         for (_, waiters, outcome) in self.waiters.applied(index, term, conf_change) {
             let entry_applied = outcome == EntryOutcome::Applied;
             for waiter in waiters {
-                let answer = if entry_applied && waiter.renewal_end {
-                    // The replica's `finish_renewal`: TTL 0 once the end revoked the lease; an
-                    // end that found it renewed through the log first is decided again (here:
-                    // the client asks again).
-                    match applied.get(waiter.pos) {
-                        Some(Applied::LeaseExpire(1)) => Answer::Applied {
+                let renewal_end = waiter.renewal_end.filter(|_| entry_applied);
+                let answer = if let Some((id, decisions)) = renewal_end {
+                    // The replica's `renew_as_leader`: TTL 0 once the lease is gone; an end that
+                    // found it renewed through the log first revoked nothing, and the renewal is
+                    // decided again (once this apply is done).
+                    match after_end(self.machine.leases().contains(id), decisions) {
+                        AfterEnd::Gone => Answer::Applied {
                             applied: Applied::LeaseRenew(None),
                             index,
                             pos: waiter.pos,
                             stamped_at: None,
                         },
-                        _ => Answer::Failed("renewed meanwhile"),
+                        AfterEnd::DecideAgain => {
+                            out.push(Out::Note(format!(
+                                "m{} decides a renewal of {} again: its end revoked nothing",
+                                self.id,
+                                id.get()
+                            )));
+                            self.decide_again.push((waiter.origin, id, decisions + 1));
+                            continue;
+                        }
+                        AfterEnd::GiveUp => Answer::Failed("no leader"),
                     }
                 } else if entry_applied {
                     match applied.get(waiter.pos) {

@@ -644,7 +644,7 @@ impl Replica {
                     Ok((committed.applied, committed.log_index))
                 }
                 Wait::Renewal(id, step) => {
-                    let (ttl, index) = self.finish_renewal(id, step).await?;
+                    let (ttl, index) = self.renew_as_leader(id, Some(step)).await?;
                     Ok((Applied::LeaseRenew(ttl), index))
                 }
             }

@@ -14,11 +14,7 @@ use super::error::ReplicaError;
 use super::forward::leader_elsewhere;
 use crate::command::{Applied, Command, LeaseRenew};
 use crate::state_machine;
-use crate::steps::{LeaderRenewals, RenewStep};
-
-/// How often a renewal is decided again when an expiry it asked for lost to a renewal through
-/// the log (each retry finds a later deadline, so one is normally enough).
-const RENEW_TRIES_MAX: usize = 3;
+use crate::steps::{self, AfterEnd, LeaderRenewals, RenewStep};
 
 /// Where a leader's renewal stands after its decision.
 pub(super) enum Step {
@@ -39,7 +35,7 @@ impl Replica {
     pub async fn renew_lease(&self, id: LeaseId) -> Result<Option<i64>, ReplicaError> {
         if self.lease_clock().is_some() && leader_elsewhere(&self.status, self.member_id).is_none()
         {
-            match self.renew_as_leader(id).await {
+            match self.renew_as_leader(id, None).await {
                 Err(ReplicaError::NoLeader) => {}
                 other => return other.map(|(ttl, _)| ttl),
             }
@@ -47,20 +43,30 @@ impl Replica {
         self.propose(LeaseRenew { id }).await
     }
 
-    /// A renewal decided on this member, which must time leases (lead).
-    async fn renew_as_leader(&self, id: LeaseId) -> Result<(Option<i64>, u64), ReplicaError> {
-        for _ in 0..RENEW_TRIES_MAX {
-            let step = self.renew_step(id)?;
-            match self.finish_renewal(id, step).await? {
-                (None, _) if self.lease_clock().is_some() => {
-                    // Answered TTL 0 by an expiry that found the lease renewed through the log
-                    // first (see `finish_renewal`): decide again.
-                    if state_machine::read_leases(&self.shared, |t| t.contains(id)) {
-                        continue;
-                    }
-                    return Ok((None, self.applied_index()));
-                }
-                answered => return Ok(answered),
+    /// A renewal decided on this member, which must time leases (lead), from its first
+    /// decision if that was already made (`first`): a follower's forwarded renewal, decided as
+    /// it arrived. An end that revoked nothing is decided again ([`steps::after_end`]), for the
+    /// leader's own clients and followers' alike.
+    pub(super) async fn renew_as_leader(
+        &self,
+        id: LeaseId,
+        mut first: Option<Step>,
+    ) -> Result<(Option<i64>, u64), ReplicaError> {
+        for decisions in 1.. {
+            let step = match first.take() {
+                Some(step) => step,
+                None => self.renew_step(id)?,
+            };
+            let ends = matches!(step, Step::Expire { .. });
+            let (ttl, index) = self.finish_renewal(id, step).await?;
+            if !ends {
+                return Ok((ttl, index));
+            }
+            let exists = state_machine::read_leases(&self.shared, |t| t.contains(id));
+            match steps::after_end(exists, decisions) {
+                AfterEnd::Gone => return Ok((None, index)),
+                AfterEnd::DecideAgain => {}
+                AfterEnd::GiveUp => break,
             }
         }
         Err(ReplicaError::NoLeader)
@@ -93,7 +99,7 @@ impl Replica {
     /// the log. An expiry that revoked nothing (a renewal through the log moved the cover
     /// first) answers `None` with the lease still there; [`Replica::renew_as_leader`] then
     /// decides again.
-    pub(super) async fn finish_renewal(
+    async fn finish_renewal(
         &self,
         id: LeaseId,
         step: Step,

@@ -7,7 +7,8 @@
 //!   a batch waits for its leader to start timing leases first;
 //! - [`Promotion`]: when a member starts and stops timing leases;
 //! - [`expiry_pass`]: the leader's expiry driver;
-//! - [`LeaderRenewals`]: a leader's renewals, from memory within a lease's cover;
+//! - [`LeaderRenewals`]: a leader's renewals, from memory within a lease's cover, and
+//!   [`after_end`]: a renewal decided again when the end it asked for revoked nothing;
 //! - [`answered_before_apply`]: when a follower answers a write the leader committed for it;
 //! - [`learner_in_sync`]: whether a learner may be promoted;
 //! - [`reconfig`]: etcd's `--strict-reconfig-check` on membership changes;
@@ -51,7 +52,7 @@ pub use follower_round::{FollowerRound, FollowerStep, PROOF_ASKS, RoundEnd};
 pub use leader_round::{LeaderEnd, LeaderRound, LeaderStep};
 pub use promotion::{Promotion, PromotionStep};
 pub use read_rounds::ReadRounds;
-pub use renewals::{LeaderRenewals, RenewStep};
+pub use renewals::{AfterEnd, LeaderRenewals, RENEW_DECISIONS_MAX, RenewStep, after_end};
 pub use waiters::{EntryOutcome, Waiters};
 
 /// A step that needs lease time was asked of a member that does not time leases (it does not

@@ -25,6 +25,36 @@ pub enum RenewStep {
     ThroughLog,
 }
 
+/// How many times a leader decides one renewal. An end it asked for ([`RenewStep::Expire`])
+/// that found the lease renewed through the log first revoked nothing, and the renewal is
+/// decided again; each decision finds a later deadline, so a second is normally the last.
+pub const RENEW_DECISIONS_MAX: usize = 3;
+
+/// What a renewal does once the end it asked for ([`RenewStep::Expire`]) has applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterEnd {
+    /// Answer TTL 0: the lease is gone.
+    Gone,
+    /// Decide it again: the end revoked nothing (a renewal through the log moved the cover
+    /// first), and the lease lives on.
+    DecideAgain,
+    /// Answer "no leader" (the client asks again): [`RENEW_DECISIONS_MAX`] decisions were made.
+    GiveUp,
+}
+
+/// A renewal's next step after the end it asked for has applied, whether the lease still
+/// exists, after `decisions` decisions of it. The same rule for a renewal from the leader's own
+/// client and one a follower forwarded, on the replica and in the simulator.
+pub fn after_end(lease_exists: bool, decisions: usize) -> AfterEnd {
+    if !lease_exists {
+        AfterEnd::Gone
+    } else if decisions < RENEW_DECISIONS_MAX {
+        AfterEnd::DecideAgain
+    } else {
+        AfterEnd::GiveUp
+    }
+}
+
 /// The leader's bookkeeping beside the lease table: leases whose expiry is being committed, and
 /// leases whose cover is being extended in the background.
 #[derive(Debug, Default)]
@@ -89,7 +119,7 @@ impl LeaderRenewals {
 mod tests {
     use leasehold_lease::{LeaseId, LeaseTable, Renewal};
 
-    use super::{LeaderRenewals, RenewStep};
+    use super::{AfterEnd, LeaderRenewals, RENEW_DECISIONS_MAX, RenewStep, after_end};
 
     fn id(n: i64) -> LeaseId {
         LeaseId::from_wire(n).expect("not zero")
@@ -190,5 +220,17 @@ mod tests {
         // With the cover it saw, the lease ends, even though its cover has not passed.
         assert!(t.expire_told(id(1), 20_001, 24_000).is_some());
         assert!(!t.contains(id(1)));
+    }
+
+    #[test]
+    fn a_renewal_whose_end_revoked_nothing_is_decided_again_a_bounded_number_of_times() {
+        assert_eq!(after_end(false, 1), AfterEnd::Gone);
+        assert_eq!(after_end(true, 1), AfterEnd::DecideAgain);
+        assert_eq!(
+            after_end(true, RENEW_DECISIONS_MAX - 1),
+            AfterEnd::DecideAgain
+        );
+        assert_eq!(after_end(true, RENEW_DECISIONS_MAX), AfterEnd::GiveUp);
+        assert_eq!(after_end(false, RENEW_DECISIONS_MAX), AfterEnd::Gone);
     }
 }
