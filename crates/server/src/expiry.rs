@@ -102,32 +102,13 @@ mod tests {
     use std::time::Duration;
 
     use leasehold_mvcc::{PutRequest, RangeRequest};
-    use leasehold_raft::{LeaseGrant, LeaseId, ManualClock, Replica, ReplicaConfig};
+    use leasehold_raft::{LeaseGrant, LeaseId, ManualClock, Replica};
 
     use super::{ExpiryConfig, step};
     use crate::metrics::Metrics;
+    use crate::test_support::one_member_config;
 
     const HELD: &[u8] = b"held";
-
-    fn config(dir: &std::path::Path, clock: &Arc<ManualClock>) -> ReplicaConfig {
-        ReplicaConfig {
-            member_id: 1,
-            peer_url: "http://127.0.0.1:1".into(),
-            initial_peers: Default::default(),
-            bootstrap: true,
-            data_dir: dir.to_path_buf(),
-            heartbeat_interval_ms: 50,
-            election_timeout_ms: 200,
-            snapshot_log_entries_max: 10_000,
-            quota_bytes: None,
-            auth_token_ttl: Duration::from_secs(300),
-            lease_cover_margin_ms: leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS,
-            strict_reconfig_check: true,
-            force_new_cluster: false,
-            compaction_pace: Default::default(),
-            clock: clock.clone(),
-        }
-    }
 
     struct Member {
         replica: Arc<Replica>,
@@ -136,7 +117,8 @@ mod tests {
 
     impl Member {
         async fn start(dir: &std::path::Path, clock: &Arc<ManualClock>) -> Member {
-            let replica = Replica::start(config(dir, clock)).await.unwrap();
+            let config = one_member_config(dir, clock.clone());
+            let replica = Replica::start(config).await.unwrap();
             let metrics = Arc::new(Metrics::new(replica.clone(), false));
             Member { replica, metrics }
         }
@@ -183,6 +165,19 @@ mod tests {
                 .unwrap()
         }
 
+        /// Asserts that lease `id` ends when `clock` has moved `ms` more, and not a
+        /// millisecond before: 1 ms earlier its key is held and it has 1 ms left.
+        async fn ends_after(&self, clock: &ManualClock, id: LeaseId, ms: u64) {
+            clock.advance(Duration::from_millis(ms - 1));
+            self.passes().await;
+            assert!(self.key_held().await, "1 ms before its deadline");
+            assert_eq!(self.left_ms(id).await, Some(1));
+            clock.advance(Duration::from_millis(1));
+            self.passes().await;
+            assert!(!self.key_held().await, "its key goes with it");
+            assert_eq!(self.left_ms(id).await, None);
+        }
+
         async fn key_held(&self) -> bool {
             let range = RangeRequest {
                 key: HELD.to_vec(),
@@ -203,14 +198,7 @@ mod tests {
         let clock = ManualClock::new();
         let member = Member::start(dir.path(), &clock).await;
         member.grant_with_key(lease(1), 5).await;
-        clock.advance(Duration::from_millis(4_999));
-        member.passes().await;
-        assert!(member.key_held().await, "1 ms before its TTL");
-        assert_eq!(member.left_ms(lease(1)).await, Some(1));
-        clock.advance(Duration::from_millis(1));
-        member.passes().await;
-        assert!(!member.key_held().await, "its key goes with it");
-        assert_eq!(member.left_ms(lease(1)).await, None);
+        member.ends_after(&clock, lease(1), 5_000).await;
         member.replica.shutdown().await;
     }
 
@@ -234,14 +222,8 @@ mod tests {
             logged,
             "answered from memory"
         );
-        // Past both earlier deadlines (5 s and 9 s), inside the last one (11 s).
-        clock.advance(Duration::from_millis(4_999));
-        member.passes().await;
-        assert!(member.key_held().await);
-        assert_eq!(member.left_ms(lease(2)).await, Some(1));
-        clock.advance(Duration::from_millis(1));
-        member.passes().await;
-        assert!(!member.key_held().await);
+        // Past both earlier deadlines (5 s and 9 s): it ends at the last one (11 s).
+        member.ends_after(&clock, lease(2), 5_000).await;
         // Renewing a lease that ended answers no TTL (0 on the wire), as etcd's.
         assert_eq!(member.replica.renew_lease(lease(2)).await.unwrap(), None);
         member.replica.shutdown().await;
@@ -263,12 +245,7 @@ mod tests {
 
         let member = Member::start(dir.path(), &clock).await;
         assert_eq!(member.left_ms(lease(3)).await, Some(4_000));
-        clock.advance(Duration::from_millis(3_999));
-        member.passes().await;
-        assert!(member.key_held().await);
-        clock.advance(Duration::from_millis(1));
-        member.passes().await;
-        assert!(!member.key_held().await);
+        member.ends_after(&clock, lease(3), 4_000).await;
         member.replica.shutdown().await;
     }
 

@@ -39,6 +39,8 @@ mod maintenance;
 mod metrics;
 mod oversize;
 mod recipe;
+#[cfg(test)]
+mod test_support;
 mod validate;
 mod version;
 mod watch;

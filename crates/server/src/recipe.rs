@@ -291,25 +291,8 @@ mod tests {
 
     /// A single-member replica on a temporary data dir, and a context around it.
     async fn single_member(dir: &std::path::Path) -> std::sync::Arc<ServerContext> {
-        let replica = leasehold_raft::Replica::start(leasehold_raft::ReplicaConfig {
-            quota_bytes: None,
-            auth_token_ttl: std::time::Duration::from_secs(300),
-            lease_cover_margin_ms: leasehold_raft::LEASE_COVER_MARGIN_DEFAULT_MS,
-            strict_reconfig_check: true,
-            force_new_cluster: false,
-            member_id: 1,
-            peer_url: "http://127.0.0.1:1".into(),
-            initial_peers: Default::default(),
-            bootstrap: true,
-            data_dir: dir.to_path_buf(),
-            heartbeat_interval_ms: 50,
-            election_timeout_ms: 200,
-            snapshot_log_entries_max: 10_000,
-            compaction_pace: Default::default(),
-            clock: leasehold_raft::system_clock(),
-        })
-        .await
-        .unwrap();
+        let config = crate::test_support::one_member_config(dir, leasehold_raft::system_clock());
+        let replica = leasehold_raft::Replica::start(config).await.unwrap();
         std::sync::Arc::new(ServerContext {
             metrics: std::sync::Arc::new(crate::Metrics::new(replica.clone(), false)),
             replica,
