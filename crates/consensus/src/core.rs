@@ -48,6 +48,10 @@ pub struct CoreConfig {
     /// Entries kept in the log behind a snapshot, for followers that lag a little (etcd's
     /// `SnapshotCatchUpEntries`).
     pub catch_up_entries: u64,
+    /// Of those, the entries every follower already holds are kept only up to this many bytes
+    /// of data: they serve no follower now, only one that may fall behind later (which then
+    /// gets a snapshot), and the log is held in memory.
+    pub catch_up_bytes: u64,
     pub wal: WalOptions,
     /// etcd's `--force-new-cluster`: at open, every other member is removed by membership
     /// changes appended to the log and committed with everything before them, so that this
@@ -66,6 +70,7 @@ impl CoreConfig {
             max_size_per_msg: 1024 * 1024,
             max_inflight_msgs: 512,
             catch_up_entries: 5000,
+            catch_up_bytes: 4 << 20,
             wal: WalOptions::default(),
             force_new_cluster: false,
         }
@@ -146,6 +151,7 @@ pub struct Core<F: Fs> {
     node: RawNode<LogStorage>,
     wal: Wal<F>,
     catch_up_entries: u64,
+    catch_up_bytes: u64,
     /// On a leader: for how many ticks each follower has waited in raft-rs's snapshot state.
     snapshot_ticks: BTreeMap<u64, usize>,
     /// How many ticks a follower may wait there before the leader probes it again.
@@ -395,6 +401,7 @@ impl<F: Fs> Core<F> {
             node,
             wal,
             catch_up_entries: config.catch_up_entries,
+            catch_up_bytes: config.catch_up_bytes,
             snapshot_ticks: BTreeMap::new(),
             snapshot_ticks_max: 2 * config.election_tick,
             held_reads: Vec::new(),
@@ -712,12 +719,32 @@ impl<F: Fs> Core<F> {
     }
 
     /// The host's state at `index` (at most what it applied) is durable: the log keeps only
-    /// [`CoreConfig::catch_up_entries`] entries behind it. A follower that falls further behind
-    /// needs a snapshot, which the host offers ([`Core::compact`]) once
+    /// [`CoreConfig::catch_up_entries`] entries behind it, and of those only
+    /// [`CoreConfig::catch_up_bytes`] that every follower already holds. A follower that falls
+    /// further behind needs a snapshot, which the host offers ([`Core::compact`]) once
     /// [`Core::snapshot_wanted`] says one is.
     pub fn compact_log(&mut self, index: u64) -> Result<(), CoreError> {
         let index = index.min(self.node.raft.raft_log.applied);
-        let keep_from = index.saturating_sub(self.catch_up_entries);
+        let by_count = index.saturating_sub(self.catch_up_entries);
+        let by_bytes = self
+            .node
+            .store()
+            .first_within_bytes(index, self.catch_up_bytes)
+            .saturating_sub(1);
+        // What the slowest follower still lacks stays (a follower's leader knows; a follower
+        // knows of no other).
+        let raft = &self.node.raft;
+        let lacked = if raft.state == StateRole::Leader {
+            raft.prs()
+                .iter()
+                .filter(|(id, _)| **id != raft.id)
+                .map(|(_, p)| p.matched)
+                .min()
+                .unwrap_or(u64::MAX)
+        } else {
+            u64::MAX
+        };
+        let keep_from = by_count.max(by_bytes.min(lacked));
         let store = self.node.store();
         if keep_from > store.compacted().0 {
             let term = store

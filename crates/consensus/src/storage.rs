@@ -90,6 +90,24 @@ impl LogStorage {
             .map(|e| e.term)
     }
 
+    /// The oldest index from which the entries up to `index` hold at most `bytes` bytes of data
+    /// (`index + 1` when the entry at `index` alone holds more).
+    pub(crate) fn first_within_bytes(&self, index: u64, bytes: u64) -> u64 {
+        let upto = index
+            .saturating_sub(self.compacted_index)
+            .min(self.entries.len() as u64) as usize;
+        let mut total = 0u64;
+        let mut first = self.compacted_index + upto as u64 + 1;
+        for entry in self.entries[..upto].iter().rev() {
+            total += entry.data.len() as u64;
+            if total > bytes {
+                break;
+            }
+            first = entry.index;
+        }
+        first
+    }
+
     /// Appends `entries` (durable already), replacing any from their first index on.
     pub(crate) fn append(&mut self, entries: Vec<Entry>) {
         let Some(first) = entries.first().map(|e| e.index) else {

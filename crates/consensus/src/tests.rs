@@ -105,11 +105,13 @@ struct Cluster {
     /// Every (term, leader) seen, to check one leader per term.
     leaders: BTreeMap<u64, u64>,
     catch_up_entries: u64,
+    catch_up_bytes: u64,
 }
 
-fn config(id: u64, catch_up_entries: u64) -> CoreConfig {
+fn config(id: u64, catch_up_entries: u64, catch_up_bytes: u64) -> CoreConfig {
     let mut c = CoreConfig::new(id);
     c.catch_up_entries = catch_up_entries;
+    c.catch_up_bytes = catch_up_bytes;
     c.wal = WalOptions {
         segment_bytes: 64 * 1024,
     };
@@ -128,6 +130,10 @@ impl Cluster {
     }
 
     fn with_catch_up(ids: &[u64], catch_up_entries: u64) -> Cluster {
+        Cluster::with_catch_up_bytes(ids, catch_up_entries, CoreConfig::new(0).catch_up_bytes)
+    }
+
+    fn with_catch_up_bytes(ids: &[u64], catch_up_entries: u64, catch_up_bytes: u64) -> Cluster {
         let mut cluster = Cluster {
             members: BTreeMap::new(),
             network: VecDeque::new(),
@@ -136,6 +142,7 @@ impl Cluster {
             one_way: HashSet::new(),
             leaders: BTreeMap::new(),
             catch_up_entries,
+            catch_up_bytes,
         };
         for &id in ids {
             let machine = Machine {
@@ -165,7 +172,7 @@ impl Cluster {
 
     /// [`Cluster::start`], with `--force-new-cluster` or not.
     fn start_with(&mut self, id: u64, force_new_cluster: bool) {
-        let mut cfg = config(id, self.catch_up_entries);
+        let mut cfg = config(id, self.catch_up_entries, self.catch_up_bytes);
         cfg.force_new_cluster = force_new_cluster;
         let member = self.members.get_mut(&id).expect("member");
         let durable = member.machine.durable.clone().expect("a saved checkpoint");
@@ -668,6 +675,46 @@ fn behind_a_snapshot() -> (Cluster, u64, u64, Machine) {
     (c, leader, behind, machine)
 }
 
+/// Past the byte bound, the log keeps only what a follower still lacks: everything once every
+/// follower holds it, and a down follower's missing entries (within the count bound), which
+/// catch it up without a snapshot.
+#[test]
+fn the_log_keeps_past_its_byte_bound_only_what_a_follower_lacks() {
+    let mut c = Cluster::with_catch_up_bytes(&[1, 2, 3], 5000, 0);
+    let leader = c.elect();
+    for i in 0..10 {
+        c.propose(leader, &format!("a{i}"));
+    }
+    c.settle();
+    let applied = c.members[&leader].machine.applied_index;
+    c.core(leader).compact_log(applied).unwrap();
+    assert_eq!(
+        c.core(leader).compacted_index(),
+        applied,
+        "every follower holds it all"
+    );
+    let behind = *c.members.keys().find(|id| **id != leader).unwrap();
+    c.crash(behind);
+    for i in 0..10 {
+        c.propose(leader, &format!("b{i}"));
+    }
+    c.settle();
+    let applied_now = c.members[&leader].machine.applied_index;
+    c.core(leader).compact_log(applied_now).unwrap();
+    assert_eq!(
+        c.core(leader).compacted_index(),
+        applied,
+        "what the down member lacks stays"
+    );
+    c.start(behind);
+    c.run_until(100, |c| c.applied(behind).len() == 20);
+    assert_eq!(
+        c.members[&behind].machine.installs, 0,
+        "caught up from the log"
+    );
+    c.check_prefixes();
+}
+
 #[test]
 fn a_follower_far_behind_is_caught_up_with_a_snapshot() {
     let (mut c, leader, behind, _) = behind_a_snapshot();
@@ -850,7 +897,7 @@ mod driver {
             let core = Core::open(
                 MemFs::new(),
                 std::path::Path::new("/wal"),
-                &super::config(id, 5000),
+                &super::config(id, 5000, 4 << 20),
                 checkpoint,
                 &logger,
             )
@@ -1011,7 +1058,7 @@ fn force_new_cluster_refuses_a_member_that_is_not_in_the_cluster() {
     c.elect();
     c.crash(1);
     let member = c.members.get_mut(&1).expect("member");
-    let mut cfg = config(9, 5000);
+    let mut cfg = config(9, 5000, 4 << 20);
     cfg.force_new_cluster = true;
     let logger = slog::Logger::root(slog::Discard, slog::o!());
     let opened = Core::open(
