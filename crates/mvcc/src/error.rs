@@ -1,8 +1,7 @@
 use serde::{Deserialize, Serialize};
 
-/// Why the store refused a request. Every variant is something a client can cause; the gRPC edge
-/// maps each to etcd's status code and message. Nothing here means "this node must stop": the
-/// store has no I/O.
+/// Why the store refused a request. Every variant but [`Error::Unreadable`] is something a client
+/// can cause; the gRPC edge maps each to etcd's status code and message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum Error {
     #[error("mvcc: required revision has been compacted")]
@@ -14,4 +13,9 @@ pub enum Error {
     KeyNotFound,
     #[error("etcdserver: requested lease not found")]
     LeaseNotFound,
+    /// A released value could not be read back from the caller's [`crate::ValueSource`]: the
+    /// member's own storage failed, which no client caused. A write that meets it must not be
+    /// taken as answered (the store may be part-way through it): the member stops.
+    #[error("etcdserver: a stored value could not be read: {0}")]
+    Unreadable(String),
 }

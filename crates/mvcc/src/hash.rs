@@ -37,12 +37,23 @@ pub(crate) struct HashedVersion<'s> {
     pub lease: i64,
 }
 
-/// Feeds the versions (already selected, in revision order) to etcd's hash.
-pub(crate) fn hash_versions<'s>(versions: impl IntoIterator<Item = HashedVersion<'s>>) -> u32 {
-    let mut digest = CASTAGNOLI.digest();
-    digest.update(b"key");
-    let mut buf = Vec::new();
-    for v in versions {
+/// etcd's hash, fed the selected versions one at a time in revision order.
+pub(crate) struct KvHasher {
+    digest: crc::Digest<'static, u32>,
+    buf: Vec<u8>,
+}
+
+impl KvHasher {
+    pub(crate) fn new() -> KvHasher {
+        let mut digest = CASTAGNOLI.digest();
+        digest.update(b"key");
+        KvHasher {
+            digest,
+            buf: Vec::new(),
+        }
+    }
+
+    pub(crate) fn add(&mut self, v: &HashedVersion<'_>) {
         let mut bucket_key = [0u8; 18];
         bucket_key[..8].copy_from_slice(&v.rev.main.to_be_bytes());
         bucket_key[8] = b'_';
@@ -53,12 +64,15 @@ pub(crate) fn hash_versions<'s>(versions: impl IntoIterator<Item = HashedVersion
             bucket_key[17] = b't';
             18
         };
-        digest.update(&bucket_key[..len]);
-        buf.clear();
-        encode_key_value(&mut buf, &v);
-        digest.update(&buf);
+        self.digest.update(&bucket_key[..len]);
+        self.buf.clear();
+        encode_key_value(&mut self.buf, v);
+        self.digest.update(&self.buf);
     }
-    digest.finalize()
+
+    pub(crate) fn finish(self) -> u32 {
+        self.digest.finalize()
+    }
 }
 
 /// `mvccpb.KeyValue` in protobuf's encoding, fields in number order and zero values left out,

@@ -1,7 +1,9 @@
 //! The multi-version key-value core of leasehold: etcd's revisions, generations, ranges, txns and
 //! compaction, as a synchronous, deterministic state machine over in-memory data. It owns the
 //! *semantics* of the KV API; it must never do I/O, read a clock or know about gRPC or Raft.
-//! Persistence is the caller's: every write returns the [`Change`]s it made, in order.
+//! Persistence is the caller's: every write returns the [`Change`]s it made, in order. Values of
+//! superseded versions the caller has made durable can be released from memory and read back
+//! through the caller's [`ValueSource`].
 //!
 //! ```text
 //!   request ──► Store::{put, delete_range, txn, compact} ──► (response, Vec<Change>) ──► storage
@@ -13,6 +15,7 @@ mod error;
 mod hash;
 mod store;
 mod types;
+mod values;
 
 pub use error::Error;
 pub use hash::KvHash;
@@ -23,6 +26,7 @@ pub use types::{
     EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,
     RequestOp, ResponseOp, Revision, SortOrder, SortTarget, TxnRequest, TxnResponse,
 };
+pub use values::{NothingReleased, ValueReader, ValueSource};
 
 #[cfg(test)]
 mod tests;

@@ -59,10 +59,12 @@ fn delete_then_recreate_starts_a_new_generation() {
     let mut s = Store::new();
     put(&mut s, "a", "1");
     put(&mut s, "a", "2");
-    let (resp, changes) = s.delete_range(&DeleteRangeRequest {
-        key: "a".into(),
-        ..Default::default()
-    });
+    let (resp, changes) = s
+        .delete_range(&DeleteRangeRequest {
+            key: "a".into(),
+            ..Default::default()
+        })
+        .unwrap();
     assert_eq!((resp.deleted, resp.revision, changes.len()), (1, 4, 1));
     assert_eq!(put(&mut s, "a", "3"), 5);
     let kv = &s
@@ -88,13 +90,18 @@ fn live_keys_count_keys_whose_newest_version_is_a_value_through_compaction_and_r
         key: "a".into(),
         range_end: "c".into(),
         ..Default::default()
-    });
+    })
+    .unwrap();
     assert_eq!(s.live_keys(), 0);
     put(&mut s, "b", "2");
     assert_eq!(s.live_keys(), 1);
     s.compact(s.current_revision()).expect("compact");
     assert_eq!(s.live_keys(), 1);
-    let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
+    let restored = Store::restore(
+        s.current_revision(),
+        s.compact_revision(),
+        s.records().unwrap(),
+    );
     assert_eq!(restored.live_keys(), 1);
     s.validate();
 }
@@ -103,10 +110,12 @@ fn live_keys_count_keys_whose_newest_version_is_a_value_through_compaction_and_r
 fn deleting_nothing_keeps_the_revision() {
     let mut s = Store::new();
     put(&mut s, "a", "1");
-    let (resp, changes) = s.delete_range(&DeleteRangeRequest {
-        key: "b".into(),
-        ..Default::default()
-    });
+    let (resp, changes) = s
+        .delete_range(&DeleteRangeRequest {
+            key: "b".into(),
+            ..Default::default()
+        })
+        .unwrap();
     assert_eq!((resp.deleted, resp.revision, changes.len()), (0, 2, 0));
     assert_eq!(s.current_revision(), 2);
 }
@@ -240,7 +249,11 @@ fn hash_kv_depends_only_on_history_up_to_its_revision() {
     assert_eq!(s.hash_kv(3).unwrap(), at_3, "later writes leave it alone");
     assert_ne!(s.hash_kv(4).unwrap().hash, at_3.hash);
     // A store restored from the same records hashes the same.
-    let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
+    let restored = Store::restore(
+        s.current_revision(),
+        s.compact_revision(),
+        s.records().unwrap(),
+    );
     assert_eq!(restored.hash_kv(4), s.hash_kv(4));
     s.compact(3).unwrap();
     assert_eq!(s.hash_kv(2), Err(Error::Compacted));
@@ -258,7 +271,11 @@ fn hash_kv_at_the_compaction_revision_after_a_restart_hashes_what_is_left() {
     put(&mut s, "a", "2"); // 3
     put(&mut s, "b", "1"); // 4
     s.compact(3).unwrap();
-    let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
+    let restored = Store::restore(
+        s.current_revision(),
+        s.compact_revision(),
+        s.records().unwrap(),
+    );
     let left = restored.hash_kv(3).unwrap();
     assert_eq!(left.compact_revision, 3);
     assert_ne!(
@@ -278,7 +295,8 @@ fn compaction_removes_hidden_versions_and_dead_tombstones() {
     s.delete_range(&DeleteRangeRequest {
         key: "b".into(),
         ..Default::default()
-    }); // 5
+    })
+    .unwrap(); // 5
     put(&mut s, "a", "3"); // 6
     let (_, removed) = s.compact(5).unwrap();
     // a@2 is hidden by a@3 and b@4 by its tombstone: both go. a@3 stays (visible at 5), and so
@@ -288,7 +306,7 @@ fn compaction_removes_hidden_versions_and_dead_tombstones() {
     assert_eq!(s.key_history_len(), 2);
     assert_eq!(get_at(&s, "a", "", 5), vec![("a".into(), "2".into())]);
     assert_eq!(get_at(&s, "a", "", 6), vec![("a".into(), "3".into())]);
-    let replayed = s.events(5, 6, usize::MAX);
+    let replayed = s.events(5, 6, usize::MAX).unwrap();
     assert_eq!(
         replayed.iter().map(|e| e.kind).collect::<Vec<_>>(),
         vec![EventKind::Delete, EventKind::Put],
@@ -332,10 +350,12 @@ fn bindings_read_the_version_before_a_write_and_share_the_key() {
         "a new key named no lease"
     );
     assert_eq!(s.lease_before(b"k", rev(&second)), lease);
-    let (_, deleted) = s.delete_range(&DeleteRangeRequest {
-        key: b"k".to_vec(),
-        ..Default::default()
-    }); // 4
+    let (_, deleted) = s
+        .delete_range(&DeleteRangeRequest {
+            key: b"k".to_vec(),
+            ..Default::default()
+        })
+        .unwrap(); // 4
     assert_eq!(s.lease_before(b"k", rev(&deleted)), None);
     let (_, again) = s.put(&leased("2"), &|_| true).unwrap(); // 5
     assert_eq!(
@@ -597,11 +617,16 @@ fn restore_from_records_gives_the_same_store() {
     s.delete_range(&DeleteRangeRequest {
         key: "a".into(),
         ..Default::default()
-    });
+    })
+    .unwrap();
     put(&mut s, "a", "2");
     s.compact(3).unwrap();
-    let r = Store::restore(s.current_revision(), s.compact_revision(), s.records());
-    assert_eq!(r.records(), s.records());
+    let r = Store::restore(
+        s.current_revision(),
+        s.compact_revision(),
+        s.records().unwrap(),
+    );
+    assert_eq!(r.records().unwrap(), s.records().unwrap());
     assert_eq!(
         (r.current_revision(), r.compact_revision()),
         (s.current_revision(), s.compact_revision())
@@ -615,7 +640,7 @@ fn events_replay_history_in_revision_order_with_prev_kv() {
     put(&mut s, "b", "1"); // 3
     put(&mut s, "a", "2"); // 4
     s.delete_keys([&b"a"[..], b"b"]); // 5: two deletes
-    let evs = s.events(3, 5, usize::MAX);
+    let evs = s.events(3, 5, usize::MAX).unwrap();
     type Summary<'a> = (EventKind, &'a [u8], i64, Option<&'a [u8]>);
     let summary: Vec<Summary<'_>> = evs
         .iter()
@@ -646,7 +671,11 @@ fn events_replay_history_in_revision_order_with_prev_kv() {
         },
         "a delete carries only key and revision"
     );
-    assert_eq!(s.events(2, 5, 2).len(), 2, "bounded by revisions: 2 and 3");
+    assert_eq!(
+        s.events(2, 5, 2).unwrap().len(),
+        2,
+        "bounded by revisions: 2 and 3"
+    );
     assert!(
         key_in_range(b"a", b"\0", b"zz")
             && !key_in_range(b"b", b"c", b"c")
@@ -699,7 +728,7 @@ proptest! {
                 }
                 Op::Delete(k, e) => {
                     let end = if e > k { key(e) } else { vec![] };
-                    let (resp, _) = s.delete_range(&DeleteRangeRequest { key: key(k), range_end: end.clone(), prev_kv: false });
+                    let (resp, _) = s.delete_range(&DeleteRangeRequest { key: key(k), range_end: end.clone(), prev_kv: false }).unwrap();
                     let mut next = model.last().unwrap().clone();
                     let doomed: Vec<Vec<u8>> = next.keys().filter(|x| if end.is_empty() { **x == key(k) } else { **x >= key(k) && **x < end }).cloned().collect();
                     prop_assert_eq!(resp.deleted as usize, doomed.len());
@@ -751,13 +780,13 @@ proptest! {
             .collect();
         let summary = |store: &Store| -> Vec<(EventKind, Vec<u8>, Vec<u8>, i64)> {
             store
-                .events(from, store.current_revision(), usize::MAX)
+                .events(from, store.current_revision(), usize::MAX).unwrap()
                 .into_iter()
                 .map(|e| (e.kind, e.kv.key, e.kv.value.to_vec(), e.kv.mod_revision))
                 .collect()
         };
-        let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records());
-        prop_assert_eq!(restored.records(), s.records());
+        let restored = Store::restore(s.current_revision(), s.compact_revision(), s.records().unwrap());
+        prop_assert_eq!(restored.records().unwrap(), s.records().unwrap());
         prop_assert_eq!(&summary(&s), &want);
         prop_assert_eq!(summary(&restored), want);
     }
@@ -809,7 +838,8 @@ fn apply_between(s: &mut Store, write: Between) -> Option<i64> {
                 key: key(k),
                 range_end,
                 prev_kv: false,
-            });
+            })
+            .unwrap();
         }
         Between::Compact => {
             let to = s.current_revision();
@@ -876,7 +906,7 @@ proptest! {
         let mut s = Store::new();
         for (k, v, delete) in history {
             if delete {
-                s.delete_range(&DeleteRangeRequest { key: key(k), ..Default::default() });
+                s.delete_range(&DeleteRangeRequest { key: key(k), ..Default::default() }).unwrap();
             } else {
                 s.put(&PutRequest { key: key(k), value: vec![v; usize::from(v % 4)], ..Default::default() }, &no_leases).unwrap();
             }
@@ -1008,13 +1038,13 @@ proptest! {
         let mut s = Store::new();
         for (k, v, kind) in history {
             match kind {
-                0 => { s.delete_range(&DeleteRangeRequest { key: key(k), range_end: key(k + 2), prev_kv: false }); }
+                0 => { s.delete_range(&DeleteRangeRequest { key: key(k), range_end: key(k + 2), prev_kv: false }).unwrap(); }
                 _ => { s.put(&PutRequest { key: key(k), value: vec![v; usize::from(v % 4)], ..Default::default() }, &no_leases).unwrap(); }
             }
         }
         let to = s.current_revision();
         let from = from.min(to).max(1);
-        let whole = s.events(from, to, revisions_max);
+        let whole = s.events(from, to, revisions_max).unwrap();
         let mut scan = s.events_scan(from, to, revisions_max, s.compact_revision());
         let budget = ScanBudget { keys, bytes };
         let mut writes = writes.into_iter();
@@ -1053,7 +1083,10 @@ fn a_history_read_sees_a_compaction_since_its_caller_looked() {
     // Looked at after the compaction, from its revision on: read whole.
     let mut scan = s.events_scan(4, s.current_revision(), usize::MAX, s.compact_revision());
     assert!(s.events_step(&mut scan, ScanBudget::UNBOUNDED).unwrap());
-    assert_eq!(scan.finish(), s.events(4, s.current_revision(), usize::MAX));
+    assert_eq!(
+        scan.finish(),
+        s.events(4, s.current_revision(), usize::MAX).unwrap()
+    );
 }
 
 proptest! {
@@ -1072,10 +1105,10 @@ proptest! {
             if is_put {
                 put(&mut s, &key, "v");
             } else {
-                s.delete_range(&DeleteRangeRequest { key: key.into_bytes(), ..Default::default() });
+                s.delete_range(&DeleteRangeRequest { key: key.into_bytes(), ..Default::default() }).unwrap();
             }
         }
-        let before = s.records();
+        let before = s.records().unwrap();
         let revision = 1 + at.index(s.current_revision() as usize) as i64;
         let mut compacted = s.clone();
         let (_, changes) = compacted.compact(revision).unwrap();
@@ -1100,8 +1133,8 @@ proptest! {
         prop_assert_eq!(restored.records(), compacted.records());
         prop_assert_eq!(restored.compact_revision(), revision);
         prop_assert_eq!(
-            restored.events(revision, restored.current_revision(), usize::MAX),
-            compacted.events(revision, compacted.current_revision(), usize::MAX)
+            restored.events(revision, restored.current_revision(), usize::MAX).unwrap(),
+            compacted.events(revision, compacted.current_revision(), usize::MAX).unwrap()
         );
         restored.validate();
     }
@@ -1151,4 +1184,195 @@ fn long_values_are_shared_and_short_ones_copied() {
         read(&s, "long2").as_ptr(),
         "the event carries the stored value"
     );
+}
+
+/// The rows a caller persisted, as the source a store reads released values back from.
+#[derive(Debug, Default)]
+struct Persisted(std::sync::Mutex<BTreeMap<Revision, bytes::Bytes>>);
+
+impl Persisted {
+    fn write(&self, changes: &[Change]) {
+        let mut rows = self.0.lock().unwrap();
+        for change in changes {
+            match change {
+                Change::Write {
+                    rev,
+                    record: Record::Put(kv),
+                } => {
+                    rows.insert(*rev, kv.value.clone());
+                }
+                Change::Write { .. } => {}
+                Change::Remove { rev } => {
+                    rows.remove(rev);
+                }
+            }
+        }
+    }
+}
+
+impl ValueSource for std::sync::Arc<Persisted> {
+    fn reader(&self) -> Result<Box<dyn ValueReader + '_>, String> {
+        Ok(Box::new(self))
+    }
+}
+
+impl ValueReader for &std::sync::Arc<Persisted> {
+    fn read(&mut self, rev: Revision) -> Result<bytes::Bytes, String> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&rev)
+            .cloned()
+            .ok_or_else(|| format!("no row at {rev:?}"))
+    }
+}
+
+#[test]
+fn a_released_value_is_read_back_and_a_newest_one_never_released() {
+    let rows = std::sync::Arc::new(Persisted::default());
+    let mut s = Store::new();
+    s.set_value_source(std::sync::Arc::new(rows.clone()));
+    let big = |c: char| c.to_string().repeat(200);
+    for (key, value) in [
+        ("a", big('1')),
+        ("a", big('2')),
+        ("b", "small".to_string()),
+        ("b", big('3')),
+        ("a", big('4')),
+    ] {
+        let (_, changes) = s
+            .put(
+                &PutRequest {
+                    key: key.into(),
+                    value: value.into(),
+                    ..Default::default()
+                },
+                &no_leases,
+            )
+            .unwrap();
+        rows.write(&changes);
+    }
+    // Superseded and big: a@2 ("1"), a@3 ("2"). b@4 is small, and every newest version stays.
+    assert_eq!(s.releasable_bytes(), 400);
+    assert_eq!(
+        s.release_values(2, 0),
+        200,
+        "only what is durable: up to revision 2"
+    );
+    assert_eq!(s.release_values(i64::MAX, 0), 200);
+    assert_eq!(s.releasable_bytes(), 0);
+    s.validate();
+    assert_eq!(get_at(&s, "a", "", 2), vec![("a".into(), big('1'))]);
+    assert_eq!(get_at(&s, "a", "", 3), vec![("a".into(), big('2'))]);
+    assert_eq!(get_at(&s, "a", "", 0), vec![("a".into(), big('4'))]);
+    let events = s.events(2, s.current_revision(), usize::MAX).unwrap();
+    let prev: Vec<Option<String>> = events
+        .iter()
+        .map(|e| {
+            e.prev_kv
+                .as_ref()
+                .map(|p| String::from_utf8(p.value.to_vec()).unwrap())
+        })
+        .collect();
+    assert_eq!(
+        prev,
+        vec![
+            None,
+            Some(big('1')),
+            None,
+            Some("small".into()),
+            Some(big('2'))
+        ]
+    );
+    // A source that lost the row: the read says so, as an error of its own.
+    rows.0.lock().unwrap().clear();
+    assert!(matches!(
+        s.range(&RangeRequest {
+            key: "a".into(),
+            revision: 2,
+            ..Default::default()
+        }),
+        Err(Error::Unreadable(_))
+    ));
+    assert_eq!(
+        get_at(&s, "a", "", 0),
+        vec![("a".into(), big('4'))],
+        "the newest is held"
+    );
+}
+
+#[derive(Clone, Debug)]
+enum ReleaseOp {
+    Put(u8, u16),
+    Delete(u8),
+    Compact(u8),
+    Release(u16),
+}
+
+fn release_op() -> impl Strategy<Value = ReleaseOp> {
+    prop_oneof![
+        5 => (0u8..6, 0u16..400).prop_map(|(k, n)| ReleaseOp::Put(k, n)),
+        1 => (0u8..6).prop_map(ReleaseOp::Delete),
+        1 => any::<u8>().prop_map(ReleaseOp::Compact),
+        2 => (0u16..600).prop_map(ReleaseOp::Release),
+    ]
+}
+
+proptest! {
+    /// A store that releases values answers every read as one that holds them all: ranges at
+    /// every revision (sorted by value too), watch history with previous values, hashes, and the
+    /// records a snapshot carries.
+    #[test]
+    fn releasing_values_changes_no_answer(ops in proptest::collection::vec(release_op(), 1..60)) {
+        let rows = std::sync::Arc::new(Persisted::default());
+        let mut held = Store::new();
+        let mut released = Store::new();
+        released.set_value_source(std::sync::Arc::new(rows.clone()));
+        for op in ops {
+            match op {
+                ReleaseOp::Put(k, n) => {
+                    let req = PutRequest { key: vec![b'k', k], value: vec![b'a' + (n % 26) as u8; n as usize], prev_kv: true, ..Default::default() };
+                    let a = held.put(&req, &no_leases).unwrap();
+                    let b = released.put(&req, &no_leases).unwrap();
+                    rows.write(&b.1);
+                    prop_assert_eq!(a, b);
+                }
+                ReleaseOp::Delete(k) => {
+                    let req = DeleteRangeRequest { key: vec![b'k', k], prev_kv: true, ..Default::default() };
+                    let a = held.delete_range(&req).unwrap();
+                    let b = released.delete_range(&req).unwrap();
+                    rows.write(&b.1);
+                    prop_assert_eq!(a, b);
+                }
+                ReleaseOp::Compact(r) => {
+                    let rev = 1 + i64::from(r) % held.current_revision();
+                    let a = held.compact(rev);
+                    let b = released.compact(rev);
+                    if let Ok((_, changes)) = &b {
+                        rows.write(changes);
+                    }
+                    prop_assert_eq!(a, b);
+                }
+                ReleaseOp::Release(keep) => {
+                    released.release_values(released.current_revision(), usize::from(keep));
+                    prop_assert!(released.releasable_bytes() <= usize::from(keep));
+                }
+            }
+            released.validate();
+        }
+        released.release_values(released.current_revision(), 0);
+        for rev in held.compact_revision().max(1)..=held.current_revision() {
+            for sort_target in [SortTarget::Key, SortTarget::Value] {
+                let req = RangeRequest { key: vec![b'k'], range_end: vec![b'l'], revision: rev, sort_target, sort_order: SortOrder::Descend, limit: 3, ..Default::default() };
+                prop_assert_eq!(held.range(&req), released.range(&req));
+            }
+            prop_assert_eq!(held.hash_kv(rev), released.hash_kv(rev));
+        }
+        let from = held.compact_revision().max(1);
+        prop_assert_eq!(
+            held.events(from, held.current_revision(), usize::MAX),
+            released.events(from, released.current_revision(), usize::MAX)
+        );
+        prop_assert_eq!(held.records(), released.records());
+    }
 }

@@ -30,9 +30,11 @@ use leasehold_auth::AuthState;
 
 mod error;
 mod removals;
+mod values;
 
 pub use error::StorageError;
 pub(crate) use removals::Scheduled;
+pub(crate) use values::{FileValues, SUPERSEDED_HELD_BYTES};
 
 /// Every stored version of every key, by revision (`main` then `sub`, big-endian).
 pub(crate) const KV: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new("kv");
@@ -43,11 +45,12 @@ pub(crate) const LEASES: TableDefinition<[u8; 8], &[u8]> = TableDefinition::new(
 pub(crate) const SM_META: TableDefinition<&str, &[u8]> = TableDefinition::new("sm_meta");
 
 /// redb's page cache. Reads are served from memory (the state machine), so the file is read only
-/// to write (the B-tree paths a commit changes: the ends of the log and `kv`, scattered lease
-/// rows), to send log entries to followers and to build snapshots; the kernel's page cache holds
-/// the rest. redb's default (1 GiB) kept the whole file resident a second time: 250 bytes per
-/// key of RSS (docs/bench.md, "Memory").
-const CACHE_BYTES: usize = 32 << 20;
+/// to write (the B-tree paths a commit changes: the end of `kv`, scattered lease rows), to read
+/// back released values (`storage/values.rs`) and to build snapshots; the kernel's page cache
+/// holds the rest, outside the process. redb's default (1 GiB) kept the whole file resident a
+/// second time: 250 bytes per key of RSS (docs/bench.md, "Memory"); 32 MiB was a sixth of the
+/// peak under a Kubernetes control plane (docs/kubernetes.md).
+const CACHE_BYTES: usize = 8 << 20;
 
 /// The storage format version, stored under `format` in `SM_META`: 2 (1 was an engine's before
 /// raft-rs, never released; such a file is refused as a format this build does not read).
@@ -196,6 +199,9 @@ pub(crate) struct Db {
     staged_sm: Mutex<StagedSm>,
     /// Rung whenever rows are staged, so that the checkpointer writes them.
     checkpoint_bell: Arc<Bell>,
+    /// The store's revision as of the newest durable state in the file: the rows of every
+    /// version up to it can be read back ([`FileValues`]).
+    durable_revision: std::sync::atomic::AtomicI64,
     /// Compactions whose rows are yet to leave the file (`removals.rs`).
     removals: removals::Removals,
     /// Rung when a compaction's rows are to be removed, so that the compactor removes them.
@@ -428,6 +434,22 @@ impl Db {
         ))
     }
 
+    /// [`Db::begin_read`] for a read the member cannot do without (a released value): a file
+    /// that a write which ran out of space left closed ([`Db::reopen`]) is opened again first.
+    pub(crate) fn begin_read_reopened(
+        &self,
+        what: &'static str,
+    ) -> Result<Txn<redb::ReadTransaction>, StorageError> {
+        match self.begin_read() {
+            Err(_) if self.reopen_needed.load(Ordering::SeqCst) => {
+                let _writing = self.writing.lock().expect("writing lock poisoned");
+                self.reopen_if_full(what)?;
+                self.begin_read().map_err(StorageError::read(what))
+            }
+            other => other.map_err(StorageError::read(what)),
+        }
+    }
+
     /// Whether the disk ran out of space under a write of the staged state and has not had room
     /// since ([`Db::clear_full_if_room`]): writes that add data are refused meanwhile
     /// (`Replica::admit`, etcd's NOSPACE), reads go on from memory, and every checkpoint tries
@@ -556,6 +578,7 @@ impl Db {
             return Ok(None);
         };
         let applied = meta.last_applied;
+        let revision = meta.current_revision;
         let written = txn
             .set_durability(Durability::Immediate)
             .map_err(StorageError::write(what))
@@ -579,6 +602,7 @@ impl Db {
                     );
                 }
                 self.schedule_removals(std::mem::take(&mut staged.compactions));
+                self.set_durable_revision(revision);
                 Ok(applied)
             }
             Err(e) => {
@@ -662,6 +686,17 @@ impl Db {
         staged.meta = Some(meta);
         drop(staged);
         self.checkpoint_bell.ring(|r| r.staged = true);
+    }
+
+    /// The store's revision as of the newest durable state in the file.
+    pub(crate) fn durable_revision(&self) -> i64 {
+        self.durable_revision.load(Ordering::SeqCst)
+    }
+
+    /// The file now durably holds the state as of the store's `revision` (a checkpoint, an
+    /// installed snapshot, or the state loaded at start).
+    pub(crate) fn set_durable_revision(&self, revision: i64) {
+        self.durable_revision.store(revision, Ordering::SeqCst);
     }
 
     /// What wakes this file's checkpointer ([`Bell`]).
@@ -765,6 +800,7 @@ pub(crate) fn open(dir: &Path) -> Result<Arc<Db>, StorageError> {
         reopen_needed: AtomicBool::new(false),
         writing: Mutex::default(),
         staged_sm: Mutex::new(StagedSm::default()),
+        durable_revision: std::sync::atomic::AtomicI64::new(0),
         checkpoint_bell: Arc::default(),
         removals: removals::Removals::default(),
         compaction_bell: Arc::default(),

@@ -39,11 +39,12 @@ fn state_machine_reopens_at_its_checkpoint() {
                 (at(3), put("b")),
             ],
             |_| std::time::Instant::now(),
-        );
+        )
+        .unwrap();
         assert!(replies[0].is_empty(), "a membership entry answers nothing");
         assert!(matches!(replies[1][..], [Applied::Put(Ok(ref r))] if r.revision == 2));
         assert_eq!(db.checkpoint().unwrap(), Some(at(3)));
-        crate::state_machine::read(&sm.shared(), |s| s.records())
+        crate::state_machine::read(&sm.shared(), |s| s.records()).unwrap()
     };
     let db = storage::open(dir.path()).unwrap();
     let reopened = StateMachine::open(db).unwrap();
@@ -51,7 +52,83 @@ fn state_machine_reopens_at_its_checkpoint() {
     let state = shared.state.read().unwrap();
     assert_eq!(state.last_applied, Some(at(3)));
     assert_eq!(state.membership, members);
-    assert_eq!(state.store.records(), records);
+    assert_eq!(state.store.records().unwrap(), records);
+}
+
+/// A superseded value leaves memory once the file durably holds its row, and is read back from
+/// the file by a read at its revision, before and after a restart.
+#[test]
+fn superseded_values_are_read_back_from_the_file() {
+    const VALUE_BYTES: usize = 100_000;
+    const PUTS: u64 = 60;
+    let dir = tempfile::tempdir().unwrap();
+    let members = position::voters(&BTreeMap::from([(7, "http://127.0.0.1:1".to_owned())]));
+    let put_big = |n: u64| {
+        Applying::Normal(Proposal {
+            commands: vec![Command::Put(PutRequest {
+                key: b"k".to_vec(),
+                value: vec![n as u8; VALUE_BYTES],
+                ..Default::default()
+            })],
+        })
+    };
+    let value_at = |sm: &StateMachine, revision: i64| {
+        crate::state_machine::read(&sm.shared(), |s| {
+            s.range(&RangeRequest {
+                key: b"k".to_vec(),
+                revision,
+                ..Default::default()
+            })
+        })
+        .unwrap()
+        .kvs[0]
+            .value
+            .clone()
+    };
+    let held =
+        |sm: &StateMachine| crate::state_machine::read(&sm.shared(), |s| s.releasable_bytes());
+    {
+        let db = storage::open(dir.path()).unwrap();
+        let sm = StateMachine::open(db.clone()).unwrap();
+        let mut entries = vec![(at(1), Applying::Membership(members.clone()))];
+        entries.extend((2..=PUTS + 1).map(|i| (at(i), put_big(i))));
+        apply_entries(&sm.shared(), &db, entries, |_| std::time::Instant::now()).unwrap();
+        assert_eq!(
+            held(&sm),
+            (PUTS as usize - 1) * VALUE_BYTES,
+            "nothing is released before its checkpoint"
+        );
+        assert!(db.checkpoint().unwrap().is_some());
+        apply_entries(
+            &sm.shared(),
+            &db,
+            vec![(at(PUTS + 2), put("other"))],
+            |_| std::time::Instant::now(),
+        )
+        .unwrap();
+        assert!(
+            held(&sm) <= storage::SUPERSEDED_HELD_BYTES,
+            "released down to the bound"
+        );
+        // Revision 2 holds the first put (index 2), released and read back from the file.
+        assert_eq!(value_at(&sm, 2), vec![2u8; VALUE_BYTES]);
+        assert_eq!(value_at(&sm, 0), vec![(PUTS + 1) as u8; VALUE_BYTES]);
+        assert!(db.checkpoint().unwrap().is_some());
+    }
+    // The member holds the file open while it runs; the state machine only reads through it.
+    let db = storage::open(dir.path()).unwrap();
+    let reopened = StateMachine::open(db.clone()).unwrap();
+    assert!(
+        held(&reopened) <= storage::SUPERSEDED_HELD_BYTES,
+        "released at load"
+    );
+    assert_eq!(value_at(&reopened, 3), vec![3u8; VALUE_BYTES]);
+    let events =
+        crate::state_machine::read(&reopened.shared(), |s| s.events(3, 4, usize::MAX)).unwrap();
+    assert_eq!(
+        events[1].prev_kv.as_ref().unwrap().value,
+        vec![3u8; VALUE_BYTES]
+    );
 }
 
 /// A one-member cluster in `data_dir`, with quick timing and the default lease margin.

@@ -255,9 +255,10 @@ async fn observe(
                     })
                     .await;
                 let events = match events {
-                    Ok(Some(events)) => events,
+                    Ok(Some(Ok(events))) => events,
                     // History gone (compacted): start over from the current leader.
                     Ok(None) => continue 'leader,
+                    Ok(Some(Err(e))) => return send_error(&tx, ApiError::Mvcc(e).into()).await,
                     Err(e) => return send_error(&tx, ApiError::from(e).into()).await,
                 };
                 seen = to;

@@ -205,6 +205,11 @@ impl From<ApiError> for Status {
                 mvcc::Error::LeaseNotFound => {
                     Status::new(Code::NotFound, "etcdserver: requested lease not found")
                 }
+                // The member's own file failed a read: no client caused it, and etcd has no
+                // answer for it (it panics); the member stops.
+                unreadable @ mvcc::Error::Unreadable(_) => {
+                    Status::new(Code::Internal, unreadable.to_string())
+                }
             },
             ApiError::Auth(e) => auth_status(e),
             ApiError::Replica(r) => match r {

@@ -8,12 +8,15 @@
 //! - every key's history is non-empty, strictly ordered by revision, never above the current
 //!   revision, and never starts with a tombstone;
 //! - within a generation (the versions between creation and deletion) `version` counts up from 1
-//!   and `create_revision` is the main revision of the generation's first put.
+//!   and `create_revision` is the main revision of the generation's first put;
+//! - every key's newest version holds its value in memory; only superseded versions are ever
+//!   released ([`Store::release_values`]), so a write never reads a value back.
 
 mod scan;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use leasehold_types::Key;
@@ -21,21 +24,25 @@ use leasehold_types::Key;
 pub use scan::{EventsScan, RangeScan, ScanBudget};
 
 use crate::error::Error;
-use crate::hash::{HashedVersion, KvHash, hash_versions};
+use crate::hash::{HashedVersion, KvHash, KvHasher};
 use crate::types::{
     Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,
     EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,
     RequestOp, ResponseOp, Revision, SortTarget, TxnRequest, TxnResponse,
 };
+use crate::values::{NothingReleased, ReadBack, ValueSource};
 
-/// One entry of a key's history: a value, or a tombstone (`value == None`). The key is not
+/// One entry of a key's history: a value, or a tombstone (`version == 0`). The key is not
 /// repeated here; it is the key map's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Version {
     rev: Revision,
     create_revision: i64,
+    /// 1 and up within a generation; 0 for a tombstone.
     version: i64,
     /// Shared with every answer and event that carries it: a read takes a reference, not a copy.
+    /// `None` for a tombstone, and for a superseded value the store released
+    /// ([`Store::release_values`]), which is read back from the store's [`ValueSource`].
     value: Option<Bytes>,
     lease: Option<LeaseId>,
 }
@@ -50,6 +57,10 @@ const _: () = {
 
 /// Values shorter than this are copied rather than shared ([`share`]).
 const SHARED_VALUE_MIN: usize = 64;
+
+/// Values shorter than this are never released: reading one back would cost more than the few
+/// bytes it holds.
+const RELEASE_MIN: usize = 128;
 
 /// `value` for an answer, an event or another version. A long value is shared (a reference
 /// count). A short one is copied: the first share of a value allocates its count's header
@@ -76,7 +87,14 @@ impl Version {
     }
 
     fn is_live(&self) -> bool {
-        self.value.is_some()
+        self.version != 0
+    }
+
+    /// Bytes this version's value holds in memory that [`Store::release_values`] may let go of.
+    fn releasable_bytes(&self) -> usize {
+        self.value
+            .as_ref()
+            .map_or(0, |v| if v.len() >= RELEASE_MIN { v.len() } else { 0 })
     }
 }
 
@@ -115,20 +133,20 @@ impl History {
         }
     }
 
-    /// Removes the `n` oldest versions, calling `removed` with each revision; `false` if nothing
-    /// is left. What remains is held as compactly as a fresh history.
-    fn drop_oldest(&mut self, n: usize, mut removed: impl FnMut(Revision)) -> bool {
+    /// Removes the `n` oldest versions, calling `removed` with each; `false` if nothing is left.
+    /// What remains is held as compactly as a fresh history.
+    fn drop_oldest(&mut self, n: usize, mut removed: impl FnMut(&Version)) -> bool {
         if n == 0 {
             return true;
         }
         match self {
             History::One(v) => {
-                removed(v.rev);
+                removed(v);
                 false
             }
             History::Many(vs) => {
                 for v in vs.drain(..n) {
-                    removed(v.rev);
+                    removed(&v);
                 }
                 match vs.len() {
                     0 => false,
@@ -157,23 +175,41 @@ struct Found<'s> {
 }
 
 impl<'s> Found<'s> {
-    fn to_kv(self, with_value: bool) -> KeyValue {
+    /// The version as an answer carries it, its value read back from `values` if it was released.
+    fn to_kv(self, with_value: bool, values: &mut ReadBack<'_>) -> Result<KeyValue, Error> {
         let v = self.version;
-        KeyValue {
+        Ok(KeyValue {
             key: self.key.to_vec(),
             create_revision: v.create_revision,
             mod_revision: v.rev.main,
             version: v.version,
-            value: match &v.value {
-                Some(value) if with_value => share(value),
-                _ => Bytes::new(),
+            value: if with_value {
+                value_of(v, values)?
+            } else {
+                Bytes::new()
             },
             lease: v.lease,
-        }
+        })
     }
 
+    /// The value held in memory: a key's newest version always holds it, so compares (which read
+    /// the newest) never read back. Empty for a released one, which no compare reaches.
     fn value(self) -> &'s [u8] {
+        debug_assert!(
+            !self.version.is_live() || self.version.value.is_some(),
+            "a value read in place was released"
+        );
         self.version.value.as_deref().unwrap_or_default()
+    }
+}
+
+/// `version`'s value for an answer: shared (or copied, [`share`]) when held, read back from
+/// `values` when released; empty for a tombstone.
+fn value_of(version: &Version, values: &mut ReadBack<'_>) -> Result<Bytes, Error> {
+    match &version.value {
+        Some(value) => Ok(share(value)),
+        None if version.is_live() => values.read(version.rev),
+        None => Ok(Bytes::new()),
     }
 }
 
@@ -183,7 +219,8 @@ impl<'s> Found<'s> {
 /// What a key costs: one key map entry (the shared key and a boxed [`History`]), the key's bytes
 /// once (a [`Key`], shared with the revision index and with the lease the key is attached to),
 /// and per version 72 bytes plus its value. Each version at or above the compaction point also has a
-/// revision index entry (32 bytes).
+/// revision index entry (32 bytes). A superseded value of [`RELEASE_MIN`] bytes or more is held
+/// (with a 32-byte queue entry) only until [`Store::release_values`] lets it go.
 #[derive(Clone, Debug)]
 pub struct Store {
     keys: BTreeMap<Key, Box<History>>,
@@ -202,6 +239,13 @@ pub struct Store {
     /// Like etcd's, they live in memory only: after a restart `HashKV` at the compaction
     /// revision hashes what is left.
     compaction_hashes: VecDeque<KvHash>,
+    /// Superseded versions whose values are held and may be released, in the order they were
+    /// superseded. An entry whose version a compaction removed is skipped when it comes up.
+    releasable: VecDeque<(Revision, Key)>,
+    /// Bytes of the values `releasable` names that are still held.
+    releasable_bytes: usize,
+    /// Where released values are read back from.
+    values: Arc<dyn ValueSource>,
 }
 
 /// How many compactions' hashes a store remembers (etcd keeps 10).
@@ -226,7 +270,67 @@ impl Store {
             compact_revision: -1,
             live_keys: 0,
             compaction_hashes: VecDeque::new(),
+            releasable: VecDeque::new(),
+            releasable_bytes: 0,
+            values: Arc::new(NothingReleased),
         }
+    }
+
+    /// Where this store reads released values back from.
+    pub fn value_source(&self) -> Arc<dyn ValueSource> {
+        self.values.clone()
+    }
+
+    /// Reads released values back from `values` from now on: the caller's persisted rows.
+    pub fn set_value_source(&mut self, values: Arc<dyn ValueSource>) {
+        self.values = values;
+    }
+
+    /// Releases the values of superseded versions at or below revision `durable` (the caller has
+    /// made them durable and can read them back through the [`ValueSource`]), oldest superseded
+    /// first, until at most `keep_bytes` of such values are held. Returns the bytes released.
+    /// A key's newest version keeps its value.
+    pub fn release_values(&mut self, durable: i64, keep_bytes: usize) -> usize {
+        let mut released = 0;
+        while self.releasable_bytes > keep_bytes {
+            let Some((rev, _)) = self.releasable.front() else {
+                break;
+            };
+            if rev.main > durable {
+                break;
+            }
+            let (rev, key) = self.releasable.pop_front().expect("looked at above");
+            let Some(history) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            let History::Many(versions) = &mut **history else {
+                // A one-version history holds its newest version only (a compaction removed the
+                // rest): nothing of it is released.
+                continue;
+            };
+            let newest = versions.len() - 1;
+            let Ok(at) = versions.binary_search_by_key(&rev, |v| v.rev) else {
+                continue;
+            };
+            if at == newest {
+                continue;
+            }
+            let bytes = versions[at].releasable_bytes();
+            if bytes > 0 {
+                versions[at].value = None;
+                self.releasable_bytes -= bytes;
+                released += bytes;
+            }
+        }
+        if self.releasable.capacity() > 2 * self.releasable.len() + 1024 {
+            self.releasable.shrink_to_fit();
+        }
+        released
+    }
+
+    /// Bytes of superseded values held that [`Store::release_values`] may let go of.
+    pub fn releasable_bytes(&self) -> usize {
+        self.releasable_bytes
     }
 
     pub fn current_revision(&self) -> i64 {
@@ -340,6 +444,19 @@ impl Store {
             .filter_map(|(rev, key)| Some((rev, key?)))
             .collect();
         let live_keys = entries.iter().filter(|(_, h)| h.latest().is_live()).count();
+        // Every version but a key's newest is superseded: releasable, oldest first.
+        let mut releasable: Vec<(Revision, Key)> = Vec::new();
+        let mut releasable_bytes = 0;
+        for (key, history) in &entries {
+            let versions = history.as_slice();
+            for v in &versions[..versions.len() - 1] {
+                if v.releasable_bytes() > 0 {
+                    releasable_bytes += v.releasable_bytes();
+                    releasable.push((v.rev, key.clone()));
+                }
+            }
+        }
+        releasable.sort_unstable_by_key(|(rev, _)| *rev);
         let store = Store {
             keys: entries.into_iter().collect(),
             by_revision,
@@ -347,6 +464,9 @@ impl Store {
             compact_revision,
             live_keys,
             compaction_hashes: VecDeque::new(),
+            releasable: releasable.into(),
+            releasable_bytes,
+            values: Arc::new(NothingReleased),
         };
         store.debug_validate();
         hidden.sort_unstable();
@@ -364,7 +484,13 @@ impl Store {
         let live_after = version.is_live();
         match self.keys.get_mut(key) {
             Some(history) => {
-                let live_before = history.latest().is_live();
+                let superseded = history.latest();
+                let live_before = superseded.is_live();
+                let bytes = superseded.releasable_bytes();
+                if bytes > 0 {
+                    self.releasable_bytes += bytes;
+                    self.releasable.push_back((superseded.rev, shared.clone()));
+                }
                 history.push(version);
                 match (live_before, live_after) {
                     (false, true) => self.live_keys += 1,
@@ -385,38 +511,40 @@ impl Store {
     }
 
     /// Every stored record in revision order: what a snapshot carries.
-    pub fn records(&self) -> Vec<(Revision, Record)> {
-        let mut out: Vec<(Revision, Record)> = self
-            .keys
-            .iter()
-            .flat_map(|(key, history)| {
-                history.as_slice().iter().map(move |v| {
-                    let record = if v.is_live() {
-                        Record::Put(Found { key, version: v }.to_kv(true))
-                    } else {
-                        Record::Tombstone { key: key.to_vec() }
-                    };
-                    (v.rev, record)
-                })
-            })
-            .collect();
+    pub fn records(&self) -> Result<Vec<(Revision, Record)>, Error> {
+        let mut out: Vec<(Revision, Record)> = Vec::new();
+        let mut values = ReadBack::new(&*self.values);
+        for (key, history) in &self.keys {
+            for v in history.as_slice() {
+                let record = if v.is_live() {
+                    Record::Put(Found { key, version: v }.to_kv(true, &mut values)?)
+                } else {
+                    Record::Tombstone { key: key.to_vec() }
+                };
+                out.push((v.rev, record));
+            }
+        }
         out.sort_by_key(|(rev, _)| *rev);
-        out
+        Ok(out)
     }
 
     /// The changes made at revisions `from..=to`, in revision order, as watch events, stopping
     /// after `revisions_max` distinct revisions. Only revisions at or above the compaction point
     /// are held; the caller checks that first. One [`EventsScan`] in a single step.
-    pub fn events(&self, from: i64, to: i64, revisions_max: usize) -> Vec<Event> {
+    pub fn events(&self, from: i64, to: i64, revisions_max: usize) -> Result<Vec<Event>, Error> {
         let mut scan = self.events_scan(from, to, revisions_max, self.compact_revision);
-        self.events_step(&mut scan, ScanBudget::UNBOUNDED)
-            .expect("the caller checked the compaction point");
-        scan.finish()
+        self.events_step(&mut scan, ScanBudget::UNBOUNDED)?;
+        Ok(scan.finish())
     }
 
     /// The event of the version at `rev` of `key` (whose history holds it), with the version
     /// before it as `prev_kv` when that one is live.
-    fn event_at(&self, rev: Revision, key: &Key) -> Event {
+    fn event_at(
+        &self,
+        rev: Revision,
+        key: &Key,
+        values: &mut ReadBack<'_>,
+    ) -> Result<Event, Error> {
         let history = self.keys[key].as_slice();
         let at = history
             .binary_search_by_key(&rev, |v| v.rev)
@@ -425,12 +553,13 @@ impl Store {
             .checked_sub(1)
             .map(|i| &history[i])
             .filter(|v| v.is_live())
-            .map(|version| Found { key, version }.to_kv(true));
+            .map(|version| Found { key, version }.to_kv(true, values))
+            .transpose()?;
         let version = &history[at];
-        if version.is_live() {
+        Ok(if version.is_live() {
             Event {
                 kind: EventKind::Put,
-                kv: Found { key, version }.to_kv(true),
+                kv: Found { key, version }.to_kv(true, values)?,
                 prev_kv,
             }
         } else {
@@ -444,7 +573,7 @@ impl Store {
                 },
                 prev_kv,
             }
-        }
+        })
     }
 
     /// Every live key that names a lease, with that lease: what rebuilds the key-to-lease
@@ -485,11 +614,10 @@ impl Store {
     }
 
     /// Reads with `view` as the newest visible revision; the revision bounds are already checked.
-    fn range_at(&self, req: &RangeRequest, view: i64) -> RangeResponse {
+    fn range_at(&self, req: &RangeRequest, view: i64) -> Result<RangeResponse, Error> {
         let mut scan = self.scan_at(req.clone(), view);
-        self.range_step(&mut scan, ScanBudget::UNBOUNDED)
-            .expect("the revision read at is checked and held");
-        scan.finish()
+        self.range_step(&mut scan, ScanBudget::UNBOUNDED)?;
+        Ok(scan.finish())
     }
 
     /// The live versions of the keys in `[key, range_end)` (etcd's range rules) as of `rev`.
@@ -512,14 +640,18 @@ impl Store {
     ) -> Result<Written<PutResponse>, Error> {
         self.check_put(req, lease_exists)?;
         let mut w = Writer::new(self);
-        let resp = w.put(req);
+        let resp = w.put(req)?;
         Ok((resp, w.finish()))
     }
 
-    pub fn delete_range(&mut self, req: &DeleteRangeRequest) -> Written<DeleteRangeResponse> {
+    /// [`Error::Unreadable`] is the only error: see there.
+    pub fn delete_range(
+        &mut self,
+        req: &DeleteRangeRequest,
+    ) -> Result<Written<DeleteRangeResponse>, Error> {
         let mut w = Writer::new(self);
-        let resp = w.delete_range(req);
-        (resp, w.finish())
+        let resp = w.delete_range(req)?;
+        Ok((resp, w.finish()))
     }
 
     /// Deletes the given keys (those still live) at one new revision, in key order: what a lease
@@ -530,7 +662,8 @@ impl Store {
         keys.dedup();
         let mut w = Writer::new(self);
         for key in keys {
-            w.delete_range(&DeleteRangeRequest {
+            // Without prev_kv a delete reads no value, and so cannot fail.
+            let _ = w.delete_range(&DeleteRangeRequest {
                 key: key.to_vec(),
                 range_end: Vec::new(),
                 prev_kv: false,
@@ -550,7 +683,7 @@ impl Store {
         self.compare_path(req, &mut path);
         self.check_txn(req, &path, &mut 0, lease_exists)?;
         let mut w = Writer::new(self);
-        let mut resp = w.txn(req, &path, &mut 0);
+        let mut resp = w.txn(req, &path, &mut 0)?;
         resp.revision = w.view_revision();
         Ok((resp, w.finish()))
     }
@@ -594,7 +727,7 @@ impl Store {
             .keys
             .values()
             .any(|h| newest_live(h.as_slice()).is_some());
-        let mut selected: Vec<HashedVersion<'_>> = Vec::new();
+        let mut selected: Vec<(&Key, &Version)> = Vec::new();
         for (key, history) in &self.keys {
             let versions = history.as_slice();
             let kept = newest_live(versions);
@@ -602,19 +735,30 @@ impl Store {
                 if v.rev.main <= self.compact_revision && any_kept && kept != Some(v.rev) {
                     continue;
                 }
-                selected.push(HashedVersion {
-                    rev: v.rev,
-                    key,
-                    value: v.value.as_deref(),
-                    create_revision: v.create_revision,
-                    version: v.version,
-                    lease: v.lease.map_or(0, LeaseId::get),
-                });
+                selected.push((key, v));
             }
         }
-        selected.sort_unstable_by_key(|v| v.rev);
+        selected.sort_unstable_by_key(|(_, v)| v.rev);
+        // Hashed one version at a time: a released value is read back, hashed and let go.
+        let mut hasher = KvHasher::new();
+        let mut values = ReadBack::new(&*self.values);
+        for (key, v) in selected {
+            let value = if v.is_live() {
+                Some(value_of(v, &mut values)?)
+            } else {
+                None
+            };
+            hasher.add(&HashedVersion {
+                rev: v.rev,
+                key,
+                value: value.as_deref(),
+                create_revision: v.create_revision,
+                version: v.version,
+                lease: v.lease.map_or(0, LeaseId::get),
+            });
+        }
         Ok(KvHash {
-            hash: hash_versions(selected),
+            hash: hasher.finish(),
             hash_revision: at,
             compact_revision: self.compact_revision,
         })
@@ -634,10 +778,16 @@ impl Store {
         }
         self.compaction_hashes.push_back(taken);
         let mut changes = Vec::new();
+        let mut releasable_gone = 0;
         self.keys.retain(|_, history| {
             let gone = hidden_by_compaction(history.as_slice(), revision);
-            history.drop_oldest(gone, |rev| changes.push(Change::Remove { rev }))
+            history.drop_oldest(gone, |v| {
+                // Only superseded versions go, so a value held is one `releasable` counts.
+                releasable_gone += v.releasable_bytes();
+                changes.push(Change::Remove { rev: v.rev });
+            })
         });
+        self.releasable_bytes -= releasable_gone;
         // Nothing reads history below the compaction point: its index goes. A watch may start
         // at the compaction point itself, so what is kept there stays indexed (a tombstone
         // there included).
@@ -745,6 +895,28 @@ impl Store {
     /// Checks every invariant; panics with the broken one. Linear in the store's size.
     pub fn validate(&self) {
         assert!(self.current_revision >= 1, "revision starts at 1");
+        for (key, history) in &self.keys {
+            let newest = history.latest();
+            assert!(
+                !newest.is_live() || newest.value.is_some(),
+                "{key:?}: the newest version's value was released"
+            );
+        }
+        let superseded_held: usize = self
+            .keys
+            .values()
+            .map(|h| {
+                let versions = h.as_slice();
+                versions[..versions.len() - 1]
+                    .iter()
+                    .map(Version::releasable_bytes)
+                    .sum::<usize>()
+            })
+            .sum();
+        assert_eq!(
+            superseded_held, self.releasable_bytes,
+            "releasable bytes count the superseded values held"
+        );
         assert_eq!(
             self.live_keys,
             self.keys.values().filter(|h| h.latest().is_live()).count(),
@@ -889,10 +1061,11 @@ impl<'s> Writer<'s> {
         rev
     }
 
-    fn put(&mut self, req: &PutRequest) -> PutResponse {
+    fn put(&mut self, req: &PutRequest) -> Result<PutResponse, Error> {
         let prev = self.store.latest(&req.key);
         let value = match (prev, req.ignore_value) {
-            (Some(prev), true) => prev.version.value.as_ref().map(share).unwrap_or_default(),
+            // The newest version: held, never read back.
+            (Some(prev), true) => value_of(prev.version, &mut ReadBack::new(&*self.store.values))?,
             _ => Bytes::copy_from_slice(&req.value),
         };
         let lease = match (prev, req.ignore_lease) {
@@ -903,7 +1076,10 @@ impl<'s> Writer<'s> {
             Some(prev) => (prev.version.create_revision, prev.version.version + 1),
             None => (self.main, 1),
         };
-        let prev_kv = prev.filter(|_| req.prev_kv).map(|p| p.to_kv(true));
+        let prev_kv = prev
+            .filter(|_| req.prev_kv)
+            .map(|p| p.to_kv(true, &mut ReadBack::new(&*self.store.values)))
+            .transpose()?;
         let rev = self.next_revision();
         let kv = KeyValue {
             key: req.key.clone(),
@@ -927,19 +1103,21 @@ impl<'s> Writer<'s> {
             rev,
             record: Record::Put(kv),
         });
-        PutResponse {
+        Ok(PutResponse {
             revision: rev.main,
             prev_kv,
-        }
+        })
     }
 
-    fn delete_range(&mut self, req: &DeleteRangeRequest) -> DeleteRangeResponse {
-        let doomed: Vec<KeyValue> = self
-            .store
-            .visible_in(&req.key, &req.range_end, i64::MAX)
-            .into_iter()
-            .map(|f| f.to_kv(req.prev_kv))
-            .collect();
+    fn delete_range(&mut self, req: &DeleteRangeRequest) -> Result<DeleteRangeResponse, Error> {
+        let doomed: Vec<KeyValue> = {
+            let mut values = ReadBack::new(&*self.store.values);
+            self.store
+                .visible_in(&req.key, &req.range_end, i64::MAX)
+                .into_iter()
+                .map(|f| f.to_kv(req.prev_kv, &mut values))
+                .collect::<Result<_, _>>()?
+        };
         for kv in &doomed {
             let rev = self.next_revision();
             self.store.push_version(&kv.key, Version::tombstone(rev));
@@ -950,14 +1128,19 @@ impl<'s> Writer<'s> {
                 },
             });
         }
-        DeleteRangeResponse {
+        Ok(DeleteRangeResponse {
             revision: self.view_revision(),
             deleted: doomed.len() as i64,
             prev_kvs: if req.prev_kv { doomed } else { Vec::new() },
-        }
+        })
     }
 
-    fn txn(&mut self, req: &TxnRequest, path: &[bool], cursor: &mut usize) -> TxnResponse {
+    fn txn(
+        &mut self,
+        req: &TxnRequest,
+        path: &[bool],
+        cursor: &mut usize,
+    ) -> Result<TxnResponse, Error> {
         let succeeded = path[*cursor];
         *cursor += 1;
         let ops = if succeeded {
@@ -969,20 +1152,20 @@ impl<'s> Writer<'s> {
         for op in ops {
             let resp = match op {
                 RequestOp::Range(r) => {
-                    ResponseOp::Range(self.store.range_at(r, self.view_revision()))
+                    ResponseOp::Range(self.store.range_at(r, self.view_revision())?)
                 }
-                RequestOp::Put(p) => ResponseOp::Put(self.put(p)),
-                RequestOp::DeleteRange(d) => ResponseOp::DeleteRange(self.delete_range(d)),
+                RequestOp::Put(p) => ResponseOp::Put(self.put(p)?),
+                RequestOp::DeleteRange(d) => ResponseOp::DeleteRange(self.delete_range(d)?),
                 // A nested txn's own header carries no revision in etcd; only the outer one does.
-                RequestOp::Txn(nested) => ResponseOp::Txn(self.txn(nested, path, cursor)),
+                RequestOp::Txn(nested) => ResponseOp::Txn(self.txn(nested, path, cursor)?),
             };
             responses.push(resp);
         }
-        TxnResponse {
+        Ok(TxnResponse {
             revision: 0,
             succeeded,
             responses,
-        }
+        })
     }
 
     fn finish(self) -> Vec<Change> {

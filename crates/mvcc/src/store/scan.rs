@@ -15,6 +15,7 @@ use std::ops::Bound;
 use super::{Found, Store, check_read_revision, compare_by, key_bounds, visible_at};
 use crate::error::Error;
 use crate::types::{Event, KeyValue, RangeRequest, RangeResponse, Revision, SortOrder, SortTarget};
+use crate::values::ReadBack;
 
 /// How much one step may do: look at `keys` keys (visible at the scan's revision or not), or copy
 /// about `bytes` bytes of keys and values, whichever comes first. A step always looks at one key.
@@ -82,11 +83,14 @@ impl RangeScan {
         }
     }
 
-    /// Adds one step's finds (in key order, all after what was picked before).
-    fn pick(&mut self, mut found: Vec<Found<'_>>) {
+    /// Adds one step's finds (in key order, all after what was picked before), with their
+    /// values read back from `values` where released.
+    fn pick(&mut self, mut found: Vec<Found<'_>>, values: &mut ReadBack<'_>) -> Result<(), Error> {
         let sorting = self.order != SortOrder::None;
         let target = self.req.sort_target;
-        if sorting && found.len() > self.keep {
+        // Sorting in place compares values held in memory; a past revision's may be released,
+        // so a sort by value sorts what was copied instead.
+        if sorting && target != SortTarget::Value && found.len() > self.keep {
             // Only the best `keep` of this step can be among the best of all: sort the finds in
             // place and copy those alone.
             found.sort_by(|a, b| self.ordering(compare_by(target, a, b)));
@@ -94,12 +98,14 @@ impl RangeScan {
         }
         // A sort by value needs the values even when only keys are returned.
         let with_value = !self.req.keys_only || (sorting && target == SortTarget::Value);
-        self.picked
-            .extend(found.into_iter().map(|f| f.to_kv(with_value)));
+        for f in found {
+            self.picked.push(f.to_kv(with_value, values)?);
+        }
         if sorting && self.picked.len() > self.keep.saturating_mul(2) {
             self.sort_picked();
             self.picked.truncate(self.keep);
         }
+        Ok(())
     }
 
     fn sort_picked(&mut self) {
@@ -193,7 +199,7 @@ impl Store {
         if self.compact_revision > scan.at {
             return Err(Error::Compacted);
         }
-        let Some(resume) = scan.resume.take() else {
+        let Some(resume) = scan.resume.clone() else {
             return Ok(true);
         };
         let Some((_, end)) = key_bounds(&scan.req.key, &scan.req.range_end) else {
@@ -230,10 +236,18 @@ impl Store {
                 bytes.saturating_add(key.len() + version.value.as_deref().map_or(0, <[u8]>::len));
             found.push(Found { key, version });
         }
-        scan.pick(found);
-        if stopped_early {
-            scan.resume = last.map(|k| Bound::Excluded(k.to_vec()));
+        let (count, picked) = (scan.count, scan.picked.len());
+        if let Err(e) = scan.pick(found, &mut ReadBack::new(&*self.values)) {
+            // As it was before the step, which can be taken again.
+            scan.count = count;
+            scan.picked.truncate(picked);
+            return Err(e);
         }
+        scan.resume = if stopped_early {
+            last.map(|k| Bound::Excluded(k.to_vec()))
+        } else {
+            None
+        };
         Ok(scan.is_done())
     }
 }
@@ -312,6 +326,7 @@ impl Store {
         }
         scan.next = None;
         let start = self.by_revision.partition_point(|(rev, _)| *rev < next);
+        let mut values = ReadBack::new(&*self.values);
         let (mut looked, mut bytes) = (0usize, 0usize);
         for (rev, key) in self.by_revision.range(start..) {
             // The scan's own ends first, so that a part that ends at the budget and at the end
@@ -332,7 +347,14 @@ impl Store {
                 scan.last_main = Some(rev.main);
             }
             looked += 1;
-            let event = self.event_at(*rev, key);
+            let event = match self.event_at(*rev, key, &mut values) {
+                Ok(event) => event,
+                Err(e) => {
+                    // The step can be taken again from this change.
+                    scan.next = Some(*rev);
+                    return Err(e);
+                }
+            };
             bytes = bytes.saturating_add(
                 event.kv.key.len()
                     + event.kv.value.len()

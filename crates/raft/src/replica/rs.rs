@@ -811,11 +811,19 @@ impl Machine for RsMachine {
         }
         let append_times = &mut self.append_times;
         let clock = &self.clock;
-        let replies = state_machine::apply_entries(&self.shared, &self.db, entries, |index| {
+        let applied = state_machine::apply_entries(&self.shared, &self.db, entries, |index| {
             index
                 .and_then(|index| append_times.appended_at(index))
                 .unwrap_or_else(|| clock.now())
         });
+        let replies = match applied {
+            Ok(replies) => replies,
+            Err(e) => {
+                tracing::error!("applying committed entries: {e}");
+                self.stop(Fatal::Storage(Arc::new(e)));
+                return;
+            }
+        };
         // Published before anyone is answered: a caller that reads the members or waits to
         // apply an index next sees this apply.
         if let Some(last) = ids.last().map(|(index, ..)| *index) {

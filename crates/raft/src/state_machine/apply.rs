@@ -13,7 +13,7 @@ use crate::command::{
     AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, Proposal,
 };
 use crate::position::{LogPosition, Members};
-use crate::storage::{Db, Scheduled};
+use crate::storage::{Db, SUPERSEDED_HELD_BYTES, Scheduled, StorageError};
 use leasehold_auth::{AuthChange, AuthError};
 
 pub(super) fn state_membership_has(membership: &Members, id: u64) -> bool {
@@ -50,6 +50,22 @@ pub(super) struct Effects {
     /// The rows each compaction applied hides, to remove from the file once its checkpoint is
     /// there (`storage/removals.rs`).
     removals: Vec<Scheduled>,
+    /// A released value could not be read back ([`leasehold_mvcc::Error::Unreadable`]): the
+    /// store may be part-way through a write, so nothing of this apply may be answered.
+    unreadable: Option<String>,
+}
+
+impl Effects {
+    /// Passes `result` on, noting an unreadable value in it.
+    fn checked<T>(
+        &mut self,
+        result: Result<T, leasehold_mvcc::Error>,
+    ) -> Result<T, leasehold_mvcc::Error> {
+        if let Err(leasehold_mvcc::Error::Unreadable(why)) = &result {
+            self.unreadable.get_or_insert_with(|| why.clone());
+        }
+        result
+    }
 }
 
 /// KV operations applied, as etcd counts them per write transaction: each put and each
@@ -172,25 +188,35 @@ pub(super) fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects
     } = state;
     let lease_exists = |id: LeaseId| leases.contains(id);
     match cmd {
-        Command::Put(req) => Applied::Put(store.put(req, &lease_exists).map(|(resp, c)| {
-            fx.ops.puts += 1;
-            fx.kv(store, leases, c);
-            resp
-        })),
-        Command::DeleteRange(req) => {
-            let (resp, c) = store.delete_range(req);
-            fx.ops.deletes += 1;
-            fx.kv(store, leases, c);
-            Applied::DeleteRange(resp)
+        Command::Put(req) => {
+            let put = fx.checked(store.put(req, &lease_exists));
+            Applied::Put(put.map(|(resp, c)| {
+                fx.ops.puts += 1;
+                fx.kv(store, leases, c);
+                resp
+            }))
         }
-        Command::Txn(req) => Applied::Txn(store.txn(req, &lease_exists).map(|(resp, c)| {
-            fx.ops.count_txn(&resp);
-            fx.kv(store, leases, c);
-            resp
-        })),
+        Command::DeleteRange(req) => match fx.checked(store.delete_range(req)) {
+            Ok((resp, c)) => {
+                fx.ops.deletes += 1;
+                fx.kv(store, leases, c);
+                Applied::DeleteRange(resp)
+            }
+            // Noted in `fx`: nothing of this apply is answered.
+            Err(_) => Applied::DeleteRange(Default::default()),
+        },
+        Command::Txn(req) => {
+            let txn = fx.checked(store.txn(req, &lease_exists));
+            Applied::Txn(txn.map(|(resp, c)| {
+                fx.ops.count_txn(&resp);
+                fx.kv(store, leases, c);
+                resp
+            }))
+        }
         Command::Compact { revision } => {
             let started = std::time::Instant::now();
-            Applied::Compact(store.compact(*revision).map(|(rev, c)| {
+            let compacted = fx.checked(store.compact(*revision));
+            Applied::Compact(compacted.map(|(rev, c)| {
                 fx.compactions.push((c.len() as u64, started.elapsed()));
                 let rows = c
                     .into_iter()
@@ -386,12 +412,16 @@ pub(super) fn apply_entry(
 /// the entries durably, and the staged rows reach the file with the next checkpoint. `dated`
 /// tells when the entry at an index reached this member, which dates the replicated lease time
 /// it carries; given no index (no entry moved the lease time) or one it does not know, now.
+///
+/// Superseded values whose rows the file durably holds are released from memory here, down to
+/// [`SUPERSEDED_HELD_BYTES`]. An error when a released value could not be read back: the state
+/// may be part-way through a write, so nothing is staged or answered, and the member stops.
 pub(crate) fn apply_entries(
     shared: &Shared,
     db: &Db,
     entries: impl IntoIterator<Item = (LogPosition, Applying)>,
     mut dated: impl FnMut(Option<u64>) -> std::time::Instant,
-) -> Vec<Vec<Applied>> {
+) -> Result<Vec<Vec<Applied>>, StorageError> {
     let mut replies = Vec::new();
     let mut fx = Effects::default();
     let (meta, lease_rows, lease_clock_ms, clock_moved_at) = {
@@ -402,10 +432,16 @@ pub(crate) fn apply_entries(
         for (position, payload) in entries {
             let clock_before = state.leases.clock_ms();
             replies.push(apply_entry(state, position, payload, &mut fx));
+            if let Some(why) = fx.unreadable.take() {
+                return Err(StorageError::ValueUnreadable { why });
+            }
             if state.leases.clock_ms() > clock_before {
                 clock_moved_at = Some(position.index);
             }
         }
+        state
+            .store
+            .release_values(db.durable_revision(), SUPERSEDED_HELD_BYTES);
         if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
             state.leases.validate();
         }
@@ -446,7 +482,7 @@ pub(crate) fn apply_entries(
             Change::Write { .. } | Change::Remove { .. } => None,
         }));
     db.stage_sm(fx.changes, lease_rows, meta, fx.removals);
-    replies
+    Ok(replies)
 }
 
 #[cfg(test)]

@@ -97,7 +97,7 @@ proptest! {
             leasehold_mvcc::Store::restore(
                 state.store.current_revision(),
                 state.store.compact_revision(),
-                state.store.records(),
+                state.store.records().unwrap(),
             ),
             leasehold_lease::LeaseTable::restore(state.leases.clock_ms(), state.leases.records()),
             None,

@@ -11,7 +11,9 @@ use super::SmState;
 use super::shared::Shared;
 use crate::command::{AlarmMember, MemberAttrs};
 use crate::position::{LogPosition, Members};
-use crate::storage::{Db, KV, LEASES, SmMeta, StorageError, decode, write_sm};
+use crate::storage::{
+    Db, KV, LEASES, SUPERSEDED_HELD_BYTES, SmMeta, StorageError, decode, write_sm,
+};
 use leasehold_auth::AuthState;
 
 pub(super) fn by_id(attrs: Vec<MemberAttrs>) -> BTreeMap<u64, MemberAttrs> {
@@ -157,7 +159,11 @@ impl SnapshotPayload {
             membership: state.membership.clone(),
             current_revision: state.store.current_revision(),
             compact_revision: state.store.compact_revision(),
-            records: state.store.records(),
+            // The simulator's stores release nothing, so every value is held.
+            records: state
+                .store
+                .records()
+                .expect("a store that releases nothing reads nothing back"),
             lease_clock_ms: state.leases.clock_ms(),
             leases: state.leases.records(),
             alarms: state.alarms.iter().copied().collect(),
@@ -289,10 +295,14 @@ pub(crate) fn install_snapshot_bytes(
     // What the old state had yet to remove is gone with it.
     db.loaded_compaction(state.store.compact_revision(), Vec::new());
     let revision = state.store.current_revision();
+    db.set_durable_revision(revision);
     {
         let mut current = shared.state.write().expect("state lock poisoned");
-        // Tokens are this member's, not the snapshot's: they stay.
+        // Tokens are this member's, not the snapshot's: they stay; so does where released
+        // values are read back from, and the state's superseded values go back to the file.
         state.tokens = std::mem::take(&mut current.tokens);
+        state.store.set_value_source(current.store.value_source());
+        state.store.release_values(revision, SUPERSEDED_HELD_BYTES);
         *current = state;
         current.publish_flags(shared);
     }

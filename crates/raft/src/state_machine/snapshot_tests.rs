@@ -72,7 +72,8 @@ async fn a_streamed_snapshot_is_the_payloads_encoding() {
             (at(2), Applying::Normal(Proposal { commands })),
         ],
         |_| std::time::Instant::now(),
-    );
+    )
+    .unwrap();
 
     let (meta, streamed) = snapshot_bytes_from_file(&db).unwrap();
     let payload = SnapshotPayload::read(&db).unwrap();

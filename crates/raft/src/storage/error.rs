@@ -45,6 +45,10 @@ pub enum StorageError {
         what: &'static str,
         problem: &'static str,
     },
+    /// A value the state machine released from memory could not be read back from the file
+    /// (`storage/values.rs`); `why` holds the source error's text.
+    #[error("reading back a released value: {why}")]
+    ValueUnreadable { why: String },
     /// A data dir written in a storage format this build does not read.
     #[error("unsupported storage format {found}; this build reads {supported}")]
     Format { found: u32, supported: u32 },

@@ -724,6 +724,7 @@ impl World {
                     .machine
                     .store()
                     .events(watcher.start, last, usize::MAX)
+                    .expect("the simulator's stores release no value")
                     .iter()
                     .map(watched)
                     .collect();

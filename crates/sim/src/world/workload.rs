@@ -408,6 +408,7 @@ impl World {
             if current >= next {
                 let events: Vec<WatchedEvent> = store
                     .events(next, current, usize::MAX)
+                    .expect("the simulator's stores release no value")
                     .iter()
                     .map(watched)
                     .collect();
