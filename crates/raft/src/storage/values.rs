@@ -10,10 +10,10 @@ use leasehold_mvcc::{Record, Revision, ValueReader, ValueSource};
 
 use super::{Db, KV, Txn, decode};
 
-/// How many bytes of values the state machine keeps in memory past their checkpoint: the
-/// newest ones, which watches, reads of keys just written and a txn's compare most likely ask
-/// for.
-pub(crate) const VALUES_HELD_BYTES: usize = 4 << 20;
+/// How many bytes of superseded values the state machine keeps in memory past their checkpoint:
+/// the newest ones, which a watch's previous values and a read at a recent revision most likely
+/// ask for.
+pub(crate) const SUPERSEDED_HELD_BYTES: usize = 4 << 20;
 
 /// Reads released values from the file. Holds the database weakly: the state machine must not
 /// keep the file open after the member lets go of it (a restart in the same process waits for
