@@ -1304,14 +1304,23 @@ fn a_released_value_is_read_back_and_a_newest_one_never_released() {
 #[derive(Clone, Debug)]
 enum ReleaseOp {
     Put(u8, u16),
+    /// A txn that puts `new` if the key's value is the one `Put(_, n)` would write, and reads
+    /// the key otherwise.
+    SwapValue(u8, u16, u16),
     Delete(u8),
     Compact(u8),
     Release(u16),
 }
 
+/// One of 12 values, small (kept) and big (released): a compare of values meets equal ones.
+fn release_value(n: u16) -> Vec<u8> {
+    vec![b'a' + (n % 3) as u8; [0, 50, 200, 300][usize::from(n % 4)]]
+}
+
 fn release_op() -> impl Strategy<Value = ReleaseOp> {
     prop_oneof![
-        5 => (0u8..6, 0u16..400).prop_map(|(k, n)| ReleaseOp::Put(k, n)),
+        5 => (0u8..6, 0u16..12).prop_map(|(k, n)| ReleaseOp::Put(k, n)),
+        2 => (0u8..6, 0u16..12, 0u16..12).prop_map(|(k, n, new)| ReleaseOp::SwapValue(k, n, new)),
         1 => (0u8..6).prop_map(ReleaseOp::Delete),
         1 => any::<u8>().prop_map(ReleaseOp::Compact),
         2 => (0u16..600).prop_map(ReleaseOp::Release),
@@ -1331,9 +1340,20 @@ proptest! {
         for op in ops {
             match op {
                 ReleaseOp::Put(k, n) => {
-                    let req = PutRequest { key: vec![b'k', k], value: vec![b'a' + (n % 26) as u8; n as usize], prev_kv: true, ..Default::default() };
+                    let req = PutRequest { key: vec![b'k', k], value: release_value(n), prev_kv: true, ..Default::default() };
                     let a = held.put(&req, &no_leases).unwrap();
                     let b = released.put(&req, &no_leases).unwrap();
+                    rows.write(&b.1);
+                    prop_assert_eq!(a, b);
+                }
+                ReleaseOp::SwapValue(k, n, new) => {
+                    let req = TxnRequest {
+                        compare: vec![Compare { key: vec![b'k', k], range_end: vec![], target: CompareTarget::Value(release_value(n)), result: CompareResult::Equal }],
+                        success: vec![RequestOp::Put(PutRequest { key: vec![b'k', k], value: release_value(new), prev_kv: true, ..Default::default() })],
+                        failure: vec![RequestOp::Range(RangeRequest { key: vec![b'k', k], ..Default::default() })],
+                    };
+                    let a = held.txn(&req, &no_leases).unwrap();
+                    let b = released.txn(&req, &no_leases).unwrap();
                     rows.write(&b.1);
                     prop_assert_eq!(a, b);
                 }
