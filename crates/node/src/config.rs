@@ -182,7 +182,7 @@ pub struct NodeConfig {
     #[arg(long, default_value_t = 10)]
     pub bcrypt_cost: u32,
     /// Raft entries between snapshots of the state machine (etcd's --snapshot-count).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = leasehold_raft::SNAPSHOT_COUNT_DEFAULT)]
     pub snapshot_count: u64,
     /// Largest client request, in bytes, that may enter the log.
     #[arg(long, default_value_t = leasehold_server::REQUEST_BYTES_MAX_DEFAULT)]

@@ -38,7 +38,7 @@ pub use replica::{
     BoxFuture, CompactionPace, Fatal, Forwarded, Forwarder, LEASE_COVER_MARGIN_DEFAULT_MS,
     LeadershipWatch, LeaseTime, MemberChange, MemberHash, MemberInfo, MembershipError,
     NoForwarding, NoTransport, RaftChanges, RaftStatus, RaftTransport, ReadIndex, ReadProof,
-    Replica, ReplicaConfig, ReplicaError, StartError,
+    Replica, ReplicaConfig, ReplicaError, SNAPSHOT_COUNT_DEFAULT, StartError,
 };
 pub use state_machine::{
     KvOps, LeaseTimeSeen, Machine, decode_proposal, encode_proposal, lease_time_at, rebind,

@@ -21,7 +21,8 @@ pub struct ReplicaConfig {
     pub heartbeat_interval_ms: u64,
     pub election_timeout_ms: u64,
     /// Log entries kept behind the checkpoint for followers that lag a little (at most 5,000;
-    /// one further behind gets a snapshot): etcd's `--snapshot-count`.
+    /// one further behind gets a snapshot): etcd's `--snapshot-count`. Of the entries every
+    /// follower holds, only 4 MiB are kept, unless this is above [`SNAPSHOT_COUNT_DEFAULT`].
     pub snapshot_log_entries_max: u64,
     /// etcd's `--quota-backend-bytes`, resolved: past this file size, writes that add data
     /// raise NOSPACE and are refused. `None`: no quota.
@@ -67,3 +68,8 @@ impl Default for CompactionPace {
 
 /// `--lease-cover-margin`'s default.
 pub const LEASE_COVER_MARGIN_DEFAULT_MS: u64 = 5_000;
+
+/// etcd's default `--snapshot-count` (3.6 and later). A larger
+/// [`ReplicaConfig::snapshot_log_entries_max`] keeps the retained log's whole entry count, with
+/// no bound on its bytes.
+pub const SNAPSHOT_COUNT_DEFAULT: u64 = 10_000;

@@ -26,7 +26,9 @@ mod transfer;
 
 pub use rs::{NoTransport, RaftTransport};
 
-pub use config::{CompactionPace, LEASE_COVER_MARGIN_DEFAULT_MS, ReplicaConfig};
+pub use config::{
+    CompactionPace, LEASE_COVER_MARGIN_DEFAULT_MS, ReplicaConfig, SNAPSHOT_COUNT_DEFAULT,
+};
 pub use engine::MemberInfo;
 pub use error::{Fatal, MembershipError, ReplicaError, StartError};
 pub use forward::{

@@ -177,6 +177,11 @@ pub(super) fn open_log(opening: LogOpening) -> Result<OpenedLog, String> {
         usize::try_from((election_timeout_ms / heartbeat_ms).max(2)).unwrap_or(usize::MAX);
     let election_tick = config.election_tick as u64;
     config.catch_up_entries = catch_up_entries.clamp(1, config.catch_up_entries);
+    // A --snapshot-count raised above etcd's default asks for a long log, as etcd keeps that
+    // many entries in memory: the byte bound on entries every follower holds is lifted.
+    if catch_up_entries > crate::SNAPSHOT_COUNT_DEFAULT {
+        config.catch_up_bytes = u64::MAX;
+    }
     config.force_new_cluster = force_new_cluster;
     let logger = leasehold_consensus::tracing_logger();
     let core = Core::open(StdFs, &data_dir.join("wal"), &config, checkpoint, &logger)
