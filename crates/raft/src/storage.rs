@@ -34,7 +34,7 @@ mod values;
 
 pub use error::StorageError;
 pub(crate) use removals::Scheduled;
-pub(crate) use values::{FileValues, SUPERSEDED_HELD_BYTES};
+pub(crate) use values::{FileValues, VALUES_HELD_BYTES};
 
 /// Every stored version of every key, by revision (`main` then `sub`, big-endian).
 pub(crate) const KV: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new("kv");
@@ -44,10 +44,10 @@ pub(crate) const LEASES: TableDefinition<[u8; 8], &[u8]> = TableDefinition::new(
 /// `compact_revision`.
 pub(crate) const SM_META: TableDefinition<&str, &[u8]> = TableDefinition::new("sm_meta");
 
-/// redb's page cache. Reads are served from memory (the state machine), so the file is read only
-/// to write (the B-tree paths a commit changes: the end of `kv`, scattered lease rows), to read
-/// back released values (`storage/values.rs`) and to build snapshots; the kernel's page cache
-/// holds the rest, outside the process. redb's default (1 GiB) kept the whole file resident a
+/// redb's page cache. The file is read to write (the B-tree paths a commit changes: the end of
+/// `kv`, scattered lease rows), to read back values the state machine released
+/// (`storage/values.rs`: all but the newest 4 MiB) and to build snapshots; the kernel's page
+/// cache holds the rest, outside the process. redb's default (1 GiB) kept the whole file resident a
 /// second time: 250 bytes per key of RSS (docs/bench.md, "Memory"); 32 MiB was a sixth of the
 /// peak under a Kubernetes control plane (docs/kubernetes.md).
 const CACHE_BYTES: usize = 8 << 20;

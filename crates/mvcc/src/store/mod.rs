@@ -9,8 +9,8 @@
 //!   revision, and never starts with a tombstone;
 //! - within a generation (the versions between creation and deletion) `version` counts up from 1
 //!   and `create_revision` is the main revision of the generation's first put;
-//! - every key's newest version holds its value in memory; only superseded versions are ever
-//!   released ([`Store::release_values`]), so a write never reads a value back.
+//! - `releasable_bytes` counts the values of [`RELEASE_MIN`] bytes or more still held, each named
+//!   once in `releasable`.
 
 mod scan;
 
@@ -41,8 +41,8 @@ struct Version {
     /// 1 and up within a generation; 0 for a tombstone.
     version: i64,
     /// Shared with every answer and event that carries it: a read takes a reference, not a copy.
-    /// `None` for a tombstone, and for a superseded value the store released
-    /// ([`Store::release_values`]), which is read back from the store's [`ValueSource`].
+    /// `None` for a tombstone, and for a value the store released ([`Store::release_values`]),
+    /// which is read back from the store's [`ValueSource`].
     value: Option<Bytes>,
     lease: Option<LeaseId>,
 }
@@ -60,7 +60,7 @@ const SHARED_VALUE_MIN: usize = 64;
 
 /// Values shorter than this are never released: reading one back would cost more than the few
 /// bytes it holds.
-const RELEASE_MIN: usize = 128;
+pub(crate) const RELEASE_MIN: usize = 128;
 
 /// `value` for an answer, an event or another version. A long value is shared (a reference
 /// count). A short one is copied: the first share of a value allocates its count's header
@@ -88,6 +88,11 @@ impl Version {
 
     fn is_live(&self) -> bool {
         self.version != 0
+    }
+
+    /// A live version whose value the store let go of ([`Store::release_values`]).
+    fn is_released(&self) -> bool {
+        self.value.is_none() && self.is_live()
     }
 
     /// Bytes this version's value holds in memory that [`Store::release_values`] may let go of.
@@ -192,14 +197,9 @@ impl<'s> Found<'s> {
         })
     }
 
-    /// The value held in memory: a key's newest version always holds it, so compares (which read
-    /// the newest) never read back. Empty for a released one, which no compare reaches.
-    fn value(self) -> &'s [u8] {
-        debug_assert!(
-            !self.version.is_live() || self.version.value.is_some(),
-            "a value read in place was released"
-        );
-        self.version.value.as_deref().unwrap_or_default()
+    /// The value, read back from `values` if it was released.
+    fn value(self, values: &mut ReadBack<'_>) -> Result<Bytes, Error> {
+        value_of(self.version, values)
     }
 }
 
@@ -208,7 +208,7 @@ impl<'s> Found<'s> {
 fn value_of(version: &Version, values: &mut ReadBack<'_>) -> Result<Bytes, Error> {
     match &version.value {
         Some(value) => Ok(share(value)),
-        None if version.is_live() => values.read(version.rev),
+        None if version.is_released() => values.read(version.rev),
         None => Ok(Bytes::new()),
     }
 }
@@ -219,8 +219,8 @@ fn value_of(version: &Version, values: &mut ReadBack<'_>) -> Result<Bytes, Error
 /// What a key costs: one key map entry (the shared key and a boxed [`History`]), the key's bytes
 /// once (a [`Key`], shared with the revision index and with the lease the key is attached to),
 /// and per version 72 bytes plus its value. Each version at or above the compaction point also has a
-/// revision index entry (32 bytes). A superseded value of [`RELEASE_MIN`] bytes or more is held
-/// (with a 32-byte queue entry) only until [`Store::release_values`] lets it go.
+/// revision index entry (32 bytes). A value of [`RELEASE_MIN`] bytes or more is held (with a
+/// 32-byte queue entry) only until [`Store::release_values`] lets it go.
 #[derive(Clone, Debug)]
 pub struct Store {
     keys: BTreeMap<Key, Box<History>>,
@@ -239,8 +239,8 @@ pub struct Store {
     /// Like etcd's, they live in memory only: after a restart `HashKV` at the compaction
     /// revision hashes what is left.
     compaction_hashes: VecDeque<KvHash>,
-    /// Superseded versions whose values are held and may be released, in the order they were
-    /// superseded. An entry whose version a compaction removed is skipped when it comes up.
+    /// Versions whose values are held and may be released, in revision order. An entry whose
+    /// version a compaction removed is skipped when it comes up.
     releasable: VecDeque<(Revision, Key)>,
     /// Bytes of the values `releasable` names that are still held.
     releasable_bytes: usize,
@@ -286,10 +286,9 @@ impl Store {
         self.values = values;
     }
 
-    /// Releases the values of superseded versions at or below revision `durable` (the caller has
-    /// made them durable and can read them back through the [`ValueSource`]), oldest superseded
-    /// first, until at most `keep_bytes` of such values are held. Returns the bytes released.
-    /// A key's newest version keeps its value.
+    /// Releases the values of versions at or below revision `durable` (the caller has made them
+    /// durable and can read them back through the [`ValueSource`]), oldest first, until at most
+    /// `keep_bytes` of releasable values are held. Returns the bytes released.
     pub fn release_values(&mut self, durable: i64, keep_bytes: usize) -> usize {
         let mut released = 0;
         while self.releasable_bytes > keep_bytes {
@@ -303,21 +302,19 @@ impl Store {
             let Some(history) = self.keys.get_mut(&key) else {
                 continue;
             };
-            let History::Many(versions) = &mut **history else {
-                // A one-version history holds its newest version only (a compaction removed the
-                // rest): nothing of it is released.
+            let version = match &mut **history {
+                History::One(v) => Some(v).filter(|v| v.rev == rev),
+                History::Many(versions) => versions
+                    .binary_search_by_key(&rev, |v| v.rev)
+                    .ok()
+                    .map(|at| &mut versions[at]),
+            };
+            let Some(version) = version else {
                 continue;
             };
-            let newest = versions.len() - 1;
-            let Ok(at) = versions.binary_search_by_key(&rev, |v| v.rev) else {
-                continue;
-            };
-            if at == newest {
-                continue;
-            }
-            let bytes = versions[at].releasable_bytes();
+            let bytes = version.releasable_bytes();
             if bytes > 0 {
-                versions[at].value = None;
+                version.value = None;
                 self.releasable_bytes -= bytes;
                 released += bytes;
             }
@@ -328,7 +325,7 @@ impl Store {
         released
     }
 
-    /// Bytes of superseded values held that [`Store::release_values`] may let go of.
+    /// Bytes of values held that [`Store::release_values`] may let go of.
     pub fn releasable_bytes(&self) -> usize {
         self.releasable_bytes
     }
@@ -444,12 +441,11 @@ impl Store {
             .filter_map(|(rev, key)| Some((rev, key?)))
             .collect();
         let live_keys = entries.iter().filter(|(_, h)| h.latest().is_live()).count();
-        // Every version but a key's newest is superseded: releasable, oldest first.
+        // Every value held is releasable, oldest first.
         let mut releasable: Vec<(Revision, Key)> = Vec::new();
         let mut releasable_bytes = 0;
         for (key, history) in &entries {
-            let versions = history.as_slice();
-            for v in &versions[..versions.len() - 1] {
+            for v in history.as_slice() {
                 if v.releasable_bytes() > 0 {
                     releasable_bytes += v.releasable_bytes();
                     releasable.push((v.rev, key.clone()));
@@ -482,15 +478,14 @@ impl Store {
             None => Key::from(key),
         };
         let live_after = version.is_live();
+        let bytes = version.releasable_bytes();
+        if bytes > 0 {
+            self.releasable_bytes += bytes;
+            self.releasable.push_back((rev, shared.clone()));
+        }
         match self.keys.get_mut(key) {
             Some(history) => {
-                let superseded = history.latest();
-                let live_before = superseded.is_live();
-                let bytes = superseded.releasable_bytes();
-                if bytes > 0 {
-                    self.releasable_bytes += bytes;
-                    self.releasable.push_back((superseded.rev, shared.clone()));
-                }
+                let live_before = history.latest().is_live();
                 history.push(version);
                 match (live_before, live_after) {
                     (false, true) => self.live_keys += 1,
@@ -610,14 +605,14 @@ impl Store {
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, Error> {
         let mut scan = self.range_scan(req.clone())?;
         self.range_step(&mut scan, ScanBudget::UNBOUNDED)?;
-        Ok(scan.finish())
+        scan.finish()
     }
 
     /// Reads with `view` as the newest visible revision; the revision bounds are already checked.
     fn range_at(&self, req: &RangeRequest, view: i64) -> Result<RangeResponse, Error> {
         let mut scan = self.scan_at(req.clone(), view);
         self.range_step(&mut scan, ScanBudget::UNBOUNDED)?;
-        Ok(scan.finish())
+        scan.finish()
     }
 
     /// The live versions of the keys in `[key, range_end)` (etcd's range rules) as of `rev`.
@@ -680,7 +675,7 @@ impl Store {
     ) -> Result<Written<TxnResponse>, Error> {
         // Every compare, also of nested txns, is evaluated against the state before the txn.
         let mut path = Vec::new();
-        self.compare_path(req, &mut path);
+        self.compare_path(req, &mut path)?;
         self.check_txn(req, &path, &mut 0, lease_exists)?;
         let mut w = Writer::new(self);
         let mut resp = w.txn(req, &path, &mut 0)?;
@@ -782,7 +777,6 @@ impl Store {
         self.keys.retain(|_, history| {
             let gone = hidden_by_compaction(history.as_slice(), revision);
             history.drop_oldest(gone, |v| {
-                // Only superseded versions go, so a value held is one `releasable` counts.
                 releasable_gone += v.releasable_bytes();
                 changes.push(Change::Remove { rev: v.rev });
             })
@@ -818,27 +812,40 @@ impl Store {
         Ok((self.current_revision, changes))
     }
 
-    fn compare_path(&self, req: &TxnRequest, path: &mut Vec<bool>) {
-        let ok = req.compare.iter().all(|c| self.compare(c));
+    fn compare_path(&self, req: &TxnRequest, path: &mut Vec<bool>) -> Result<(), Error> {
+        let mut ok = true;
+        for c in &req.compare {
+            if !self.compare(c)? {
+                ok = false;
+                break;
+            }
+        }
         path.push(ok);
         let ops = if ok { &req.success } else { &req.failure };
         for op in ops {
             if let RequestOp::Txn(nested) = op {
-                self.compare_path(nested, path);
+                self.compare_path(nested, path)?;
             }
         }
+        Ok(())
     }
 
-    fn compare(&self, c: &Compare) -> bool {
+    fn compare(&self, c: &Compare) -> Result<bool, Error> {
         let kvs = self.visible_in(&c.key, &c.range_end, self.current_revision);
         if kvs.is_empty() {
             // A missing key has no value to compare; every other target compares as zero.
             if matches!(c.target, CompareTarget::Value(_)) {
-                return false;
+                return Ok(false);
             }
-            return compare_kv(c, None);
+            return compare_kv(c, None, &mut ReadBack::new(&*self.values));
         }
-        kvs.into_iter().all(|found| compare_kv(c, Some(found)))
+        let mut values = ReadBack::new(&*self.values);
+        for found in kvs {
+            if !compare_kv(c, Some(found), &mut values)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// The checks etcd makes before a txn touches anything: puts name live leases and, with
@@ -895,27 +902,14 @@ impl Store {
     /// Checks every invariant; panics with the broken one. Linear in the store's size.
     pub fn validate(&self) {
         assert!(self.current_revision >= 1, "revision starts at 1");
-        for (key, history) in &self.keys {
-            let newest = history.latest();
-            assert!(
-                !newest.is_live() || newest.value.is_some(),
-                "{key:?}: the newest version's value was released"
-            );
-        }
-        let superseded_held: usize = self
+        let held: usize = self
             .keys
             .values()
-            .map(|h| {
-                let versions = h.as_slice();
-                versions[..versions.len() - 1]
-                    .iter()
-                    .map(Version::releasable_bytes)
-                    .sum::<usize>()
-            })
+            .flat_map(|h| h.as_slice().iter().map(Version::releasable_bytes))
             .sum();
         assert_eq!(
-            superseded_held, self.releasable_bytes,
-            "releasable bytes count the superseded values held"
+            held, self.releasable_bytes,
+            "releasable bytes count the values held"
         );
         assert_eq!(
             self.live_keys,
@@ -1065,7 +1059,7 @@ impl<'s> Writer<'s> {
         let prev = self.store.latest(&req.key);
         let value = match (prev, req.ignore_value) {
             // The newest version: held, never read back.
-            (Some(prev), true) => value_of(prev.version, &mut ReadBack::new(&*self.store.values))?,
+            (Some(prev), true) => prev.value(&mut ReadBack::new(&*self.store.values))?,
             _ => Bytes::copy_from_slice(&req.value),
         };
         let lease = match (prev, req.ignore_lease) {
@@ -1247,13 +1241,18 @@ fn compare_by(target: SortTarget, a: &Found<'_>, b: &Found<'_>) -> std::cmp::Ord
         SortTarget::Version => x.version.cmp(&y.version),
         SortTarget::Create => x.create_revision.cmp(&y.create_revision),
         SortTarget::Mod => x.rev.main.cmp(&y.rev.main),
-        SortTarget::Value => a.value().cmp(b.value()),
+        // Values may be released: a sort by value sorts the copies ([`RangeScan`]'s `pick`).
+        SortTarget::Value => std::cmp::Ordering::Equal,
     }
 }
 
 /// Evaluates one compare against a live version, or against a missing key (`None`), which
 /// compares as zero on every target but the value.
-fn compare_kv(c: &Compare, found: Option<Found<'_>>) -> bool {
+fn compare_kv(
+    c: &Compare,
+    found: Option<Found<'_>>,
+    values: &mut ReadBack<'_>,
+) -> Result<bool, Error> {
     let (version, create, modified, lease) = found.map_or((0, 0, 0, None), |f| {
         let v = f.version;
         (v.version, v.create_revision, v.rev.main, v.lease)
@@ -1262,13 +1261,16 @@ fn compare_kv(c: &Compare, found: Option<Found<'_>>) -> bool {
         CompareTarget::Version(v) => version.cmp(v),
         CompareTarget::Create(v) => create.cmp(v),
         CompareTarget::Mod(v) => modified.cmp(v),
-        CompareTarget::Value(v) => found.map_or(&[][..], |f| f.value()).cmp(v.as_slice()),
+        CompareTarget::Value(v) => match found {
+            Some(f) => f.value(values)?.as_ref().cmp(v.as_slice()),
+            None => [].as_slice().cmp(v.as_slice()),
+        },
         CompareTarget::Lease(v) => LeaseId::to_wire(lease).cmp(v),
     };
-    match c.result {
+    Ok(match c.result {
         CompareResult::Equal => ord.is_eq(),
         CompareResult::NotEqual => ord.is_ne(),
         CompareResult::Greater => ord.is_gt(),
         CompareResult::Less => ord.is_lt(),
-    }
+    })
 }

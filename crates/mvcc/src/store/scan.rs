@@ -7,6 +7,13 @@
 //! the scan's revision whole unless it was compacted past it, which the same check sees.)
 //!
 //! A whole [`Store::range`] is one scan taken in a single step, so there is one read path.
+//!
+//! Values the store released are read back from the file, which is slow beside a walk of the
+//! index; a scan in key order leaves them for [`RangeScan::finish`], which the guard need not
+//! cover. The step that ends the scan opens the reader under the guard: the rows it sees then
+//! hold every value the scan picked, since each was durable before it was released and nothing
+//! was compacted past the scan's revision (the step checked), and what is written or compacted
+//! after does not change them.
 
 use bytes::Bytes;
 use std::cmp::Ordering;
@@ -15,7 +22,7 @@ use std::ops::Bound;
 use super::{Found, Store, check_read_revision, compare_by, key_bounds, visible_at};
 use crate::error::Error;
 use crate::types::{Event, KeyValue, RangeRequest, RangeResponse, Revision, SortOrder, SortTarget};
-use crate::values::ReadBack;
+use crate::values::{ReadBack, ValueReader};
 
 /// How much one step may do: look at `keys` keys (visible at the scan's revision or not), or copy
 /// about `bytes` bytes of keys and values, whichever comes first. A step always looks at one key.
@@ -35,7 +42,7 @@ impl ScanBudget {
 
 /// A range read under way: the request, the revision it reads at, where it stopped, and what it
 /// has picked so far (in key order, or partly sorted when the request sorts with a limit).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RangeScan {
     req: RangeRequest,
     /// The revision read at.
@@ -51,6 +58,21 @@ pub struct RangeScan {
     /// Keys visible at `at` (before the revision filters and the limit), as etcd counts.
     count: i64,
     picked: Vec<KeyValue>,
+    /// Values picked without their value, which the store had released: the place in `picked`
+    /// and the version's revision, in key order. Only a scan in key order leaves them (nothing
+    /// reorders `picked`), for [`RangeScan::finish`] to read back.
+    deferred: Vec<(usize, Revision)>,
+    /// Opened by the step that ended the scan, when `deferred` is not empty.
+    reader: Option<DeferredReader>,
+}
+
+/// The reader [`RangeScan::finish`] reads deferred values with.
+struct DeferredReader(Box<dyn ValueReader + Send>);
+
+impl std::fmt::Debug for DeferredReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeferredReader")
+    }
 }
 
 impl RangeScan {
@@ -99,7 +121,12 @@ impl RangeScan {
         // A sort by value needs the values even when only keys are returned.
         let with_value = !self.req.keys_only || (sorting && target == SortTarget::Value);
         for f in found {
-            self.picked.push(f.to_kv(with_value, values)?);
+            if with_value && !sorting && f.version.is_released() {
+                self.deferred.push((self.picked.len(), f.version.rev));
+                self.picked.push(f.to_kv(false, values)?);
+            } else {
+                self.picked.push(f.to_kv(with_value, values)?);
+            }
         }
         if sorting && self.picked.len() > self.keep.saturating_mul(2) {
             self.sort_picked();
@@ -115,8 +142,10 @@ impl RangeScan {
         self.picked = picked;
     }
 
-    /// The response, once the scan is done (what was picked, sorted and cut to the limit).
-    pub fn finish(mut self) -> RangeResponse {
+    /// The response, once the scan is done (what was picked, sorted and cut to the limit), with
+    /// the released values it returns read back. Needs no access to the store: whoever guards it
+    /// may have let it go. [`Error::Unreadable`] when a released value could not be read back.
+    pub fn finish(mut self) -> Result<RangeResponse, Error> {
         debug_assert!(self.is_done(), "a scan finished before its last step");
         if self.order != SortOrder::None {
             self.sort_picked();
@@ -134,12 +163,28 @@ impl RangeScan {
                 kv.value = Bytes::new();
             }
         }
-        RangeResponse {
+        let returned = self.picked.len();
+        self.deferred.retain(|(at, _)| *at < returned);
+        if !self.deferred.is_empty() {
+            let reader = &mut self
+                .reader
+                .as_mut()
+                .ok_or_else(|| {
+                    Error::Unreadable("a scan with released values ended with no reader".into())
+                })?
+                .0;
+            // In revision order, the rows' own ([`ValueReader::read`]).
+            self.deferred.sort_unstable_by_key(|(_, rev)| *rev);
+            for &(at, rev) in &self.deferred {
+                self.picked[at].value = reader.read(rev).map_err(Error::Unreadable)?;
+            }
+        }
+        Ok(RangeResponse {
             revision: self.header,
             kvs: self.picked,
             more,
             count: self.count,
-        }
+        })
     }
 }
 
@@ -185,6 +230,8 @@ impl Store {
             keep,
             count: 0,
             picked: Vec::new(),
+            deferred: Vec::new(),
+            reader: None,
         }
     }
 
@@ -236,11 +283,20 @@ impl Store {
                 bytes.saturating_add(key.len() + version.value.as_deref().map_or(0, <[u8]>::len));
             found.push(Found { key, version });
         }
-        let (count, picked) = (scan.count, scan.picked.len());
-        if let Err(e) = scan.pick(found, &mut ReadBack::new(&*self.values)) {
+        let (count, picked, deferred) = (scan.count, scan.picked.len(), scan.deferred.len());
+        let mut values = ReadBack::new(&*self.values);
+        let picking = scan.pick(found, &mut values).and_then(|()| {
+            if !stopped_early && !scan.deferred.is_empty() {
+                // The last step: the rows as they stand now hold every deferred value.
+                scan.reader = Some(DeferredReader(values.open()?));
+            }
+            Ok(())
+        });
+        if let Err(e) = picking {
             // As it was before the step, which can be taken again.
             scan.count = count;
             scan.picked.truncate(picked);
+            scan.deferred.truncate(deferred);
             return Err(e);
         }
         scan.resume = if stopped_early {

@@ -52,7 +52,8 @@ impl Replica {
             };
             loop {
                 match state_machine::read(&self.shared, |s| s.range_step(&mut scan, RANGE_PART)) {
-                    Ok(true) => return Ok(Ok(scan.finish())),
+                    // Released values are read back here, with the lock let go.
+                    Ok(true) => return Ok(scan.finish()),
                     // Other tasks (and their reads) run between parts.
                     Ok(false) => tokio::task::yield_now().await,
                     // Compacted past the pinned revision since the read began: a read at "now"

@@ -13,7 +13,7 @@ use crate::command::{
     AlarmChange, AlarmMember, Applied, AuthWrite, Authenticate, Command, Proposal,
 };
 use crate::position::{LogPosition, Members};
-use crate::storage::{Db, SUPERSEDED_HELD_BYTES, Scheduled, StorageError};
+use crate::storage::{Db, Scheduled, StorageError, VALUES_HELD_BYTES};
 use leasehold_auth::{AuthChange, AuthError};
 
 pub(super) fn state_membership_has(membership: &Members, id: u64) -> bool {
@@ -413,8 +413,8 @@ pub(super) fn apply_entry(
 /// tells when the entry at an index reached this member, which dates the replicated lease time
 /// it carries; given no index (no entry moved the lease time) or one it does not know, now.
 ///
-/// Superseded values whose rows the file durably holds are released from memory here, down to
-/// [`SUPERSEDED_HELD_BYTES`]. An error when a released value could not be read back: the state
+/// Values whose rows the file durably holds are released from memory here, down to
+/// [`VALUES_HELD_BYTES`]. An error when a released value could not be read back: the state
 /// may be part-way through a write, so nothing is staged or answered, and the member stops.
 pub(crate) fn apply_entries(
     shared: &Shared,
@@ -441,7 +441,7 @@ pub(crate) fn apply_entries(
         }
         state
             .store
-            .release_values(db.durable_revision(), SUPERSEDED_HELD_BYTES);
+            .release_values(db.durable_revision(), VALUES_HELD_BYTES);
         if cfg!(debug_assertions) && !fx.leases_touched.is_empty() {
             state.leases.validate();
         }

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::command::{AlarmMember, MemberAttrs};
 use crate::position::{LogPosition, Members};
-use crate::storage::{Db, FileValues, SUPERSEDED_HELD_BYTES, SmMeta, StorageError};
+use crate::storage::{Db, FileValues, SmMeta, StorageError, VALUES_HELD_BYTES};
 use crate::tokens::SimpleTokens;
 use leasehold_auth::AuthState;
 
@@ -134,14 +134,14 @@ impl StateMachine {
     /// Loads the persisted state machine (an empty one on a new database).
     pub(crate) fn open(db: Arc<Db>) -> Result<StateMachine, StorageError> {
         let mut state = snapshot::load(&db)?;
-        // Everything loaded is in the file: superseded values go back to it at once.
+        // Everything loaded is in the file: values go back to it at once (all but the newest).
         db.set_durable_revision(state.store.current_revision());
         state
             .store
             .set_value_source(Arc::new(FileValues::new(Arc::downgrade(&db))));
         state
             .store
-            .release_values(state.store.current_revision(), SUPERSEDED_HELD_BYTES);
+            .release_values(state.store.current_revision(), VALUES_HELD_BYTES);
         Ok(StateMachine {
             shared: Arc::new(SharedState::new(state)),
         })

@@ -11,9 +11,7 @@ use super::SmState;
 use super::shared::Shared;
 use crate::command::{AlarmMember, MemberAttrs};
 use crate::position::{LogPosition, Members};
-use crate::storage::{
-    Db, KV, LEASES, SUPERSEDED_HELD_BYTES, SmMeta, StorageError, decode, write_sm,
-};
+use crate::storage::{Db, KV, LEASES, SmMeta, StorageError, VALUES_HELD_BYTES, decode, write_sm};
 use leasehold_auth::AuthState;
 
 pub(super) fn by_id(attrs: Vec<MemberAttrs>) -> BTreeMap<u64, MemberAttrs> {
@@ -299,10 +297,11 @@ pub(crate) fn install_snapshot_bytes(
     {
         let mut current = shared.state.write().expect("state lock poisoned");
         // Tokens are this member's, not the snapshot's: they stay; so does where released
-        // values are read back from, and the state's superseded values go back to the file.
+        // values are read back from, and the state's values go back to the file (all but the
+        // newest).
         state.tokens = std::mem::take(&mut current.tokens);
         state.store.set_value_source(current.store.value_source());
-        state.store.release_values(revision, SUPERSEDED_HELD_BYTES);
+        state.store.release_values(revision, VALUES_HELD_BYTES);
         *current = state;
         current.publish_flags(shared);
     }
