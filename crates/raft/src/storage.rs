@@ -435,19 +435,24 @@ impl Db {
     }
 
     /// [`Db::begin_read`] for a read the member cannot do without (a released value): a file
-    /// that a write which ran out of space left closed ([`Db::reopen`]) is opened again first.
+    /// that a write which ran out of space left refusing (redb then reads no table either, "a
+    /// previous I/O error") or closed ([`Db::reopen`]) is opened again first.
     pub(crate) fn begin_read_reopened(
         &self,
         what: &'static str,
     ) -> Result<Txn<redb::ReadTransaction>, StorageError> {
-        match self.begin_read() {
-            Err(_) if self.reopen_needed.load(Ordering::SeqCst) => {
-                let _writing = self.writing.lock().expect("writing lock poisoned");
-                self.reopen_if_full(what)?;
-                self.begin_read().map_err(StorageError::read(what))
-            }
-            other => other.map_err(StorageError::read(what)),
+        if self.reopen_needed.load(Ordering::SeqCst) {
+            let _writing = self.writing.lock().expect("writing lock poisoned");
+            self.reopen_if_full(what)?;
         }
+        self.begin_read().map_err(StorageError::read(what))
+    }
+
+    /// A read found the file refusing reads (a write failed since it was opened, "a previous
+    /// I/O error"): the next read that must get through ([`Db::begin_read_reopened`]), or the
+    /// next write, opens it again.
+    pub(crate) fn reopen_before_next_read(&self) {
+        self.reopen_needed.store(true, Ordering::SeqCst);
     }
 
     /// Whether the disk ran out of space under a write of the staged state and has not had room
