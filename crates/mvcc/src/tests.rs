@@ -1097,6 +1097,96 @@ proptest! {
     }
 }
 
+/// A watched range in etcd's forms: one key, `key..end` (also an empty one, end <= key), or every
+/// key from `key` on.
+fn watched_range() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
+    (0u8..9, 0u8..10).prop_map(|(k, e)| {
+        let range_end = match e {
+            0 => Vec::new(),
+            9 => vec![0],
+            e => key(e),
+        };
+        (key(k), range_end)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// A filtered history read returns exactly the events of the keys in its ranges (and
+    /// `prev_kv` only when asked), as many distinct revisions of them as asked, in steps of any
+    /// budget.
+    #[test]
+    fn filtered_history_is_the_history_of_the_filtered_keys(
+        history in proptest::collection::vec((0u8..8, any::<u8>(), 0u8..3), 1..30),
+        ranges in proptest::collection::vec(watched_range(), 0..4),
+        prev_kv in any::<bool>(),
+        from in 0i64..40,
+        revisions_max in 1usize..10,
+        keys in 1usize..4,
+    ) {
+        let mut s = Store::new();
+        for (k, v, kind) in history {
+            match kind {
+                0 => { s.delete_range(&DeleteRangeRequest { key: key(k), range_end: key(k + 2), prev_kv: false }).unwrap(); }
+                _ => { s.put(&PutRequest { key: key(k), value: vec![v; usize::from(v % 4)], ..Default::default() }, &no_leases).unwrap(); }
+            }
+        }
+        let to = s.current_revision();
+        let from = from.min(to).max(1);
+        let mut expected: Vec<Event> = s
+            .events(from, to, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .filter(|e| ranges.iter().any(|(k, end)| key_in_range(k, end, &e.kv.key)))
+            .map(|e| Event { prev_kv: e.prev_kv.filter(|_| prev_kv), ..e })
+            .collect();
+        let mut distinct: Vec<i64> = expected.iter().map(|e| e.kv.mod_revision).collect();
+        distinct.dedup();
+        if let Some(past) = distinct.get(revisions_max) {
+            expected.retain(|e| e.kv.mod_revision < *past);
+        }
+        let filter = EventsFilter::keys(ranges.iter().map(|(k, e)| (k.as_slice(), e.as_slice())), prev_kv);
+        let mut scan = s.events_scan(from, to, revisions_max, s.compact_revision()).with_filter(filter);
+        while !s.events_step(&mut scan, ScanBudget { keys, bytes: usize::MAX }).unwrap() {}
+        prop_assert_eq!(scan.finish(), expected);
+    }
+}
+
+#[test]
+fn a_filter_merges_overlapping_ranges_and_keeps_apart_the_rest() {
+    let f = EventsFilter::keys(
+        [
+            (&b"b"[..], &b"d"[..]),
+            (b"c", b"f"),
+            (b"x", b""),
+            (b"m", b"k"),
+            (b"p", b"q"),
+        ],
+        false,
+    );
+    for (k, wanted) in [
+        (&b"a"[..], false),
+        (b"b", true),
+        (b"e", true),
+        (b"f", false),
+        (b"k", false),
+        (b"m", false),
+        (b"p", true),
+        (b"p\xff", true),
+        (b"q", false),
+        (b"x", true),
+        (b"x\0", false),
+        (b"y", false),
+    ] {
+        assert_eq!(f.wants(k), wanted, "{:?}", String::from_utf8_lossy(k));
+    }
+    let from_k = EventsFilter::keys([(&b"k"[..], &[0][..]), (b"a", b"b")], true);
+    assert!(from_k.wants(b"zzz") && from_k.wants(b"k") && from_k.wants(b"a\xff"));
+    assert!(!from_k.wants(b"b") && !from_k.wants(b"j"));
+    assert!(EventsFilter::everything().wants(b""));
+    assert!(!EventsFilter::keys([], true).wants(b"a"));
+}
+
 #[test]
 fn a_history_read_sees_a_compaction_since_its_caller_looked() {
     let mut s = Store::new();

@@ -2,7 +2,8 @@
 //! reads requests and delivers events.
 //!
 //! Delivery is *pulled from history*: writers only publish the new store revision; a stream
-//! reads the events its watchers have not seen from the MVCC store's revision index, at most
+//! reads the events its watchers have not seen, of the keys they watch, from the MVCC store's
+//! revision index (`EventsFilter`: another stream's keys cost it a look, no copy), at most
 //! `REVISIONS_PER_PASS_MAX` revisions per pass, and sends them. So a slow client never blocks a
 //! writer and never loses an event: its watchers fall behind and catch up from history, and the
 //! memory they hold is bounded by the response queue. A watcher whose next revision has been
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use leasehold_api::etcdserverpb::{self as pb, watch_server::Watch};
 use leasehold_api::mvccpb;
-use leasehold_mvcc::{Event, EventKind, key_in_range};
+use leasehold_mvcc::{Event, EventKind, EventsFilter, key_in_range};
 use pb::watch_create_request::FilterType;
 use pb::watch_request::RequestUnion;
 use prost::Message;
@@ -390,13 +391,22 @@ impl WatchStream {
             }
         };
         let from = from.max(compacted);
+        // Only the events some watcher of this stream wants, and previous versions only if one
+        // asks for them: the other streams' keys are not copied here (nor read back from the
+        // file), however many streams there are.
+        let filter = EventsFilter::keys(
+            self.watchers
+                .values()
+                .map(|w| (w.key.as_slice(), w.range_end.as_slice())),
+            self.watchers.values().any(|w| w.prev_kv),
+        );
         // Read a part at a time, so that a long history (or one revision that deleted many keys)
         // does not hold writes back.
         let events = if from <= current {
             match self
                 .ctx
                 .replica
-                .events(from, current, REVISIONS_PER_PASS_MAX, compacted)
+                .events(from, current, REVISIONS_PER_PASS_MAX, compacted, filter)
                 .await
             {
                 Ok(events) => events,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use leasehold_types::Key;
 
-pub use scan::{EventsScan, RangeScan, ScanBudget};
+pub use scan::{EventsFilter, EventsScan, RangeScan, ScanBudget};
 
 use crate::error::Error;
 use crate::hash::{HashedVersion, KvHash, KvHasher};
@@ -533,11 +533,12 @@ impl Store {
     }
 
     /// The event of the version at `rev` of `key` (whose history holds it), with the version
-    /// before it as `prev_kv` when that one is live.
+    /// before it as `prev_kv` when that one is live and `with_prev`.
     fn event_at(
         &self,
         rev: Revision,
         key: &Key,
+        with_prev: bool,
         values: &mut ReadBack<'_>,
     ) -> Result<Event, Error> {
         let history = self.keys[key].as_slice();
@@ -546,6 +547,7 @@ impl Store {
             .expect("the revision index names a stored version");
         let prev_kv = at
             .checked_sub(1)
+            .filter(|_| with_prev)
             .map(|i| &history[i])
             .filter(|v| v.is_live())
             .map(|version| Found { key, version }.to_kv(true, values))

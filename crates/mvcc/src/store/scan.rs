@@ -318,8 +318,88 @@ fn compare_kvs(target: SortTarget, a: &KeyValue, b: &KeyValue) -> Ordering {
     }
 }
 
+/// A half-open key span `[start, end)`; no end: to the end of the key space.
+type Span = (Vec<u8>, Option<Vec<u8>>);
+
+/// Which events a history read returns: those of keys in some of the given ranges (every key,
+/// unless narrowed), each with its key's previous version (`prev_kv`) only when asked. A watch
+/// stream reads for its own watchers: what it would drop is never copied, nor read back from the
+/// file if released.
+#[derive(Clone, Debug)]
+pub struct EventsFilter {
+    /// Disjoint half-open key spans `[start, end)` in key order (`None`: to the end of the key
+    /// space); `None` for every key.
+    spans: Option<Vec<Span>>,
+    prev_kv: bool,
+}
+
+impl EventsFilter {
+    /// Every key's events, each with its previous version.
+    pub fn everything() -> EventsFilter {
+        EventsFilter {
+            spans: None,
+            prev_kv: true,
+        }
+    }
+
+    /// The events of keys in any of `ranges` (etcd's key and range end: see
+    /// [`crate::key_in_range`]), with their previous versions if `prev_kv`.
+    pub fn keys<'r>(
+        ranges: impl IntoIterator<Item = (&'r [u8], &'r [u8])>,
+        prev_kv: bool,
+    ) -> EventsFilter {
+        let mut spans: Vec<Span> = ranges
+            .into_iter()
+            .filter_map(|(key, range_end)| {
+                let end = match key_bounds(key, range_end)?.1 {
+                    // The key alone: up to the key right after it.
+                    Bound::Included(k) => Some([k, &[0][..]].concat()),
+                    Bound::Excluded(end) => Some(end.to_vec()),
+                    Bound::Unbounded => None,
+                };
+                Some((key.to_vec(), end))
+            })
+            .collect();
+        spans.sort();
+        let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
+        for (start, end) in spans {
+            match merged.last_mut() {
+                // Overlapping or touching the one before: one span.
+                Some((_, last_end)) if last_end.as_ref().is_none_or(|e| start <= *e) => {
+                    if let (Some(last), Some(end)) = (last_end.as_ref(), end.as_ref()) {
+                        if end > last {
+                            *last_end = Some(end.clone());
+                        }
+                    } else {
+                        *last_end = None;
+                    }
+                }
+                _ => merged.push((start, end)),
+            }
+        }
+        EventsFilter {
+            spans: Some(merged),
+            prev_kv,
+        }
+    }
+
+    /// Whether `key`'s events are wanted.
+    pub fn wants(&self, key: &[u8]) -> bool {
+        let Some(spans) = &self.spans else {
+            return true;
+        };
+        let after = spans.partition_point(|(start, _)| start.as_slice() <= key);
+        after > 0
+            && spans[after - 1]
+                .1
+                .as_ref()
+                .is_none_or(|end| key < end.as_slice())
+    }
+}
+
 /// Watch history read in steps, as [`RangeScan`] reads a range: the events of revisions
-/// `from..=to`, in revision order, up to `revisions_max` distinct revisions.
+/// `from..=to`, in revision order, up to `revisions_max` distinct revisions (of the events its
+/// [`EventsFilter`] lets through).
 #[derive(Clone, Debug)]
 pub struct EventsScan {
     /// The next change to read; `None` once done.
@@ -332,11 +412,17 @@ pub struct EventsScan {
     revisions: usize,
     last_main: Option<i64>,
     events: Vec<Event>,
+    filter: EventsFilter,
 }
 
 impl EventsScan {
     pub fn is_done(&self) -> bool {
         self.next.is_none()
+    }
+
+    /// The scan, reading only what `filter` lets through.
+    pub fn with_filter(self, filter: EventsFilter) -> EventsScan {
+        EventsScan { filter, ..self }
     }
 
     /// The events read, once the scan is done.
@@ -365,6 +451,7 @@ impl Store {
             revisions: 0,
             last_main: None,
             events: Vec::new(),
+            filter: EventsFilter::everything(),
         }
     }
 
@@ -390,7 +477,10 @@ impl Store {
             if rev.main > scan.to {
                 break;
             }
-            let new_revision = scan.last_main != Some(rev.main);
+            // A change the filter drops counts toward the step's budget (it was looked at) and
+            // toward nothing else.
+            let wanted = scan.filter.wants(key);
+            let new_revision = wanted && scan.last_main != Some(rev.main);
             if new_revision && scan.revisions == scan.revisions_max {
                 break;
             }
@@ -398,12 +488,15 @@ impl Store {
                 scan.next = Some(*rev);
                 break;
             }
+            looked += 1;
+            if !wanted {
+                continue;
+            }
             if new_revision {
                 scan.revisions += 1;
                 scan.last_main = Some(rev.main);
             }
-            looked += 1;
-            let event = match self.event_at(*rev, key, &mut values) {
+            let event = match self.event_at(*rev, key, scan.filter.prev_kv, &mut values) {
                 Ok(event) => event,
                 Err(e) => {
                     // The step can be taken again from this change.

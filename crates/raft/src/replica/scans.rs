@@ -8,7 +8,7 @@
 //! answer there either. kube-apiserver pages its LISTs (or streams them, RangeStream), so its
 //! reads are one page each.
 
-use leasehold_mvcc::{Event, RangeRequest, RangeResponse, ScanBudget};
+use leasehold_mvcc::{Event, EventsFilter, RangeRequest, RangeResponse, ScanBudget};
 
 use super::Replica;
 use crate::replica::ReplicaError;
@@ -69,20 +69,22 @@ impl Replica {
         }
     }
 
-    /// The watch history of revisions `from..=to` (at most `revisions_max` distinct ones), read
-    /// a part at a time. `compacted` is the compaction point the caller saw when it chose
-    /// `from`. `Compacted` when the history was compacted past what is left to read since then
-    /// (the caller looks at the compaction point again).
+    /// The watch history of revisions `from..=to` (at most `revisions_max` distinct ones, of
+    /// the events `filter` lets through), read a part at a time. `compacted` is the compaction
+    /// point the caller saw when it chose `from`. `Compacted` when the history was compacted
+    /// past what is left to read since then (the caller looks at the compaction point again).
     pub async fn events(
         &self,
         from: i64,
         to: i64,
         revisions_max: usize,
         compacted: i64,
+        filter: EventsFilter,
     ) -> Result<Vec<Event>, leasehold_mvcc::Error> {
         let mut scan = state_machine::read(&self.shared, |s| {
             s.events_scan(from, to, revisions_max, compacted)
-        });
+        })
+        .with_filter(filter);
         while !state_machine::read(&self.shared, |s| s.events_step(&mut scan, RANGE_PART))? {
             tokio::task::yield_now().await;
         }
