@@ -1,14 +1,15 @@
 //! The multi-version key-value core of leasehold: etcd's revisions, generations, ranges, txns and
 //! compaction, as a synchronous, deterministic state machine over in-memory data. It owns the
 //! *semantics* of the KV API; it must never do I/O, read a clock or know about gRPC or Raft.
-//! Persistence is the caller's: every write returns the [`Change`]s it made, in order. Values of
-//! superseded versions the caller has made durable can be released from memory and read back
-//! through the caller's [`ValueSource`].
+//! Persistence is the caller's: every write returns the [`Change`]s it made, in order. Values the
+//! caller has made durable can be released from memory and read back through the caller's
+//! [`ValueSource`].
 //!
 //! ```text
 //!   request ──► Store::{put, delete_range, txn, compact} ──► (response, Vec<Change>) ──► storage
 //!   request ──► Store::range ──► response
-//!   request ──► Store::range_scan, then range_step a bounded part at a time ──► response
+//!   request ──► Store::range_scan, then range_step a bounded part at a time,
+//!               then RangeScan::finish (released values read back) ──► response
 //! ```
 
 mod error;

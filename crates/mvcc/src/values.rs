@@ -1,7 +1,7 @@
-//! Values the store let go of. A version superseded by a newer one of its key keeps its value in
-//! memory only until the caller has made it durable ([`crate::Store::release_values`]); from
-//! then on it is read back, when a read asks for it, from where the caller persisted it: a
-//! [`ValueSource`]. The store itself still does no I/O: the source is the caller's.
+//! Values the store let go of. A version keeps its value in memory until the caller has made it
+//! durable and lets it go ([`crate::Store::release_values`]); from then on it is read back, when
+//! a read asks for it, from where the caller persisted it: a [`ValueSource`]. The store itself
+//! still does no I/O: the source is the caller's.
 
 use std::fmt;
 

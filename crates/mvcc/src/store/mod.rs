@@ -1060,7 +1060,7 @@ impl<'s> Writer<'s> {
     fn put(&mut self, req: &PutRequest) -> Result<PutResponse, Error> {
         let prev = self.store.latest(&req.key);
         let value = match (prev, req.ignore_value) {
-            // The newest version: held, never read back.
+            // The newest version's value, read back if it was released.
             (Some(prev), true) => prev.value(&mut ReadBack::new(&*self.store.values))?,
             _ => Bytes::copy_from_slice(&req.value),
         };
