@@ -1057,6 +1057,36 @@ fn a_scan_compacted_past_its_revision_stops_rather_than_answer_a_mix() {
     assert_eq!(values, [b"old", b"old", b"old", b"new"].map(|v| v.to_vec()));
 }
 
+/// A store after `history`: for each `(k, v, kind)`, a delete of keys k and k+1 when `kind` is
+/// 0, else a put of a 0-3 byte value to key k.
+fn store_with_history(history: Vec<(u8, u8, u8)>) -> Store {
+    let mut s = Store::new();
+    for (k, v, kind) in history {
+        match kind {
+            0 => {
+                s.delete_range(&DeleteRangeRequest {
+                    key: key(k),
+                    range_end: key(k + 2),
+                    prev_kv: false,
+                })
+                .unwrap();
+            }
+            _ => {
+                s.put(
+                    &PutRequest {
+                        key: key(k),
+                        value: vec![v; usize::from(v % 4)],
+                        ..Default::default()
+                    },
+                    &no_leases,
+                )
+                .unwrap();
+            }
+        }
+    }
+    s
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
     #[test]
@@ -1068,13 +1098,7 @@ proptest! {
         bytes in 0usize..8,
         writes in proptest::collection::vec(between(), 0..12),
     ) {
-        let mut s = Store::new();
-        for (k, v, kind) in history {
-            match kind {
-                0 => { s.delete_range(&DeleteRangeRequest { key: key(k), range_end: key(k + 2), prev_kv: false }).unwrap(); }
-                _ => { s.put(&PutRequest { key: key(k), value: vec![v; usize::from(v % 4)], ..Default::default() }, &no_leases).unwrap(); }
-            }
-        }
+        let mut s = store_with_history(history);
         let to = s.current_revision();
         let from = from.min(to).max(1);
         let whole = s.events(from, to, revisions_max).unwrap();
@@ -1124,13 +1148,7 @@ proptest! {
         revisions_max in 1usize..10,
         keys in 1usize..4,
     ) {
-        let mut s = Store::new();
-        for (k, v, kind) in history {
-            match kind {
-                0 => { s.delete_range(&DeleteRangeRequest { key: key(k), range_end: key(k + 2), prev_kv: false }).unwrap(); }
-                _ => { s.put(&PutRequest { key: key(k), value: vec![v; usize::from(v % 4)], ..Default::default() }, &no_leases).unwrap(); }
-            }
-        }
+        let s = store_with_history(history);
         let to = s.current_revision();
         let from = from.min(to).max(1);
         let mut expected: Vec<Event> = s
