@@ -21,7 +21,9 @@ mod values;
 pub use error::Error;
 pub use hash::KvHash;
 pub use leasehold_types::{Key, prefix_range_end};
-pub use store::{EventsFilter, EventsScan, RangeScan, ScanBudget, Store, Written, key_in_range};
+pub use store::{
+    EventsFilter, EventsScan, RELEASE_MIN, RangeScan, ScanBudget, Store, Written, key_in_range,
+};
 pub use types::{
     Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,
     EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,

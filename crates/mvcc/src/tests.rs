@@ -1545,3 +1545,71 @@ proptest! {
         prop_assert_eq!(held.records(), released.records());
     }
 }
+
+#[test]
+fn a_store_restored_with_values_left_in_the_file_reads_what_a_held_restore_reads() {
+    let rows = std::sync::Arc::new(Persisted::default());
+    let mut s = Store::new();
+    let big = |c: char| c.to_string().repeat(crate::RELEASE_MIN);
+    for (key, value) in [
+        ("a", big('1')),
+        ("b", "small".to_string()),
+        ("a", big('2')),
+        ("c", big('3')),
+        ("b", big('4')),
+    ] {
+        let (_, changes) = s
+            .put(
+                &PutRequest {
+                    key: key.into(),
+                    value: value.into(),
+                    ..Default::default()
+                },
+                &no_leases,
+            )
+            .unwrap();
+        rows.write(&changes);
+    }
+    let changes = s
+        .delete_range(&DeleteRangeRequest {
+            key: "c".into(),
+            ..Default::default()
+        })
+        .unwrap()
+        .1;
+    rows.write(&changes);
+    let records = s.records().unwrap();
+    let (current, compact) = (s.current_revision(), s.compact_revision());
+    let held = Store::restore(current, compact, records.clone());
+    let left = records.into_iter().map(|(rev, mut record)| {
+        let released = matches!(&record, Record::Put(kv) if kv.value.len() >= crate::RELEASE_MIN);
+        if let Record::Put(kv) = &mut record
+            && released
+        {
+            kv.value = bytes::Bytes::new();
+        }
+        (rev, record, released)
+    });
+    let (mut released, hidden) = Store::restore_released(current, compact, left);
+    assert!(hidden.is_empty());
+    assert_eq!(
+        released.releasable_bytes(),
+        0,
+        "no value of the file is held"
+    );
+    released.set_value_source(std::sync::Arc::new(rows.clone()));
+    released.validate();
+    for rev in 0..=current {
+        for k in ["a", "b", "c"] {
+            assert_eq!(get_at(&released, k, "", rev), get_at(&held, k, "", rev));
+        }
+    }
+    let all = |s: &Store| s.events(1, current, usize::MAX).unwrap();
+    assert_eq!(all(&released), all(&held), "history and prev_kv alike");
+    // The small value is held: it reads with no row behind it.
+    rows.0.lock().unwrap().clear();
+    assert_eq!(
+        get_at(&released, "b", "", 3),
+        vec![("b".into(), "small".into())]
+    );
+}

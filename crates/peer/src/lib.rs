@@ -38,7 +38,8 @@ mod traffic;
 pub use raft_link::{LINK_QUEUE_LEN, OnUnreachable, RaftInbox, RaftLinks, RaftService};
 pub use traffic::{PeerReading, Traffic};
 
-/// The answers on a `Forwarding` stream, as the generated server trait names them.
+/// The answers on a `Forwarding` stream, or a snapshot's file's chunks, as the generated server
+/// trait names them.
 type AnswerStream =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Payload, Status>> + Send + 'static>>;
 use line::{Answer, Ask, LineError, Lines};
@@ -456,7 +457,44 @@ impl Peer for PeerService {
         };
         Ok(Response::new(encode(&members)))
     }
+
+    /// The file of a snapshot this member offered, read on a blocking thread a chunk at a time
+    /// (a few chunks ahead of the stream at most).
+    async fn snapshot_file(&self, req: Request<Payload>) -> Result<Response<AnswerStream>, Status> {
+        let path = self
+            .replica
+            .outgoing_snapshot(&req.get_ref().data)
+            .map_err(Status::not_found)?;
+        let mut file = std::fs::File::open(&path)
+            .map_err(|e| Status::not_found(format!("{}: {e}", path.display())))?;
+        let (chunks, stream) = tokio::sync::mpsc::channel(SNAPSHOT_CHUNKS_AHEAD);
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            loop {
+                let mut chunk = Vec::with_capacity(SNAPSHOT_CHUNK_BYTES);
+                let read = (&mut file)
+                    .take(SNAPSHOT_CHUNK_BYTES as u64)
+                    .read_to_end(&mut chunk);
+                let next = match read {
+                    Ok(0) => return,
+                    Ok(_) => Ok(Payload { data: chunk }),
+                    Err(e) => Err(Status::internal(format!("{}: {e}", path.display()))),
+                };
+                let failed = next.is_err();
+                if chunks.blocking_send(next).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(stream),
+        )))
+    }
 }
+
+/// How much of a snapshot's file each message carries, and how many are read ahead.
+const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+const SNAPSHOT_CHUNKS_AHEAD: usize = 4;
 
 /// Serves the peer transport on the connections `incoming` yields (plain TCP or TLS, with
 /// TCP_NODELAY: Raft's acknowledgements are small, and every commit that needs this member's
@@ -511,5 +549,14 @@ impl leasehold_raft::RaftTransport for RaftLinks {
 
     fn send(&self, to: u64, message: Vec<u8>) {
         RaftLinks::send(self, to, message);
+    }
+
+    fn fetch_snapshot(
+        &self,
+        from: u64,
+        request: Vec<u8>,
+        into: &mut dyn std::io::Write,
+    ) -> Result<(), String> {
+        RaftLinks::fetch_snapshot(self, from, request, into)
     }
 }

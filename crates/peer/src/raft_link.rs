@@ -41,6 +41,9 @@ const LINK_STREAM_LEN: usize = 256;
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
+/// How long a follower receiving a snapshot's file waits for each chunk of it.
+pub const SNAPSHOT_CHUNK_WAIT_MAX: Duration = Duration::from_secs(10);
+
 /// The request header that names the member a link's stream comes from (hex id).
 pub const SENDER_HEADER: &str = "leasehold-from";
 
@@ -144,6 +147,46 @@ impl RaftLinks {
                 },
             );
         }
+    }
+
+    /// Streams the snapshot's file `request` names (a Raft snapshot's data) from peer `from`
+    /// into `into`. Blocking: call it off the runtime. Each chunk must come within
+    /// [`SNAPSHOT_CHUNK_WAIT_MAX`].
+    pub fn fetch_snapshot(
+        &self,
+        from: u64,
+        request: Vec<u8>,
+        into: &mut dyn std::io::Write,
+    ) -> Result<(), String> {
+        let addr = {
+            let links = self.links.lock().expect("raft links lock poisoned");
+            links.get(&from).map(|link| link.addr.clone())
+        };
+        let addr = addr.ok_or_else(|| format!("no link to member {from:x}"))?;
+        let mut client = self.network.client(&addr).map_err(|e| e.to_string())?;
+        let late = || {
+            format!(
+                "no chunk of the snapshot's file from {addr} within {SNAPSHOT_CHUNK_WAIT_MAX:?}"
+            )
+        };
+        self.runtime.block_on(async {
+            let asked = client.snapshot_file(Payload { data: request });
+            let mut stream = tokio::time::timeout(SNAPSHOT_CHUNK_WAIT_MAX, asked)
+                .await
+                .map_err(|_| late())?
+                .map_err(|status| format!("{addr}: {}", status.message()))?
+                .into_inner();
+            loop {
+                let chunk = tokio::time::timeout(SNAPSHOT_CHUNK_WAIT_MAX, stream.message())
+                    .await
+                    .map_err(|_| late())?
+                    .map_err(|status| format!("{addr}: {}", status.message()))?;
+                match chunk {
+                    Some(chunk) => into.write_all(&chunk.data).map_err(|e| e.to_string())?,
+                    None => return Ok(()),
+                }
+            }
+        })
     }
 
     /// Queues `message` for peer `to` without waiting (callable from any thread).

@@ -221,7 +221,9 @@ struct StagedSm {
     compactions: Vec<Scheduled>,
 }
 
-/// The state-machine metadata rows: written with its changes, read back whole.
+/// The state-machine metadata rows: written with its changes, read back whole (and sent whole at
+/// the head of a snapshot's file).
+#[derive(serde::Deserialize, Serialize)]
 pub(crate) struct SmMeta {
     pub(crate) last_applied: Option<LogPosition>,
     pub(crate) membership: Members,
@@ -744,6 +746,11 @@ impl Db {
             Err(e) if e.is_out_of_space() => Ok(None),
             other => other,
         }
+    }
+
+    /// The directory the file is in (the data dir's own part of it).
+    pub(crate) fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
     }
 
     pub(crate) fn telemetry(&self) -> &Arc<Telemetry> {

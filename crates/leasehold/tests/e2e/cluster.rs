@@ -437,7 +437,8 @@ async fn under_the_same_churn_etcd_keeps_an_abandoned_lease() {
 }
 
 /// A member that was down while the others compacted their log catches up through a snapshot
-/// (streamed over the peer transport), then follows the log again.
+/// (its file streamed over the peer transport before Raft takes it), holds the leader's values,
+/// then follows the log again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_member_catches_up_through_a_snapshot() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
@@ -483,6 +484,12 @@ async fn a_restarted_member_catches_up_through_a_snapshot() {
         );
         tokio::time::sleep(POLL).await;
     }
+    // The values too (1 KiB each: installed, then read back from the file).
+    let r = back
+        .get("s0123", Some(GetOptions::new().with_serializable()))
+        .await
+        .expect("serializable get");
+    assert_eq!(r.kvs()[0].value(), vec![b'x'; 1024].as_slice());
     // And it follows the log from there.
     c.put("after-snapshot", "v", None).await.expect("put");
     let r = back
@@ -492,8 +499,9 @@ async fn a_restarted_member_catches_up_through_a_snapshot() {
     assert_eq!(r.count(), 1);
     let log = member.log_tail();
     assert!(
-        log.contains("installing a snapshot from the leader"),
-        "no sign of a snapshot install in the member's log"
+        log.contains("received a snapshot's file")
+            && log.contains("installing a snapshot from the leader"),
+        "no sign of a snapshot's file received and installed in the member's log"
     );
 }
 

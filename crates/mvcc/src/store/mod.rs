@@ -60,7 +60,7 @@ const SHARED_VALUE_MIN: usize = 64;
 
 /// Values shorter than this are never released: reading one back would cost more than the few
 /// bytes it holds.
-pub(crate) const RELEASE_MIN: usize = 128;
+pub const RELEASE_MIN: usize = 128;
 
 /// `value` for an answer, an event or another version. A long value is shared (a reference
 /// count). A short one is copied: the first share of a value allocates its count's header
@@ -378,14 +378,29 @@ impl Store {
         compact_revision: i64,
         records: impl IntoIterator<Item = (Revision, Record)>,
     ) -> (Store, Vec<Revision>) {
-        let mut records: Vec<(Revision, Record)> = records.into_iter().collect();
-        if !records.is_sorted_by_key(|(rev, _)| *rev) {
-            records.sort_by_key(|(rev, _)| *rev);
+        let records = records
+            .into_iter()
+            .map(|(rev, record)| (rev, record, false));
+        Store::restore_released(current_revision, compact_revision, records)
+    }
+
+    /// [`Store::restore_with_hidden`] from records some of whose values were left where they
+    /// were read from: a record marked `true` is a put whose value is released (its `value`
+    /// unread, read back through the value source set next, [`Store::set_value_source`]), so
+    /// that a store restored from a file never holds every value at once.
+    pub fn restore_released(
+        current_revision: i64,
+        compact_revision: i64,
+        records: impl IntoIterator<Item = (Revision, Record, bool)>,
+    ) -> (Store, Vec<Revision>) {
+        let mut records: Vec<(Revision, Record, bool)> = records.into_iter().collect();
+        if !records.is_sorted_by_key(|(rev, _, _)| *rev) {
+            records.sort_by_key(|(rev, _, _)| *rev);
         }
         let mut key_bytes: Vec<Vec<u8>> = Vec::with_capacity(records.len());
         let mut revs: Vec<Revision> = Vec::with_capacity(records.len());
         let mut versions: Vec<Option<Version>> = Vec::with_capacity(records.len());
-        for (rev, record) in records {
+        for (rev, record, released) in records {
             let (key, version) = match record {
                 Record::Put(kv) => (
                     kv.key,
@@ -393,7 +408,7 @@ impl Store {
                         rev,
                         create_revision: kv.create_revision,
                         version: kv.version,
-                        value: Some(kv.value),
+                        value: (!released).then_some(kv.value),
                         lease: kv.lease,
                     },
                 ),

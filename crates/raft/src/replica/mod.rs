@@ -670,6 +670,12 @@ impl Replica {
         self.engine.deliver(bytes)
     }
 
+    /// The file of the snapshot this member offered that `request` names (a Raft snapshot's
+    /// data, as a follower sends it back to fetch the file); `Err` says why there is none.
+    pub fn outgoing_snapshot(&self, request: &[u8]) -> Result<PathBuf, String> {
+        self.engine.outgoing_snapshot(request)
+    }
+
     /// The transport heard from peer `id` without a Raft message: its link's keepalive, which
     /// every member sends every other, so that a follower knows for how long it has been
     /// connected to the others as etcd's members do (what a new leader's reconfiguration checks

@@ -64,6 +64,17 @@ pub trait RaftTransport: Send + Sync + 'static {
     fn set_peers(&self, peers: Vec<(u64, String)>);
     /// Queues one encoded message for `to` without waiting (best effort: Raft resends).
     fn send(&self, to: u64, message: Vec<u8>);
+    /// Streams the snapshot's file `request` names (a Raft snapshot's data) from member `from`
+    /// into `into`. Blocking: called off the runtime.
+    fn fetch_snapshot(
+        &self,
+        from: u64,
+        request: Vec<u8>,
+        into: &mut dyn std::io::Write,
+    ) -> Result<(), String> {
+        let _ = (request, into);
+        Err(format!("no transport to fetch a snapshot from {from:x}"))
+    }
 }
 
 /// A transport for a member without peers.
@@ -90,6 +101,11 @@ pub(crate) struct RsEngine {
     compactor: Mutex<Option<Worker>>,
     telemetry: Arc<Telemetry>,
     heartbeats: watch::Sender<HeartbeatSeen>,
+    /// Weak: the file closes once the Raft thread and the workers let go of it.
+    db: std::sync::Weak<Db>,
+    transport: Arc<dyn RaftTransport>,
+    /// A snapshot's file is being received (one at a time; see [`RsEngine::deliver`]).
+    receiving: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A storage thread: the checkpointer, or the compactor.
@@ -254,11 +270,12 @@ impl RsEngine {
         let (fatal, _) = watch::channel(None);
         let heartbeats = watch::Sender::new(HeartbeatSeen::default());
         let waiters = Waiters::default();
+        state_machine::clear_files(&db);
         let machine = RsMachine {
             member_id,
             shared,
             db: db.clone(),
-            transport,
+            transport: transport.clone(),
             waiters: waiters.clone(),
             status,
             fatal: fatal.clone(),
@@ -273,7 +290,8 @@ impl RsEngine {
         let driver = Driver::start(core, machine, Duration::from_millis(heartbeat_ms), reads);
         let inputs = driver.inputs();
         let compactor = Worker::compactor(db.clone(), compaction_pace);
-        let checkpointer = Worker::checkpointer(db, inputs.clone(), fatal.clone());
+        let checkpointer = Worker::checkpointer(db.clone(), inputs.clone(), fatal.clone());
+        let db = Arc::downgrade(&db);
         (
             Arc::new(RsEngine {
                 member_id,
@@ -285,6 +303,9 @@ impl RsEngine {
                 compactor: Mutex::new(Some(compactor)),
                 telemetry,
                 heartbeats,
+                db,
+                transport,
+                receiving: Arc::default(),
             }),
             watched,
         )
@@ -464,12 +485,70 @@ impl RsEngine {
         let _ = self.inputs.send(Input::TransferLeader(to));
     }
 
-    /// A peer's message (bytes as the transport carried them).
+    /// A peer's message (bytes as the transport carried them). A snapshot that names a file
+    /// is stepped only once the file is here, fetched on a thread of its own from the member
+    /// that sent it; while one is being fetched, others are dropped (the leader offers its
+    /// snapshot again, `Core::resume_snapshot_waits`), as is one whose file did not arrive whole.
     pub(crate) fn deliver(&self, bytes: &[u8]) -> Result<(), String> {
         let message = decode_peer_message(bytes, self.member_id).map_err(|e| e.to_string())?;
+        if message.get_msg_type() == eraftpb::MessageType::MsgSnapshot
+            && let Some(reference) =
+                state_machine::SnapshotRef::from_data(&message.get_snapshot().data)
+        {
+            self.receive_snapshot(reference, message);
+            return Ok(());
+        }
         self.inputs
             .send(Input::Step(message))
             .map_err(|_| "the member is stopping".to_owned())
+    }
+
+    fn receive_snapshot(&self, reference: state_machine::SnapshotRef, message: eraftpb::Message) {
+        use std::sync::atomic::Ordering;
+        if self.receiving.swap(true, Ordering::AcqRel) {
+            tracing::debug!(
+                index = reference.index,
+                "a snapshot is being received: dropped another"
+            );
+            return;
+        }
+        let (transport, inputs) = (self.transport.clone(), self.inputs.clone());
+        let (db, receiving) = (self.db.clone(), self.receiving.clone());
+        let receiver = move || {
+            let Some(db) = db.upgrade() else {
+                receiving.store(false, Ordering::Release);
+                return; // stopped
+            };
+            let (from, started) = (message.from, std::time::Instant::now());
+            tracing::info!(from = %format!("{from:x}"), index = reference.index, bytes = reference.bytes, "receiving a snapshot's file");
+            let received = state_machine::receive(&db, reference, |into| {
+                transport.fetch_snapshot(from, reference.to_data(), into)
+            });
+            match received {
+                Ok(()) => {
+                    tracing::info!(index = reference.index, took = ?started.elapsed(), "received a snapshot's file");
+                    let _ = inputs.send(Input::Step(message));
+                }
+                Err(e) => tracing::warn!(
+                    index = reference.index,
+                    "receiving a snapshot's file (the leader offers it again): {e}"
+                ),
+            }
+            receiving.store(false, Ordering::Release);
+        };
+        let spawned = std::thread::Builder::new()
+            .name("leasehold-snapshot-in".into())
+            .spawn(receiver);
+        if let Err(e) = spawned {
+            tracing::warn!("starting to receive a snapshot: {e}");
+            self.receiving.store(false, Ordering::Release);
+        }
+    }
+
+    /// The path of the snapshot's file `request` names, if this member offers it.
+    pub(crate) fn outgoing_snapshot(&self, request: &[u8]) -> Result<std::path::PathBuf, String> {
+        let db = self.db.upgrade().ok_or("the member is stopping")?;
+        state_machine::outgoing_file(&db, request)
     }
 
     /// The transport heard from peer `id` without a Raft message (see `Input::Heard`).
@@ -649,10 +728,10 @@ struct MemberUrl {
     peer_url: String,
 }
 
-/// The state machine's file as a Raft snapshot, for a follower the log no longer reaches.
+/// The state machine's file as a Raft snapshot, for a follower the log no longer reaches: the
+/// snapshot names a file written for it (`state_machine/transfer.rs`).
 fn snapshot_for_followers(db: &Db) -> Result<eraftpb::Snapshot, crate::StorageError> {
-    let (meta, data) = state_machine::snapshot_bytes_from_file(db)?;
-    let applied = meta.last_applied;
+    let (meta, reference) = state_machine::write_outgoing(db)?;
     let cs = conf_state_of(&meta.membership);
     let conf = eraftpb::ConfState {
         voters: cs.voters,
@@ -660,17 +739,16 @@ fn snapshot_for_followers(db: &Db) -> Result<eraftpb::Snapshot, crate::StorageEr
         ..Default::default()
     };
     let mut snapshot = eraftpb::Snapshot {
-        data: data.into(),
+        data: reference.to_data().into(),
         ..Default::default()
     };
     let m = snapshot.mut_metadata();
-    m.index = applied.map_or(0, |l| l.index);
-    m.term = applied.map_or(0, |l| l.term);
+    m.index = reference.index;
+    m.term = reference.term;
     m.set_conf_state(conf);
-    let index = m.index;
     tracing::info!(
-        index,
-        bytes = snapshot.data.len(),
+        index = reference.index,
+        bytes = reference.bytes,
         "offering a snapshot to a follower"
     );
     Ok(snapshot)
@@ -735,8 +813,13 @@ impl Host for RsMachine {
     }
 
     fn install_snapshot(&mut self, snapshot: &eraftpb::Snapshot) -> Result<(), HostError> {
-        state_machine::install_snapshot_bytes(&self.shared, &self.db, &snapshot.data, None)
-            .map_err(|e| HostError(e.to_string()))?;
+        let installed = match state_machine::SnapshotRef::from_data(&snapshot.data) {
+            Some(reference) => state_machine::install_file(&self.shared, &self.db, reference),
+            None => {
+                state_machine::install_snapshot_bytes(&self.shared, &self.db, &snapshot.data, None)
+            }
+        };
+        installed.map_err(|e| HostError(e.to_string()))?;
         self.members = self
             .shared
             .state

@@ -30,6 +30,7 @@ mod key_deletes;
 mod machine;
 mod shared;
 mod snapshot;
+mod transfer;
 
 #[cfg(test)]
 use apply::{Effects, apply_command};
@@ -42,7 +43,9 @@ pub(crate) use apply::{Applying, apply_entries};
 pub(crate) use key_deletes::KeyDeleteWaiter;
 pub use machine::{Machine, decode_proposal, encode_proposal};
 pub(crate) use shared::{RAISED_CORRUPT, RAISED_NO_SPACE, Shared, SharedState};
-pub(crate) use snapshot::{install_snapshot_bytes, lease_id_of_row, snapshot_bytes_from_file};
+pub(crate) use snapshot::{install_snapshot_bytes, lease_id_of_row};
+pub use transfer::SnapshotRef;
+pub(crate) use transfer::{clear_files, install_file, outgoing_file, receive, write_outgoing};
 
 /// Everything the state machine holds, behind one lock so that a snapshot sees the store and the
 /// applied log id together.

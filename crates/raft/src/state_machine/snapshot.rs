@@ -2,7 +2,7 @@
 //! a follower, and installed from a leader's bytes.
 
 use leasehold_lease::{LeaseId, LeaseRecord, LeaseTable};
-use leasehold_mvcc::{Change, Record, Revision, Store};
+use leasehold_mvcc::{Change, RELEASE_MIN, Record, Revision, Store};
 use redb::{ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -49,8 +49,8 @@ pub(super) fn load(db: &Db) -> Result<SmState, StorageError> {
     let meta = SmMeta::read(&txn)?;
     let ((store, hidden), table) = side_by_side(
         || {
-            let records = kv_rows(&txn)?;
-            Ok(Store::restore_with_hidden(
+            let records = kv_rows(&txn, RELEASE_MIN)?;
+            Ok(Store::restore_released(
                 meta.current_revision,
                 meta.compact_revision,
                 records,
@@ -92,17 +92,27 @@ fn side_by_side<S, E: Send>(
     })
 }
 
-/// The KV table's rows, decoded, in revision order.
-fn kv_rows(txn: &redb::ReadTransaction) -> Result<Vec<(Revision, Record)>, StorageError> {
+/// The KV table's rows, decoded, in revision order; each value of `release_min` bytes or more
+/// is dropped as it is read and its record marked released (read back from the file when
+/// asked for), so that loading never holds every value at once.
+fn kv_rows(
+    txn: &redb::ReadTransaction,
+    release_min: usize,
+) -> Result<Vec<(Revision, Record, bool)>, StorageError> {
     let table = txn.open_table(KV).map_err(StorageError::read("kv"))?;
     let len = table.len().map_err(StorageError::read("kv"))?;
     let mut records = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     for row in table.iter().map_err(StorageError::read("kv"))? {
         let (k, v) = row.map_err(StorageError::read("kv"))?;
-        records.push((
-            Revision::from_bytes(k.value()),
-            decode::<Record>("kv", v.value())?,
-        ));
+        let mut record = decode::<Record>("kv", v.value())?;
+        let released = match &mut record {
+            Record::Put(kv) if kv.value.len() >= release_min => {
+                kv.value = Default::default();
+                true
+            }
+            _ => false,
+        };
+        records.push((Revision::from_bytes(k.value()), record, released));
     }
     Ok(records)
 }
@@ -180,7 +190,10 @@ impl SnapshotPayload {
             membership: meta.membership,
             current_revision: meta.current_revision,
             compact_revision: meta.compact_revision,
-            records: kv_rows(&txn)?,
+            records: kv_rows(&txn, usize::MAX)?
+                .into_iter()
+                .map(|(rev, record, _)| (rev, record))
+                .collect(),
             lease_clock_ms: meta.lease_clock_ms,
             leases: lease_rows(&txn)?,
             alarms: meta.alarms,
@@ -188,52 +201,13 @@ impl SnapshotPayload {
             auth: meta.auth,
         })
     }
-
-    /// The file's state encoded exactly as postcard encodes the [`SnapshotPayload`] that
-    /// [`SnapshotPayload::read`] would return (what `install_snapshot` decodes), but streamed
-    /// from the rows: a stored `Record` or `LeaseRecord` is already that encoding, so it is
-    /// copied, not decoded and encoded again.
-    pub(super) fn encode_from_file(db: &Db) -> Result<(SmMeta, Vec<u8>), StorageError> {
-        const WHAT: &str = "a snapshot";
-        fn put<T: Serialize>(out: Vec<u8>, value: &T) -> Vec<u8> {
-            postcard::to_extend(value, out).expect("in-memory serialization cannot fail")
-        }
-        let txn = db.begin_read().map_err(StorageError::read(WHAT))?;
-        let meta = SmMeta::read(&txn)?;
-        let kv = txn.open_table(KV).map_err(StorageError::read("kv"))?;
-        let leases = txn
-            .open_table(LEASES)
-            .map_err(StorageError::read("leases"))?;
-        let mut out = put(Vec::new(), &meta.last_applied);
-        out = put(out, &meta.membership);
-        out = put(out, &meta.current_revision);
-        out = put(out, &meta.compact_revision);
-        // A sequence is its length, then its elements.
-        out = put(out, &kv.len().map_err(StorageError::read("kv"))?);
-        for row in kv.iter().map_err(StorageError::read("kv"))? {
-            let (k, v) = row.map_err(StorageError::read("kv"))?;
-            out = put(out, &Revision::from_bytes(k.value()));
-            out.extend_from_slice(v.value());
-        }
-        out = put(out, &meta.lease_clock_ms);
-        out = put(out, &leases.len().map_err(StorageError::read("leases"))?);
-        for row in leases.iter().map_err(StorageError::read("leases"))? {
-            let (k, v) = row.map_err(StorageError::read("leases"))?;
-            out = put(out, &lease_id_of_row(k.value())?);
-            out.extend_from_slice(v.value());
-        }
-        out = put(out, &meta.alarms);
-        out = put(out, &meta.member_attrs);
-        out = put(out, &meta.auth);
-        Ok((meta, out))
-    }
 }
 
 /// Where a state is: its applied log position and membership.
 pub(crate) type AppliedAt = (Option<LogPosition>, Members);
 
-/// Replaces the state machine with a leader's snapshot (`bytes`, as [`snapshot_bytes_from_file`]
-/// makes them) at `at` (the applied log id and membership; `None`: the ones the bytes hold),
+/// Replaces the state machine with a leader's snapshot held in the message (`bytes`: a postcard
+/// [`SnapshotPayload`], as members before `transfer.rs` sent them) at `at` (the applied log id and membership; `None`: the ones the bytes hold),
 /// durably: the file first, then the applied state. Blocking.
 pub(crate) fn install_snapshot_bytes(
     shared: &Shared,
@@ -260,7 +234,7 @@ pub(crate) fn install_snapshot_bytes(
         .iter()
         .map(|(id, r)| (*id, Some(*r)))
         .collect();
-    let (mut state, hidden) = payload.into_state_with_hidden(at);
+    let (state, hidden) = payload.into_state_with_hidden(at);
     // The file gets only what the state holds.
     let changes: Vec<Change> = changes
         .into_iter()
@@ -292,6 +266,12 @@ pub(crate) fn install_snapshot_bytes(
     db.telemetry().state_commit.observe(started.elapsed());
     // What the old state had yet to remove is gone with it.
     db.loaded_compaction(state.store.compact_revision(), Vec::new());
+    replace_state(shared, db, state);
+    Ok(())
+}
+
+/// Puts `state`, which the file now holds, in place of the state machine's.
+pub(super) fn replace_state(shared: &Shared, db: &Db, mut state: SmState) {
     let revision = state.store.current_revision();
     db.set_durable_revision(revision);
     {
@@ -310,12 +290,4 @@ pub(crate) fn install_snapshot_bytes(
     shared.leases_moved();
     shared.publish_revision(revision);
     shared.key_deletes.replaced();
-    Ok(())
-}
-
-/// The state machine as its file holds it, as a snapshot's bytes, with the metadata they are
-/// at: the staged changes are written first (durably), so nothing applied is missing. Blocking.
-pub(crate) fn snapshot_bytes_from_file(db: &Db) -> Result<(SmMeta, Vec<u8>), StorageError> {
-    db.flush_staged_sm()?;
-    SnapshotPayload::encode_from_file(db)
 }

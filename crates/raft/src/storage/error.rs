@@ -49,6 +49,13 @@ pub enum StorageError {
     /// (`storage/values.rs`); `why` holds the source error's text.
     #[error("reading back a released value: {why}")]
     ValueUnreadable { why: String },
+    /// Writing, reading or moving a snapshot's file, sent to or received from a peer
+    /// (`state_machine/transfer.rs`).
+    #[error("{what}: {error}")]
+    Transfer {
+        what: &'static str,
+        error: std::io::Error,
+    },
     /// A data dir written in a storage format this build does not read.
     #[error("unsupported storage format {found}; this build reads {supported}")]
     Format { found: u32, supported: u32 },
@@ -93,7 +100,9 @@ impl StorageError {
     /// waits out (see `Db::out_of_space`) rather than a failure.
     pub fn is_out_of_space(&self) -> bool {
         let redb_error = match self {
-            StorageError::CreateDir { error, .. } => return is_out_of_space(error),
+            StorageError::CreateDir { error, .. } | StorageError::Transfer { error, .. } => {
+                return is_out_of_space(error);
+            }
             StorageError::Open { error, .. }
             | StorageError::Read { error, .. }
             | StorageError::Write { error, .. }
@@ -101,6 +110,11 @@ impl StorageError {
             _ => return false,
         };
         matches!(redb_error, redb::Error::Io(io) if is_out_of_space(io))
+    }
+
+    /// For `map_err`: a failed file operation on a snapshot's file.
+    pub(crate) fn transfer(what: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
+        move |error| StorageError::Transfer { what, error }
     }
 
     /// For `map_err`: `what` did not decode.
