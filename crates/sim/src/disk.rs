@@ -69,6 +69,9 @@ impl WalFile for SimFile {
     fn read_all(&mut self) -> io::Result<Vec<u8>> {
         self.file.read_all()
     }
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.file.read_at(offset, buf)
+    }
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
         self.file.write_at(offset, bytes)
     }

@@ -45,6 +45,8 @@ pub trait WalFile: Send + 'static {
     /// The file's size in bytes.
     fn size(&self) -> io::Result<u64>;
     fn read_all(&mut self) -> io::Result<Vec<u8>>;
+    /// Reads into `buf` from `offset`; how many bytes it read (fewer only at the file's end).
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
     /// Makes the written bytes durable (`fdatasync`; the file's size does not change after it is
     /// preallocated, so its metadata need not be synced too).
@@ -141,6 +143,20 @@ impl WalFile for StdFile {
         let mut bytes = Vec::new();
         self.0.read_to_end(&mut bytes)?;
         Ok(bytes)
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let mut read = 0;
+        while read < buf.len() {
+            match self.0.read_at(&mut buf[read..], offset + read as u64) {
+                Ok(0) => break,
+                Ok(n) => read += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(read)
     }
 
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
@@ -417,6 +433,16 @@ impl WalFile for MemFile {
     fn read_all(&mut self) -> io::Result<Vec<u8>> {
         self.fs
             .with(|inner| Ok(inner.inodes[&self.inode].now.clone()))
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.fs.with(|inner| {
+            let now = &inner.inodes[&self.inode].now;
+            let from = usize::try_from(offset).unwrap_or(usize::MAX).min(now.len());
+            let n = buf.len().min(now.len() - from);
+            buf[..n].copy_from_slice(&now[from..from + n]);
+            Ok(n)
+        })
     }
 
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {

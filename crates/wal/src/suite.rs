@@ -882,3 +882,36 @@ fn a_spare_in_the_making_counts_as_room_until_it_fails() {
         (1..i).map(|n| (n, 1)).collect::<Vec<_>>()
     );
 }
+
+/// Replay reads a segment as far as its frames go and only checks that the rest is zeros: what
+/// it keeps is the written part, and anything else past the frames reads the whole segment.
+#[test]
+fn replay_keeps_a_segments_written_part_and_reads_it_whole_when_more_follows() {
+    use crate::fs::WalFile;
+    const BIG: WalOptions = WalOptions {
+        segment_bytes: 4 << 20,
+    };
+    let fs = MemFs::new();
+    let dir = PathBuf::from("/data/wal");
+    let (mut wal, _) = Wal::open_on(fs.clone(), &dir, BIG).expect("create");
+    for i in 1..=20 {
+        wal.append(&batch(i, i, 1)).expect("append");
+    }
+    drop(wal);
+    let path = only_segment(&fs, &dir);
+    let mut file = fs.open(&path).expect("open");
+    let whole = file.read_all().expect("read");
+    let written = crate::wal::read_written(&mut file).expect("read");
+    assert_eq!(whole.len(), 4 << 20);
+    assert!(written.len() < 2 << 20, "kept {} bytes", written.len());
+    assert_eq!(written[..], whole[..written.len()]);
+    assert!(whole[written.len()..].iter().all(|b| *b == 0));
+    let (_, recovered) = Wal::open_on(fs.clone(), &dir, BIG).expect("reopen");
+    assert_eq!(recovered.entries.len(), 20);
+
+    // A byte past the frames, far into the zeros: the whole segment is read, and replay meets
+    // it as it always did.
+    file.write_at(3 << 20, &[7]).expect("write");
+    let written = crate::wal::read_written(&mut file).expect("read");
+    assert_eq!(written, file.read_all().expect("read"));
+}

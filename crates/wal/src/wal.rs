@@ -257,7 +257,7 @@ impl<F: Fs> Wal<F> {
         for (seq, first_index, name) in found {
             let path = dir.join(&name);
             let mut file = fs.open(&path).map_err(WalError::io(&path))?;
-            let mut bytes = file.read_all().map_err(WalError::io(&path))?;
+            let mut bytes = read_written(&mut file).map_err(WalError::io(&path))?;
             let is_last = Some(seq) == last_seq;
             let (end, max_index, cleared) =
                 replay_segment(&path, &mut bytes, seq, first_index, is_last, &mut replay)?;
@@ -279,7 +279,8 @@ impl<F: Fs> Wal<F> {
                 max_index,
             });
             if is_last {
-                tail = Some((file, end, bytes.len() as u64));
+                let size = file.size().map_err(WalError::io(&path))?;
+                tail = Some((file, end, size));
             }
         }
         let replay = replay.expect("at least one segment was replayed");
@@ -897,6 +898,67 @@ fn replay_segment(
             }
         }
     }
+}
+
+/// A segment's bytes as far as its frames go, with what follows them up to the chunk read last.
+/// The rest of a segment is the zeros it was filled with before use: they are checked, not
+/// kept, so replaying a 64 MiB segment with a few frames in it holds what the frames take. A
+/// header that is not a frame's, or anything but zeros past the last frame, reads the whole
+/// segment instead. Either way replay sees what the whole segment would show it: past the
+/// bytes returned there are only zeros.
+pub(crate) fn read_written(file: &mut impl WalFile) -> std::io::Result<Vec<u8>> {
+    const CHUNK: usize = 1 << 20;
+    /// Reads on until `bytes` holds `want` bytes (a chunk more at least) or the whole file.
+    fn fill(
+        file: &mut impl WalFile,
+        bytes: &mut Vec<u8>,
+        want: usize,
+        size: usize,
+    ) -> std::io::Result<()> {
+        if bytes.len() >= want {
+            return Ok(());
+        }
+        let from = bytes.len();
+        bytes.resize(want.max(from + CHUNK).min(size), 0);
+        let read = file.read_at(from as u64, &mut bytes[from..])?;
+        bytes.truncate(from + read);
+        Ok(())
+    }
+    let size = usize::try_from(file.size()?).unwrap_or(usize::MAX);
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut at = 0usize;
+    loop {
+        fill(file, &mut bytes, at + frame::HEADER_BYTES, size)?;
+        if at + frame::HEADER_BYTES > bytes.len() {
+            // The file ends within frames: all of it is read.
+            return Ok(bytes);
+        }
+        let header = &bytes[at..at + frame::HEADER_BYTES];
+        if header.iter().all(|b| *b == 0) {
+            break;
+        }
+        let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+        if u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) != frame::MAGIC
+            || len > frame::FRAME_PAYLOAD_BYTES_MAX
+        {
+            return file.read_all();
+        }
+        at += frame::framed_len(len);
+    }
+    // Past the bytes read, only zeros, or the whole segment is read.
+    let mut rest = vec![0u8; CHUNK];
+    let mut offset = bytes.len();
+    while offset < size {
+        let read = file.read_at(offset as u64, &mut rest)?;
+        if read == 0 {
+            break;
+        }
+        if rest[..read].iter().any(|b| *b != 0) {
+            return file.read_all();
+        }
+        offset += read;
+    }
+    Ok(bytes)
 }
 
 /// How many bytes from `at` must be zeroed so the segment ends cleanly there.
