@@ -66,9 +66,6 @@ impl WalFile for SimFile {
     fn size(&self) -> io::Result<u64> {
         self.file.size()
     }
-    fn read_all(&mut self) -> io::Result<Vec<u8>> {
-        self.file.read_all()
-    }
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         self.file.read_at(offset, buf)
     }

@@ -44,7 +44,6 @@ pub trait Fs: Send + Sync + 'static {
 pub trait WalFile: Send + 'static {
     /// The file's size in bytes.
     fn size(&self) -> io::Result<u64>;
-    fn read_all(&mut self) -> io::Result<Vec<u8>>;
     /// Reads into `buf` from `offset`; how many bytes it read (fewer only at the file's end).
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
@@ -135,14 +134,6 @@ impl Fs for StdFs {
 impl WalFile for StdFile {
     fn size(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
-    }
-
-    fn read_all(&mut self) -> io::Result<Vec<u8>> {
-        use std::io::{Read, Seek};
-        self.0.seek(io::SeekFrom::Start(0))?;
-        let mut bytes = Vec::new();
-        self.0.read_to_end(&mut bytes)?;
-        Ok(bytes)
     }
 
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
@@ -428,11 +419,6 @@ impl WalFile for MemFile {
     fn size(&self) -> io::Result<u64> {
         self.fs
             .with(|inner| Ok(inner.inodes[&self.inode].now.len() as u64))
-    }
-
-    fn read_all(&mut self) -> io::Result<Vec<u8>> {
-        self.fs
-            .with(|inner| Ok(inner.inodes[&self.inode].now.clone()))
     }
 
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {

@@ -883,35 +883,58 @@ fn a_spare_in_the_making_counts_as_room_until_it_fails() {
     );
 }
 
-/// Replay reads a segment as far as its frames go and only checks that the rest is zeros: what
-/// it keeps is the written part, and anything else past the frames reads the whole segment.
+/// Replay reads a segment a chunk at a time and only checks that what follows its frames is
+/// zeros: it holds a window, never the segment; anything but zeros there is read whole and
+/// judged as before (here: the tail a torn write left, cleared).
 #[test]
-fn replay_keeps_a_segments_written_part_and_reads_it_whole_when_more_follows() {
+fn replay_holds_a_window_of_a_segment_and_reads_the_rest_whole_when_it_is_not_zeros() {
     use crate::fs::WalFile;
+    use crate::wal::{SegmentWindow, replay_segment};
     const BIG: WalOptions = WalOptions {
-        segment_bytes: 4 << 20,
+        segment_bytes: 8 << 20,
     };
     let fs = MemFs::new();
     let dir = PathBuf::from("/data/wal");
     let (mut wal, _) = Wal::open_on(fs.clone(), &dir, BIG).expect("create");
-    for i in 1..=20 {
-        wal.append(&batch(i, i, 1)).expect("append");
+    // About 3 MiB of frames: more than the window's chunk.
+    for i in 1..=300 {
+        let mut b = batch(i, i, 1);
+        b.entries[0].data = Bytes::from(vec![b'v'; 10_000]);
+        wal.append(&b).expect("append");
     }
     drop(wal);
     let path = only_segment(&fs, &dir);
     let mut file = fs.open(&path).expect("open");
-    let whole = file.read_all().expect("read");
-    let written = crate::wal::read_written(&mut file).expect("read");
-    assert_eq!(whole.len(), 4 << 20);
-    assert!(written.len() < 2 << 20, "kept {} bytes", written.len());
-    assert_eq!(written[..], whole[..written.len()]);
-    assert!(whole[written.len()..].iter().all(|b| *b == 0));
-    let (_, recovered) = Wal::open_on(fs.clone(), &dir, BIG).expect("reopen");
-    assert_eq!(recovered.entries.len(), 20);
+    let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+    let (seq, first) = crate::wal::parse_segment_name(&name).expect("a segment's name");
+    let replayed = |file: &mut _| {
+        let mut replay = None;
+        let mut window = SegmentWindow::new(file).expect("size");
+        let (end, max_index, cleared) =
+            replay_segment(&path, &mut window, seq, first, true, &mut replay).expect("replay");
+        let held = window.held();
+        (
+            end,
+            max_index,
+            cleared,
+            held,
+            replay.expect("a header").entries.len(),
+        )
+    };
+    let (end, max_index, cleared, held, entries) = replayed(&mut file);
+    assert_eq!((max_index, cleared, entries), (300, 0, 300));
+    assert!(end > 3_000_000, "frames up to {end}");
+    assert!(held < (2 << 20) + (1 << 19), "held {held} bytes");
 
-    // A byte past the frames, far into the zeros: the whole segment is read, and replay meets
-    // it as it always did.
-    file.write_at(3 << 20, &[7]).expect("write");
-    let written = crate::wal::read_written(&mut file).expect("read");
-    assert_eq!(written, file.read_all().expect("read"));
+    // A byte past the frames, far into the zeros: what a torn write leaves past the last frame.
+    let stray = end + (4 << 20);
+    file.write_at(stray, &[7]).expect("write");
+    let (end_after, _, cleared, held, entries) = replayed(&mut file);
+    assert_eq!((end_after, entries), (end, 300));
+    assert_eq!(
+        cleared,
+        stray - end + 1,
+        "the stray byte is cleared as before"
+    );
+    assert!(held as u64 >= (8 << 20) - end, "the rest was read whole");
 }

@@ -123,7 +123,7 @@ fn segment_name(seq: u64, first_index: u64) -> String {
     format!("{seq:016x}-{first_index:016x}.wal")
 }
 
-fn parse_segment_name(name: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_segment_name(name: &str) -> Option<(u64, u64)> {
     let stem = name.strip_suffix(".wal")?;
     let (seq, first) = stem.split_once('-')?;
     if seq.len() != 16 || first.len() != 16 {
@@ -136,10 +136,10 @@ fn parse_segment_name(name: &str) -> Option<(u64, u64)> {
 }
 
 /// Replays frames into the state they describe.
-struct Replay {
+pub(crate) struct Replay {
     compacted: Compacted,
     hard_state: HardState,
-    entries: Vec<Entry>,
+    pub(crate) entries: Vec<Entry>,
 }
 
 impl Replay {
@@ -257,10 +257,10 @@ impl<F: Fs> Wal<F> {
         for (seq, first_index, name) in found {
             let path = dir.join(&name);
             let mut file = fs.open(&path).map_err(WalError::io(&path))?;
-            let mut bytes = read_written(&mut file).map_err(WalError::io(&path))?;
             let is_last = Some(seq) == last_seq;
+            let mut window = SegmentWindow::new(&mut file).map_err(WalError::io(&path))?;
             let (end, max_index, cleared) =
-                replay_segment(&path, &mut bytes, seq, first_index, is_last, &mut replay)?;
+                replay_segment(&path, &mut window, seq, first_index, is_last, &mut replay)?;
             if cleared > 0 {
                 let zeros = vec![0u8; cleared as usize];
                 file.write_at(end, &zeros).map_err(WalError::io(&path))?;
@@ -800,9 +800,9 @@ fn write_header<W: WalFile>(file: &mut W, header: &SegmentHeader) -> std::io::Re
 /// Replays one segment into `replay` (starting it from the first segment's header). Returns
 /// where its written frames end, the highest entry index it holds, and how many bytes of a torn
 /// last frame must be cleared from that end (only in the last segment).
-fn replay_segment(
+pub(crate) fn replay_segment(
     path: &Path,
-    bytes: &mut [u8],
+    window: &mut SegmentWindow<'_, impl WalFile>,
     seq: u64,
     first_index: u64,
     is_last: bool,
@@ -813,12 +813,15 @@ fn replay_segment(
         offset: offset as u64,
         what,
     };
+    let io = || WalError::io(path);
     let mut at = 0usize;
     let mut max_index = 0;
     // Until the segment's header says its format.
     let mut headers = Headers::CheckedOrZero;
     loop {
-        match frame::read(bytes, at, headers) {
+        window.cover_frame_at(at).map_err(io())?;
+        let rel = at - window.base;
+        match frame::read(&window.bytes, rel, headers) {
             Read::Frame { payload, next } => {
                 let frame = Frame::decode(payload)
                     .map_err(|e| corrupt(at, format!("a frame that does not decode: {e}")))?;
@@ -869,29 +872,43 @@ fn replay_segment(
                     }
                     _ => return Err(corrupt(at, "a frame out of place".into())),
                 }
-                at = next;
+                at = window.base + next;
+                window.forget_before(at);
             }
             Read::End => {
                 if at == 0 {
                     return Err(corrupt(0, "a segment without its header".into()));
                 }
-                if let Some(later) = frame::intact_frame_after(bytes, at + frame::ALIGN_BYTES) {
+                // What follows the end is kept only when it is not all zeros.
+                window.rest_unless_zeros().map_err(io())?;
+                let bytes = &window.bytes;
+                if let Some(later) = frame::intact_frame_after(bytes, rel + frame::ALIGN_BYTES) {
                     return Err(corrupt(
                         at,
-                        format!("zeros where a frame was written (an intact frame at {later})"),
+                        format!(
+                            "zeros where a frame was written (an intact frame at {})",
+                            window.base + later
+                        ),
                     ));
                 }
                 let cleared = if is_last {
-                    trailing_garbage(bytes, at)
+                    trailing_garbage(bytes, rel)
                 } else {
                     0
                 };
                 return Ok((at as u64, max_index, cleared));
             }
-            Read::Bad(bad) => {
+            Read::Bad(_) => {
+                // Judged with the whole rest of the segment.
+                window.rest().map_err(io())?;
+                let bytes = &window.bytes;
+                let Read::Bad(bad) = frame::read(bytes, rel, headers) else {
+                    unreachable!("the frame read bad with every byte it reaches read");
+                };
                 let torn = matches!(bad, BadFrame::Torn | BadFrame::Short);
-                if is_last && torn && at > 0 && frame::intact_frame_after(bytes, at + 8).is_none() {
-                    let cleared = trailing_garbage(bytes, at);
+                if is_last && torn && at > 0 && frame::intact_frame_after(bytes, rel + 8).is_none()
+                {
+                    let cleared = trailing_garbage(bytes, rel);
                     return Ok((at as u64, max_index, cleared));
                 }
                 return Err(corrupt(at, format!("{bad:?} frame")));
@@ -900,65 +917,99 @@ fn replay_segment(
     }
 }
 
-/// A segment's bytes as far as its frames go, with what follows them up to the chunk read last.
-/// The rest of a segment is the zeros it was filled with before use: they are checked, not
-/// kept, so replaying a 64 MiB segment with a few frames in it holds what the frames take. A
-/// header that is not a frame's, or anything but zeros past the last frame, reads the whole
-/// segment instead. Either way replay sees what the whole segment would show it: past the
-/// bytes returned there are only zeros.
-pub(crate) fn read_written(file: &mut impl WalFile) -> std::io::Result<Vec<u8>> {
-    const CHUNK: usize = 1 << 20;
-    /// Reads on until `bytes` holds `want` bytes (a chunk more at least) or the whole file.
-    fn fill(
-        file: &mut impl WalFile,
-        bytes: &mut Vec<u8>,
-        want: usize,
-        size: usize,
-    ) -> std::io::Result<()> {
-        if bytes.len() >= want {
+/// A segment read a chunk at a time for replay: `bytes` holds the segment from offset `base` on,
+/// as far as replay has needed. What replay stepped past is let go, and the zeros that fill a
+/// segment past its frames are checked, not kept, so replaying a 64 MiB segment holds a frame
+/// and a chunk, not the segment. To judge a bad frame, or an end followed by anything but
+/// zeros, it reads the rest of the segment whole: every check sees from the frame it is at on
+/// what it saw when segments were read whole.
+pub(crate) struct SegmentWindow<'f, F> {
+    file: &'f mut F,
+    size: usize,
+    base: usize,
+    bytes: Vec<u8>,
+}
+
+const WINDOW_CHUNK: usize = 1 << 20;
+
+impl<'f, F: WalFile> SegmentWindow<'f, F> {
+    pub(crate) fn new(file: &'f mut F) -> std::io::Result<Self> {
+        let size = usize::try_from(file.size()?).unwrap_or(usize::MAX);
+        Ok(SegmentWindow {
+            file,
+            size,
+            base: 0,
+            bytes: Vec::new(),
+        })
+    }
+
+    /// Reads on until the window reaches offset `to` (a chunk further at least) or the file's
+    /// end.
+    fn cover(&mut self, to: usize) -> std::io::Result<()> {
+        let held = self.bytes.len();
+        if self.base + held >= to || self.base + held >= self.size {
             return Ok(());
         }
-        let from = bytes.len();
-        bytes.resize(want.max(from + CHUNK).min(size), 0);
-        let read = file.read_at(from as u64, &mut bytes[from..])?;
-        bytes.truncate(from + read);
+        let want = (to - self.base).max(held + WINDOW_CHUNK);
+        self.bytes.resize(want.min(self.size - self.base), 0);
+        let read = self
+            .file
+            .read_at((self.base + held) as u64, &mut self.bytes[held..])?;
+        self.bytes.truncate(held + read);
         Ok(())
     }
-    let size = usize::try_from(file.size()?).unwrap_or(usize::MAX);
-    let mut bytes: Vec<u8> = Vec::new();
-    let mut at = 0usize;
-    loop {
-        fill(file, &mut bytes, at + frame::HEADER_BYTES, size)?;
-        if at + frame::HEADER_BYTES > bytes.len() {
-            // The file ends within frames: all of it is read.
-            return Ok(bytes);
+
+    /// Covers the frame at `at`: its header, and the whole frame when the header's length is
+    /// one a frame may have.
+    fn cover_frame_at(&mut self, at: usize) -> std::io::Result<()> {
+        self.cover(at + frame::HEADER_BYTES)?;
+        let rel = at - self.base;
+        if let Some(header) = self.bytes.get(rel..rel + frame::HEADER_BYTES) {
+            let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+            if len <= frame::FRAME_PAYLOAD_BYTES_MAX {
+                self.cover(at + frame::framed_len(len))?;
+            }
         }
-        let header = &bytes[at..at + frame::HEADER_BYTES];
-        if header.iter().all(|b| *b == 0) {
-            break;
-        }
-        let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
-        if u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) != frame::MAGIC
-            || len > frame::FRAME_PAYLOAD_BYTES_MAX
-        {
-            return file.read_all();
-        }
-        at += frame::framed_len(len);
+        Ok(())
     }
-    // Past the bytes read, only zeros, or the whole segment is read.
-    let mut rest = vec![0u8; CHUNK];
-    let mut offset = bytes.len();
-    while offset < size {
-        let read = file.read_at(offset as u64, &mut rest)?;
-        if read == 0 {
-            break;
-        }
-        if rest[..read].iter().any(|b| *b != 0) {
-            return file.read_all();
-        }
-        offset += read;
+
+    /// The bytes the window holds.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.bytes.len()
     }
-    Ok(bytes)
+
+    /// Lets go of what lies before `at`, once that is a chunk or more.
+    fn forget_before(&mut self, at: usize) {
+        let rel = at - self.base;
+        if rel >= WINDOW_CHUNK && rel <= self.bytes.len() {
+            self.bytes.drain(..rel);
+            self.base = at;
+        }
+    }
+
+    /// Reads the rest of the segment into the window.
+    fn rest(&mut self) -> std::io::Result<()> {
+        self.cover(self.size)
+    }
+
+    /// Checks that the segment holds only zeros past the window, keeping none of them; reads
+    /// the rest into the window when it does not.
+    fn rest_unless_zeros(&mut self) -> std::io::Result<()> {
+        let mut chunk = vec![0u8; WINDOW_CHUNK];
+        let mut offset = self.base + self.bytes.len();
+        while offset < self.size {
+            let read = self.file.read_at(offset as u64, &mut chunk)?;
+            if read == 0 {
+                return Ok(());
+            }
+            if chunk[..read].iter().any(|b| *b != 0) {
+                return self.rest();
+            }
+            offset += read;
+        }
+        Ok(())
+    }
 }
 
 /// How many bytes from `at` must be zeroed so the segment ends cleanly there.
