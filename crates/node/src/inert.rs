@@ -75,7 +75,7 @@ const TABLE: &[Inert] = &[
     inert(
         "max-snapshots",
         Uint,
-        "no snapshot files are kept: a follower's is built from the database file",
+        "no snapshot files are kept: a follower's is written from the database file when it needs one, and replaced by the next",
     ),
     inert(
         "max-wals",
