@@ -89,6 +89,27 @@ impl Drop for Link {
     }
 }
 
+/// How long a link that closes may go on sending what was queued on it.
+const LINK_CLOSE_MAX: Duration = Duration::from_secs(1);
+
+impl Link {
+    /// Closes the link once what is queued on it is sent (within [`LINK_CLOSE_MAX`]): a member
+    /// a leader has just removed still gets the commit that tells it so, queued before the
+    /// leader applied the removal.
+    fn close(mut self, runtime: &tokio::runtime::Handle) {
+        let mut task = std::mem::replace(&mut self.task, runtime.spawn(async {}));
+        drop(self); // the queue's sender: the task sends what is left, then ends
+        runtime.spawn(async move {
+            if tokio::time::timeout(LINK_CLOSE_MAX, &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
+        });
+    }
+}
+
 impl std::fmt::Debug for RaftLinks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let links = self.links.lock().expect("raft links lock poisoned");
@@ -122,7 +143,16 @@ impl RaftLinks {
     pub fn set_peers(&self, peers: impl IntoIterator<Item = (u64, String)>) {
         let peers: HashMap<u64, String> = peers.into_iter().collect();
         let mut links = self.links.lock().expect("raft links lock poisoned");
-        links.retain(|id, link| peers.get(id) == Some(&link.addr));
+        let gone: Vec<u64> = links
+            .iter()
+            .filter(|(id, link)| peers.get(id) != Some(&link.addr))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            if let Some(link) = links.remove(&id) {
+                link.close(&self.runtime);
+            }
+        }
         for (id, addr) in peers {
             if links.contains_key(&id) {
                 continue;
@@ -262,7 +292,12 @@ async fn run_link(
             tokio::select! {
                 ended = &mut call => break ended.err(),
                 next = queue.recv() => {
-                    let Some(message) = next else { return };
+                    let Some(message) = next else {
+                        // Closed: end the stream after what it holds, and let the peer answer.
+                        drop(stream);
+                        let _ = tokio::time::timeout(LINK_CLOSE_MAX, &mut call).await;
+                        return;
+                    };
                     let bytes = message.len();
                     if stream.send(Payload { data: message }).await.is_err() {
                         traffic.not_sent(&counts);
