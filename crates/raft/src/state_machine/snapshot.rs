@@ -252,14 +252,7 @@ pub(crate) fn install_snapshot_bytes(
     );
     let row = state.meta();
     let txn = db.begin_write().map_err(StorageError::write(WHAT))?;
-    {
-        let mut kv = txn.open_table(KV).map_err(StorageError::write(WHAT))?;
-        kv.retain(|_, _| false).map_err(StorageError::write(WHAT))?;
-        let mut lease_table = txn.open_table(LEASES).map_err(StorageError::write(WHAT))?;
-        lease_table
-            .retain(|_, _| false)
-            .map_err(StorageError::write(WHAT))?;
-    }
+    drop(emptied_tables(&txn)?);
     write_sm(&txn, &changes, &leases, &row)?;
     let started = std::time::Instant::now();
     txn.commit().map_err(StorageError::commit(WHAT))?;
@@ -268,6 +261,25 @@ pub(crate) fn install_snapshot_bytes(
     db.loaded_compaction(state.store.compact_revision(), Vec::new());
     replace_state(shared, db, state);
     Ok(())
+}
+
+/// The `kv` and `leases` tables of `txn`, emptied: what a snapshot's rows replace.
+pub(super) type StateTables<'t> = (
+    redb::Table<'t, [u8; 16], &'static [u8]>,
+    redb::Table<'t, [u8; 8], &'static [u8]>,
+);
+
+pub(super) fn emptied_tables(
+    txn: &redb::WriteTransaction,
+) -> Result<StateTables<'_>, StorageError> {
+    const WHAT: &str = "a snapshot";
+    let mut kv = txn.open_table(KV).map_err(StorageError::write(WHAT))?;
+    kv.retain(|_, _| false).map_err(StorageError::write(WHAT))?;
+    let mut leases = txn.open_table(LEASES).map_err(StorageError::write(WHAT))?;
+    leases
+        .retain(|_, _| false)
+        .map_err(StorageError::write(WHAT))?;
+    Ok((kv, leases))
 }
 
 /// Puts `state`, which the file now holds, in place of the state machine's.

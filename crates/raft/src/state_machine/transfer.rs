@@ -26,7 +26,7 @@ use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
 use super::shared::Shared;
-use super::snapshot::{load, replace_state};
+use super::snapshot::{emptied_tables, load, replace_state};
 use crate::storage::{Db, KV, LEASES, SmMeta, StorageError, decode, write_sm};
 
 /// What the data of a Raft snapshot that names a file starts with. An inline snapshot (a
@@ -203,9 +203,15 @@ pub(crate) fn receive(
     let file =
         File::create(&partial).map_err(|e| format!("creating {}: {e}", partial.display()))?;
     let mut sink = Summed::new(BufWriter::with_capacity(BUFFER_BYTES, file));
-    fetch(&mut sink)?;
-    sink.flush()
-        .map_err(|e| format!("writing {}: {e}", partial.display()))?;
+    let fetched = fetch(&mut sink).and_then(|()| {
+        sink.flush()
+            .map_err(|e| format!("writing {}: {e}", partial.display()))
+    });
+    if let Err(e) = fetched {
+        drop(sink);
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
     let (bytes, crc) = (sink.bytes, sink.crc.finalize());
     if (bytes, crc) != (reference.bytes, reference.crc) {
         let _ = std::fs::remove_file(&partial);
@@ -273,12 +279,7 @@ pub(crate) fn install_file(
     db.discard_staged_sm();
     let txn = db.begin_write().map_err(StorageError::write(WHAT))?;
     {
-        let mut kv = txn.open_table(KV).map_err(StorageError::write(WHAT))?;
-        kv.retain(|_, _| false).map_err(StorageError::write(WHAT))?;
-        let mut leases = txn.open_table(LEASES).map_err(StorageError::write(WHAT))?;
-        leases
-            .retain(|_, _| false)
-            .map_err(StorageError::write(WHAT))?;
+        let (mut kv, mut leases) = emptied_tables(&txn)?;
         loop {
             match read_frame(&mut input, &mut buf).map_err(io)? {
                 KV_ROW if buf.len() >= 16 => {
