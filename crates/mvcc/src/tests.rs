@@ -1361,6 +1361,23 @@ impl ValueSource for std::sync::Arc<Persisted> {
 
 struct RowsView(BTreeMap<Revision, bytes::Bytes>);
 
+/// Puts each key and value in `s`, in order, and persists what each put wrote into `rows`.
+fn put_persisted<const N: usize>(s: &mut Store, rows: &Persisted, puts: [(&str, String); N]) {
+    for (key, value) in puts {
+        let (_, changes) = s
+            .put(
+                &PutRequest {
+                    key: key.into(),
+                    value: value.into(),
+                    ..Default::default()
+                },
+                &no_leases,
+            )
+            .unwrap();
+        rows.write(&changes);
+    }
+}
+
 impl ValueReader for RowsView {
     fn read(&mut self, rev: Revision) -> Result<bytes::Bytes, String> {
         self.0
@@ -1376,25 +1393,17 @@ fn a_released_value_is_read_back_and_a_lost_row_is_an_error() {
     let mut s = Store::new();
     s.set_value_source(std::sync::Arc::new(rows.clone()));
     let big = |c: char| c.to_string().repeat(200);
-    for (key, value) in [
-        ("a", big('1')),
-        ("a", big('2')),
-        ("b", "small".to_string()),
-        ("b", big('3')),
-        ("a", big('4')),
-    ] {
-        let (_, changes) = s
-            .put(
-                &PutRequest {
-                    key: key.into(),
-                    value: value.into(),
-                    ..Default::default()
-                },
-                &no_leases,
-            )
-            .unwrap();
-        rows.write(&changes);
-    }
+    put_persisted(
+        &mut s,
+        &rows,
+        [
+            ("a", big('1')),
+            ("a", big('2')),
+            ("b", "small".to_string()),
+            ("b", big('3')),
+            ("a", big('4')),
+        ],
+    );
     // Big: a@2, a@3, b@5, a@6; b@4 is too small to release.
     assert_eq!(s.releasable_bytes(), 800);
     assert_eq!(
@@ -1551,25 +1560,17 @@ fn a_store_restored_with_values_left_in_the_file_reads_what_a_held_restore_reads
     let rows = std::sync::Arc::new(Persisted::default());
     let mut s = Store::new();
     let big = |c: char| c.to_string().repeat(crate::RELEASE_MIN);
-    for (key, value) in [
-        ("a", big('1')),
-        ("b", "small".to_string()),
-        ("a", big('2')),
-        ("c", big('3')),
-        ("b", big('4')),
-    ] {
-        let (_, changes) = s
-            .put(
-                &PutRequest {
-                    key: key.into(),
-                    value: value.into(),
-                    ..Default::default()
-                },
-                &no_leases,
-            )
-            .unwrap();
-        rows.write(&changes);
-    }
+    put_persisted(
+        &mut s,
+        &rows,
+        [
+            ("a", big('1')),
+            ("b", "small".to_string()),
+            ("a", big('2')),
+            ("c", big('3')),
+            ("b", big('4')),
+        ],
+    );
     let changes = s
         .delete_range(&DeleteRangeRequest {
             key: "c".into(),
