@@ -29,8 +29,9 @@
 # apart); the apiserver's request latency p50/p99 by verb
 # (apiserver_request_duration_seconds) and its store latency (etcd_request_duration_seconds);
 # watch events sent; 5xx answers and the controllers' own failed requests; the store's CPU seconds
-# and peak RSS. A table of the targets side by side is printed and written to
-# <work>/summary.md; --json FILE writes the figures too.
+# and peak RSS. A table of the targets side by side is printed at the end. It is written to
+# <work>/summary.md after each target, so a run stopped part way keeps the targets it finished
+# (the work directory is then left in place); --json FILE writes the figures too.
 #
 # --check (scripts/test.sh) fails unless every target ran every phase and passed the final-state
 # check. Without it the run is a benchmark: a target that stops short (a phase that timed out, a

@@ -992,6 +992,36 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
         return self
 
 
+def write_figures(a, work, results):
+    """The targets' figures side by side, in <work>/summary.md (and --json's file); returns the table."""
+    names = [r.name for r in results]
+    rows = []
+    for r in results:
+        for k in list(r.phases) + list(r.fig):
+            if k not in rows:
+                rows.append(k)
+    lines = [f"k8s-scale: {a.nodes} nodes, {a.pods} pods", "",
+             "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for k in rows:
+        cells = []
+        for r in results:
+            if k in r.phases:
+                cells.append(f"{r.phases[k]:.1f} s")
+            else:
+                cells.append(str(r.fig.get(k, "")))
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines.append("| SLO misses | " + " | ".join(", ".join(r.slo()) or "none" for r in results) + " |")
+    lines.append("| problems | " + " | ".join("; ".join(r.problems) or "none" for r in results) + " |")
+    table = "\n".join(lines)
+    with open(f"{work}/summary.md", "w") as f:
+        f.write(table + "\n")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({r.name: {"phases_s": r.phases, "figures": r.fig, "slo_misses": r.slo(),
+                                "problems": r.problems} for r in results}, f, indent=1)
+    return table
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     for tool in ("leasehold", "etcd", "etcdctl", "apiserver", "controller-manager", "scheduler", "kwok", "kwok-stages"):
@@ -1031,33 +1061,11 @@ def main():
     for t in targets:
         kind, _, n = t.partition(":")
         results.append(Target(a, kind, int(n), work).run())
-
-    names = [r.name for r in results]
-    rows = []
-    for r in results:
-        for k in list(r.phases) + list(r.fig):
-            if k not in rows:
-                rows.append(k)
-    lines = [f"k8s-scale: {a.nodes} nodes, {a.pods} pods", "",
-             "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for k in rows:
-        cells = []
-        for r in results:
-            if k in r.phases:
-                cells.append(f"{r.phases[k]:.1f} s")
-            else:
-                cells.append(str(r.fig.get(k, "")))
-        lines.append(f"| {k} | " + " | ".join(cells) + " |")
-    lines.append("| SLO misses | " + " | ".join(", ".join(r.slo()) or "none" for r in results) + " |")
-    lines.append("| problems | " + " | ".join("; ".join(r.problems) or "none" for r in results) + " |")
-    table = "\n".join(lines)
+        # Written after every target, so a long run stopped part way keeps what it measured.
+        table = write_figures(a, work, results)
+        if len(results) < len(targets):
+            log(f"figures so far: {work}/summary.md")
     print(table)
-    with open(f"{work}/summary.md", "w") as f:
-        f.write(table + "\n")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({r.name: {"phases_s": r.phases, "figures": r.fig, "slo_misses": r.slo(),
-                                "problems": r.problems} for r in results}, f, indent=1)
     failed = [r.name for r in results if r.problems]
     keep = os.environ.get("KEEP") == "1" or failed
     if keep:
