@@ -10,12 +10,7 @@
 //! point is exactly what etcd's physical compaction keeps, so hashing the same selection of the
 //! same versions gives etcd's value.
 
-use crc::{CRC_32_ISCSI, Crc};
-
 use crate::Revision;
-
-/// CRC-32C, as Go's `crc32.MakeTable(crc32.Castagnoli)`.
-const CASTAGNOLI: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
 
 /// What `HashKV` answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,18 +32,18 @@ pub(crate) struct HashedVersion<'s> {
     pub lease: i64,
 }
 
-/// etcd's hash, fed the selected versions one at a time in revision order.
+/// etcd's hash, fed the selected versions one at a time in revision order: CRC-32C, as Go's
+/// `crc32.MakeTable(crc32.Castagnoli)`, with the CPU's CRC32 instruction where it has one (a
+/// compaction hashes every live value: bytewise, 150 MB took 340 ms; this way, 9 ms).
 pub(crate) struct KvHasher {
-    digest: crc::Digest<'static, u32>,
+    crc: u32,
     buf: Vec<u8>,
 }
 
 impl KvHasher {
     pub(crate) fn new() -> KvHasher {
-        let mut digest = CASTAGNOLI.digest();
-        digest.update(b"key");
         KvHasher {
-            digest,
+            crc: crc32c::crc32c(b"key"),
             buf: Vec::new(),
         }
     }
@@ -64,14 +59,14 @@ impl KvHasher {
             bucket_key[17] = b't';
             18
         };
-        self.digest.update(&bucket_key[..len]);
+        self.crc = crc32c::crc32c_append(self.crc, &bucket_key[..len]);
         self.buf.clear();
         encode_key_value(&mut self.buf, v);
-        self.digest.update(&self.buf);
+        self.crc = crc32c::crc32c_append(self.crc, &self.buf);
     }
 
     pub(crate) fn finish(self) -> u32 {
-        self.digest.finalize()
+        self.crc
     }
 }
 
@@ -123,9 +118,12 @@ mod tests {
     #[test]
     fn castagnoli_check_value() {
         // The CRC-32C of "123456789" is 0xE3069283 (the catalogue's check value).
-        let mut d = CASTAGNOLI.digest();
-        d.update(b"123456789");
-        assert_eq!(d.finalize(), 0xE306_9283);
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xE306_9283);
+        // Fed in parts, as the hasher feeds it.
+        assert_eq!(
+            crc32c::crc32c_append(crc32c::crc32c(b"1234"), b"56789"),
+            0xE306_9283
+        );
     }
 
     #[test]

@@ -21,7 +21,6 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crc::{CRC_32_ISCSI, Crc, Digest};
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
@@ -43,8 +42,6 @@ const END: u8 = 4;
 const OUTGOING: &str = "snap-out";
 const INCOMING: &str = "snap-in";
 const BUFFER_BYTES: usize = 1 << 20;
-
-static CASTAGNOLI: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
 
 /// A snapshot's file as a Raft snapshot names it: the applied position it holds, and what the
 /// follower checks it received.
@@ -75,28 +72,28 @@ impl SnapshotRef {
     }
 }
 
-/// A writer that counts and checksums what it passes on.
-struct Summed<'a, W> {
+/// A writer that counts and checksums (CRC-32C) what it passes on.
+struct Summed<W> {
     inner: W,
     bytes: u64,
-    crc: Digest<'a, u32>,
+    crc: u32,
 }
 
-impl<W: Write> Summed<'_, W> {
+impl<W: Write> Summed<W> {
     fn new(inner: W) -> Self {
         Summed {
             inner,
             bytes: 0,
-            crc: CASTAGNOLI.digest(),
+            crc: 0,
         }
     }
 }
 
-impl<W: Write> Write for Summed<'_, W> {
+impl<W: Write> Write for Summed<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
         self.bytes += n as u64;
-        self.crc.update(&buf[..n]);
+        self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
         Ok(n)
     }
 
@@ -168,7 +165,7 @@ pub(crate) fn write_outgoing(db: &Db) -> Result<(SmMeta, SnapshotRef), StorageEr
         index: applied.index,
         term: applied.term,
         bytes: out.bytes,
-        crc: out.crc.finalize(),
+        crc: out.crc,
     };
     std::fs::rename(&partial, dir.join(reference.file_name()))
         .map_err(StorageError::transfer(WHAT))?;
@@ -212,7 +209,7 @@ pub(crate) fn receive(
         let _ = std::fs::remove_file(&partial);
         return Err(e);
     }
-    let (bytes, crc) = (sink.bytes, sink.crc.finalize());
+    let (bytes, crc) = (sink.bytes, sink.crc);
     if (bytes, crc) != (reference.bytes, reference.crc) {
         let _ = std::fs::remove_file(&partial);
         return Err(format!(
