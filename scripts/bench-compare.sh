@@ -75,6 +75,9 @@ workloads=(
   # One writer's puts while a client reads 100,000 1 KiB objects whole, back to back (an
   # unpaged LIST): how long a big read holds writes back.
   "put-during-list --objects 100000 --readers 1 --conns 2 --duration 10"
+  # kube-apiserver's periodic compaction: one writer's puts while 5 compactions, 2 s apart, drop
+  # the history of 20,000 pod-sized (2.5 KB) objects written 3 times.
+  "put-during-compact --objects 20000 --val-size 2500 --versions 3 --conns 2"
 )
 # Only some workloads, e.g. WORKLOADS="lease-|expiry" scripts/bench-compare.sh 1
 if [ -n "${WORKLOADS:-}" ]; then

@@ -31,6 +31,7 @@ mod expiry_storm;
 mod keepalive;
 mod lease_memory;
 mod list_paged;
+mod put_during_compact;
 mod put_during_list;
 mod watch_latency;
 
@@ -39,6 +40,7 @@ use expiry_lag::ExpiryLag;
 use expiry_storm::ExpiryStorm;
 use lease_memory::LeaseMemory;
 use list_paged::ListPaged;
+use put_during_compact::PutDuringCompact;
 use put_during_list::PutDuringList;
 use watch_latency::WatchLatency;
 
@@ -85,6 +87,7 @@ enum WorkloadArgs {
     Range(Range),
     ListPaged(ListPaged),
     PutDuringList(PutDuringList),
+    PutDuringCompact(PutDuringCompact),
     TxnPut(TxnPut),
     LeaseTimetolive(LeaseTimetolive),
     LeaseGrant(LeaseGrant),
@@ -269,6 +272,7 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         WorkloadArgs::Range(w) => w.run(&run).await,
         WorkloadArgs::ListPaged(w) => w.run(&run).await,
         WorkloadArgs::PutDuringList(w) => w.run(&run).await,
+        WorkloadArgs::PutDuringCompact(w) => w.run(&run).await,
         WorkloadArgs::TxnPut(w) => w.run(&run).await,
         WorkloadArgs::LeaseTimetolive(w) => w.run(&run).await,
         WorkloadArgs::LeaseGrant(w) => w.run(&run).await,

@@ -117,6 +117,23 @@ const WORKLOADS: &[&[&str]] = &[
         "--lease-ttl",
         "2",
     ],
+    // One writer while 3 compactions, 100 ms apart, drop the history of 300 keys written
+    // twice.
+    &[
+        "put-during-compact",
+        "--objects",
+        "300",
+        "--versions",
+        "2",
+        "--val-size",
+        "200",
+        "--compactions",
+        "3",
+        "--compact-every-ms",
+        "100",
+        "--conns",
+        "2",
+    ],
 ];
 
 fn bench(server: &Server, args: &[&str]) -> Value {
@@ -197,6 +214,16 @@ async fn run_all(target: &str, server: &Server) {
                     "{target}: a read every 100 ms at most: {r}"
                 );
             }
+        } else if args[0] == "put-during-compact" {
+            assert_eq!(
+                (r["compactions"].as_f64(), r["compactions_failed"].as_f64()),
+                (Some(3.0), Some(0.0)),
+                "{target}: every compaction answered: {r}"
+            );
+            assert!(
+                r["compaction_max_ms"].as_f64() > Some(0.0),
+                "{target}: the compactions are timed: {r}"
+            );
         } else if args[0] == "watch-latency" {
             assert_eq!(
                 r["requests"].as_f64(),
