@@ -22,7 +22,8 @@ pub use error::Error;
 pub use hash::KvHash;
 pub use leasehold_types::{Key, prefix_range_end};
 pub use store::{
-    EventsFilter, EventsScan, RELEASE_MIN, RangeScan, ScanBudget, Store, Written, key_in_range,
+    CompactionHash, EventsFilter, EventsScan, RELEASE_MIN, RangeScan, ScanBudget, Store, Written,
+    hash_in_background, key_in_range,
 };
 pub use types::{
     Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,

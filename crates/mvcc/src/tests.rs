@@ -1458,6 +1458,76 @@ fn a_released_value_is_read_back_and_a_lost_row_is_an_error() {
     );
 }
 
+/// A compaction's hash is computed after the compaction (by the hashing worker, or by the
+/// first to ask), from the versions the compaction picked and the view of the rows it opened:
+/// the compaction's removals, persisted before the hash is computed, do not change it.
+#[test]
+fn a_compactions_hash_is_taken_later_from_what_it_picked() {
+    let rows = std::sync::Arc::new(Persisted::default());
+    let mut s = Store::new();
+    s.set_value_source(std::sync::Arc::new(rows.clone()));
+    let big = |c: char| c.to_string().repeat(200);
+    put_persisted(
+        &mut s,
+        &rows,
+        [
+            ("a", big('1')),
+            ("b", big('2')),
+            ("a", big('3')),
+            ("c", "small".to_string()),
+            ("b", big('4')),
+        ],
+    );
+    s.release_values(i64::MAX, 0);
+    let before = s.hash_kv(5).unwrap();
+    // The first compaction: hashed by the first to ask, after its removals left the rows.
+    let (_, changes) = s.compact(5).unwrap();
+    rows.write(&changes);
+    assert!(
+        changes.iter().any(|c| matches!(c, Change::Remove { .. })),
+        "the compaction removed rows"
+    );
+    assert_eq!(s.hash_kv(5), Ok(before));
+    assert_eq!(s.compaction_hashes(), vec![before]);
+    // The second: hashed by the worker, after its removals, then asked for.
+    put_persisted(&mut s, &rows, [("a", big('5')), ("a", big('6'))]);
+    s.release_values(i64::MAX, 0);
+    let before = s.hash_kv(8).unwrap();
+    let (_, changes) = s.compact(8).unwrap();
+    rows.write(&changes);
+    crate::hash_in_background(s.newest_compaction_hash().unwrap());
+    assert_eq!(s.hash_kv(8), Ok(before));
+    assert_eq!(s.compaction_hashes().last(), Some(&before));
+    // What is left at the compaction revision hashes otherwise (a@7 is gone): the taken hash
+    // is the one answered, not one taken afresh.
+    let fresh = Store::restore(
+        s.current_revision(),
+        s.compact_revision(),
+        s.records().unwrap(),
+    );
+    let mut fresh = fresh;
+    fresh.set_value_source(std::sync::Arc::new(rows.clone()));
+    assert_ne!(fresh.hash_kv(8).unwrap().hash, before.hash);
+}
+
+/// A value the compaction's view cannot read back: the hash says so when asked for, and the
+/// compaction itself (and every write after it) goes on.
+#[test]
+fn a_compactions_hash_over_a_lost_row_is_an_error_of_the_hash_alone() {
+    let rows = std::sync::Arc::new(Persisted::default());
+    let mut s = Store::new();
+    s.set_value_source(std::sync::Arc::new(rows.clone()));
+    let big = |c: char| c.to_string().repeat(200);
+    put_persisted(&mut s, &rows, [("a", big('1')), ("a", big('2'))]);
+    s.release_values(i64::MAX, 0);
+    rows.0.lock().unwrap().clear();
+    assert_eq!(s.compact(3).map(|(rev, _)| rev), Ok(3));
+    assert!(matches!(s.hash_kv(3), Err(Error::Unreadable(_))));
+    assert_eq!(s.compaction_hashes(), vec![]);
+    put(&mut s, "b", "1");
+    assert_eq!(s.current_revision(), 4);
+}
+
 #[derive(Clone, Debug)]
 enum ReleaseOp {
     Put(u8, u16),

@@ -12,6 +12,7 @@
 //! - `releasable_bytes` counts the values of [`RELEASE_MIN`] bytes or more still held, each named
 //!   once in `releasable`.
 
+mod hashes;
 mod scan;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -21,10 +22,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use leasehold_types::Key;
 
+pub use hashes::{CompactionHash, hash_in_background};
 pub use scan::{EventsFilter, EventsScan, RangeScan, ScanBudget};
 
 use crate::error::Error;
-use crate::hash::{HashedVersion, KvHash, KvHasher};
+use crate::hash::KvHash;
 use crate::types::{
     Change, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Event,
     EventKind, KeyValue, LeaseId, PutRequest, PutResponse, RangeRequest, RangeResponse, Record,
@@ -235,10 +237,11 @@ pub struct Store {
     /// [`Store::push_version`] changes which version is newest; a compaction keeps a live key's.
     live_keys: usize,
     /// The hashes this store's latest compactions took of what they removed, as `HashKV` at
-    /// each compaction revision answers them (newest last, at most [`COMPACTION_HASHES_KEPT`]).
-    /// Like etcd's, they live in memory only: after a restart `HashKV` at the compaction
-    /// revision hashes what is left.
-    compaction_hashes: VecDeque<KvHash>,
+    /// each compaction revision answers them (newest last, at most [`COMPACTION_HASHES_KEPT`]),
+    /// each computed when first asked for or by the hashing worker (`hashes.rs`). Like etcd's,
+    /// they live in memory only: after a restart `HashKV` at the compaction revision hashes what
+    /// is left.
+    compaction_hashes: VecDeque<Arc<CompactionHash>>,
     /// Versions whose values are held and may be released, in revision order. An entry whose
     /// version a compaction removed is skipped when it comes up.
     releasable: VecDeque<(Revision, Key)>,
@@ -344,9 +347,20 @@ impl Store {
     }
 
     /// The hashes this store's latest compactions took (newest last), as `HashKV` at each
-    /// compaction revision answers them.
+    /// compaction revision answers them. One not computed yet is computed here (see
+    /// [`Store::newest_compaction_hash`]); one whose values could not be read is left out.
     pub fn compaction_hashes(&self) -> Vec<KvHash> {
-        self.compaction_hashes.iter().copied().collect()
+        self.compaction_hashes
+            .iter()
+            .filter_map(|h| h.resolve().ok())
+            .collect()
+    }
+
+    /// The hash the newest compaction took: computed when first asked for, so the caller hands
+    /// it to a worker ([`hash_in_background`]) to have it ready without holding up what
+    /// follows the compaction.
+    pub fn newest_compaction_hash(&self) -> Option<Arc<CompactionHash>> {
+        self.compaction_hashes.back().cloned()
     }
 
     /// Number of keys whose newest version is a value.
@@ -713,9 +727,9 @@ impl Store {
         if let Some(taken) = self
             .compaction_hashes
             .iter()
-            .find(|h| revision > 0 && h.hash_revision == revision)
+            .find(|h| revision > 0 && h.hash_revision() == revision)
         {
-            return Ok(*taken);
+            return taken.resolve();
         }
         if revision > self.current_revision {
             return Err(Error::FutureRevision);
@@ -725,6 +739,17 @@ impl Store {
         } else {
             revision
         };
+        Ok(KvHash {
+            hash: self.pick_for_hash(at)?.hash()?,
+            hash_revision: at,
+            compact_revision: self.compact_revision,
+        })
+    }
+
+    /// What `HashKV` at `at` covers (at or below the current revision, and not below the
+    /// compaction point), in revision order, with a view of the released values among them
+    /// opened now.
+    fn pick_for_hash(&self, at: i64) -> Result<hashes::Picked, Error> {
         // What a compaction at `at` would keep of what lies at or below the compaction point:
         // each key's newest version at `at`, if it is a value. etcd hashes everything there
         // when no key has one.
@@ -739,41 +764,32 @@ impl Store {
             .keys
             .values()
             .any(|h| newest_live(h.as_slice()).is_some());
-        let mut selected: Vec<(&Key, &Version)> = Vec::new();
+        let mut versions: Vec<(Key, Version)> = Vec::new();
+        let mut released = false;
         for (key, history) in &self.keys {
-            let versions = history.as_slice();
-            let kept = newest_live(versions);
-            for v in versions.iter().take_while(|v| v.rev.main <= at) {
+            let history = history.as_slice();
+            let kept = newest_live(history);
+            for v in history.iter().take_while(|v| v.rev.main <= at) {
                 if v.rev.main <= self.compact_revision && any_kept && kept != Some(v.rev) {
                     continue;
                 }
-                selected.push((key, v));
+                released |= v.is_released();
+                versions.push((
+                    key.clone(),
+                    Version {
+                        value: v.value.as_ref().map(share),
+                        ..*v
+                    },
+                ));
             }
         }
-        selected.sort_unstable_by_key(|(_, v)| v.rev);
-        // Hashed one version at a time: a released value is read back, hashed and let go.
-        let mut hasher = KvHasher::new();
-        let mut values = ReadBack::new(&*self.values);
-        for (key, v) in selected {
-            let value = if v.is_live() {
-                Some(value_of(v, &mut values)?)
-            } else {
-                None
-            };
-            hasher.add(&HashedVersion {
-                rev: v.rev,
-                key,
-                value: value.as_deref(),
-                create_revision: v.create_revision,
-                version: v.version,
-                lease: v.lease.map_or(0, LeaseId::get),
-            });
-        }
-        Ok(KvHash {
-            hash: hasher.finish(),
-            hash_revision: at,
-            compact_revision: self.compact_revision,
-        })
+        versions.sort_unstable_by_key(|(_, v)| v.rev);
+        let reader = if released {
+            Some(ReadBack::new(&*self.values).open()?)
+        } else {
+            None
+        };
+        Ok(hashes::Picked { versions, reader })
     }
 
     /// Physically removes every version that no read at `revision` or later can see.
@@ -784,11 +800,17 @@ impl Store {
         if revision > self.current_revision {
             return Err(Error::FutureRevision);
         }
-        let taken = self.hash_kv(revision)?;
+        // Picked before anything is removed; hashed later, away from the caller's apply.
+        let picked = self.pick_for_hash(revision)?;
         if self.compaction_hashes.len() == COMPACTION_HASHES_KEPT {
             self.compaction_hashes.pop_front();
         }
-        self.compaction_hashes.push_back(taken);
+        self.compaction_hashes
+            .push_back(Arc::new(CompactionHash::pending(
+                revision,
+                self.compact_revision,
+                picked,
+            )));
         let mut changes = Vec::new();
         let mut releasable_gone = 0;
         self.keys.retain(|_, history| {

@@ -50,6 +50,8 @@ pub(super) struct Effects {
     /// The rows each compaction applied hides, to remove from the file once its checkpoint is
     /// there (`storage/removals.rs`).
     removals: Vec<Scheduled>,
+    /// The hashes those compactions took, to compute away from the apply once it is done.
+    hashes: Vec<std::sync::Arc<leasehold_mvcc::CompactionHash>>,
     /// A released value could not be read back ([`leasehold_mvcc::Error::Unreadable`]): the
     /// store may be part-way through a write, so nothing of this apply may be answered.
     unreadable: Option<String>,
@@ -226,6 +228,7 @@ pub(super) fn apply_command(state: &mut SmState, cmd: &Command, fx: &mut Effects
                     })
                     .collect();
                 fx.removals.push(Scheduled::new(*revision, rows));
+                fx.hashes.extend(store.newest_compaction_hash());
                 // The history just dropped should leave the process, not only the store.
                 leasehold_alloc::release_soon();
                 rev
@@ -482,6 +485,9 @@ pub(crate) fn apply_entries(
             Change::Write { .. } | Change::Remove { .. } => None,
         }));
     db.stage_sm(fx.changes, lease_rows, meta, fx.removals);
+    for hash in fx.hashes {
+        leasehold_mvcc::hash_in_background(hash);
+    }
     Ok(replies)
 }
 
