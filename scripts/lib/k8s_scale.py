@@ -902,6 +902,13 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
         allstore = merge(store.values())
         f["store p50 / p99 from the apiserver (ms)"] = (
             f"{histogram_quantile(allstore, .5) * 1000:.1f} / {histogram_quantile(allstore, .99) * 1000:.1f}")
+        for op in sorted(store):
+            h = store[op]
+            count = max(h.values())
+            if count < 10:
+                continue
+            f[f"store {op} p50 / p99 (ms), calls"] = (
+                f"{histogram_quantile(h, .5) * 1000:.1f} / {histogram_quantile(h, .99) * 1000:.1f}, {count:.0f}")
         worst = max(store, key=lambda op: histogram_quantile(store[op], .99)) if store else None
         if worst:
             f["store's slowest operation p99 (ms)"] = f"{worst} {histogram_quantile(store[worst], .99) * 1000:.0f}"
