@@ -496,6 +496,18 @@ def by_label(total, name, label, where=lambda labels: True):
     return out
 
 
+def quantile_rows(figures, name, histograms, ms):
+    """A figure per histogram of {label value: histogram} with 10 calls or more: its p50 / p99
+    in ms (each written with `ms`), and its calls."""
+    for label in sorted(histograms):
+        h = histograms[label]
+        count = max(h.values())
+        if count < 10:
+            continue
+        p50, p99 = (ms.format(histogram_quantile(h, q) * 1000) for q in (.5, .99))
+        figures[name.format(label)] = f"{p50} / {p99}, {count:.0f}"
+
+
 def merge(histograms):
     m = collections.defaultdict(float)
     for h in histograms:
@@ -889,26 +901,14 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
         total = self.apiserver_metrics.total()
         verbs = by_label(total, "apiserver_request_duration_seconds", "verb",
                          lambda l: l.get("verb") not in ("WATCH", "CONNECT"))
-        for verb in sorted(verbs):
-            h = verbs[verb]
-            count = max(h.values())
-            if count < 10:
-                continue
-            f[f"apiserver {verb} p50 / p99 (ms), calls"] = (
-                f"{histogram_quantile(h, .5) * 1000:.0f} / {histogram_quantile(h, .99) * 1000:.0f}, {count:.0f}")
+        quantile_rows(f, "apiserver {} p50 / p99 (ms), calls", verbs, "{:.0f}")
         mut = merge(verbs[v] for v in verbs if v in MUTATING)
         f["apiserver mutating p99 (ms)"] = f"{histogram_quantile(mut, .99) * 1000:.0f}"
         store = by_label(total, "etcd_request_duration_seconds", "operation")
         allstore = merge(store.values())
         f["store p50 / p99 from the apiserver (ms)"] = (
             f"{histogram_quantile(allstore, .5) * 1000:.1f} / {histogram_quantile(allstore, .99) * 1000:.1f}")
-        for op in sorted(store):
-            h = store[op]
-            count = max(h.values())
-            if count < 10:
-                continue
-            f[f"store {op} p50 / p99 (ms), calls"] = (
-                f"{histogram_quantile(h, .5) * 1000:.1f} / {histogram_quantile(h, .99) * 1000:.1f}, {count:.0f}")
+        quantile_rows(f, "store {} p50 / p99 (ms), calls", store, "{:.1f}")
         worst = max(store, key=lambda op: histogram_quantile(store[op], .99)) if store else None
         if worst:
             f["store's slowest operation p99 (ms)"] = f"{worst} {histogram_quantile(store[worst], .99) * 1000:.0f}"

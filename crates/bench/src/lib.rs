@@ -419,6 +419,25 @@ async fn grant_with_key(
     Ok(id)
 }
 
+/// One put of `value` at `key`, its time recorded in `latency_us` when it is answered within
+/// [`OP_TIMEOUT`]: its answer, or `None` when it failed or timed out (the caller counts those).
+async fn timed_put(
+    kv: &mut KvClient<Channel>,
+    key: &[u8],
+    value: &[u8],
+    latency_us: &mut Histogram<u64>,
+) -> Option<leasehold_api::etcdserverpb::PutResponse> {
+    let t = Instant::now();
+    let put = kv.put(PutRequest {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        ..Default::default()
+    });
+    let answer = tokio::time::timeout(OP_TIMEOUT, put).await.ok()?.ok()?;
+    let _ = latency_us.record(t.elapsed().as_micros() as u64);
+    Some(answer.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

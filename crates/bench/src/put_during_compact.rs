@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
-use leasehold_api::etcdserverpb::{CompactionRequest, PutRequest, kv_client::KvClient};
+use leasehold_api::etcdserverpb::{CompactionRequest, kv_client::KvClient};
 
 use crate::{OP_TIMEOUT, Report, Run, Workload};
 
@@ -87,20 +87,13 @@ impl Workload for PutDuringCompact {
         let started = Instant::now();
         // Until the last compaction has been answered, and within the run's bound.
         while !compactor.is_finished() && started.elapsed() < run.timeout {
-            let t = Instant::now();
-            let put = writer.put(PutRequest {
-                key: key.clone(),
-                value: value.clone(),
-                ..Default::default()
-            });
-            match tokio::time::timeout(OP_TIMEOUT, put).await {
-                Ok(Ok(resp)) => {
-                    let _ = latency_us.record(t.elapsed().as_micros() as u64);
-                    if let Some(header) = &resp.get_ref().header {
+            match crate::timed_put(&mut writer, &key, &value, &mut latency_us).await {
+                Some(answer) => {
+                    if let Some(header) = answer.header {
                         seen.fetch_max(header.revision, Ordering::Relaxed);
                     }
                 }
-                _ => errors += 1,
+                None => errors += 1,
             }
         }
         let elapsed = started.elapsed();

@@ -28,9 +28,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use hdrhistogram::Histogram;
 use leasehold_api::etcdserverpb::{
-    LeaseGrantRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest,
-    StatusRequest, kv_client::KvClient, lease_client::LeaseClient,
-    maintenance_client::MaintenanceClient,
+    LeaseGrantRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest, RangeRequest, StatusRequest,
+    kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -163,17 +162,11 @@ impl Workload for PutDuringList {
         let key = format!("{}-writer", self.prefix.trim_end_matches('/')).into_bytes();
         let started = Instant::now();
         while started.elapsed() < bound {
-            let t = Instant::now();
-            let put = writer.put(PutRequest {
-                key: key.clone(),
-                value: value.clone(),
-                ..Default::default()
-            });
-            match tokio::time::timeout(OP_TIMEOUT, put).await {
-                Ok(Ok(_)) => {
-                    let _ = latency_us.record(t.elapsed().as_micros() as u64);
-                }
-                _ => errors += 1,
+            if crate::timed_put(&mut writer, &key, &value, &mut latency_us)
+                .await
+                .is_none()
+            {
+                errors += 1;
             }
         }
         let elapsed = started.elapsed();

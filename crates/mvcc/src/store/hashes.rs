@@ -125,7 +125,7 @@ impl CompactionHash {
 /// time, oldest first (a reader may have computed one first: then there is nothing left to do).
 /// Without a worker (its thread could not start) the hash is computed when first asked for.
 pub fn hash_in_background(hash: Arc<CompactionHash>) {
-    static WORKER: OnceLock<Option<Mutex<mpsc::Sender<Arc<CompactionHash>>>>> = OnceLock::new();
+    static WORKER: OnceLock<Option<mpsc::Sender<Arc<CompactionHash>>>> = OnceLock::new();
     let worker = WORKER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Arc<CompactionHash>>();
         std::thread::Builder::new()
@@ -137,9 +137,9 @@ pub fn hash_in_background(hash: Arc<CompactionHash>) {
                 }
             })
             .ok()
-            .map(|_| Mutex::new(tx))
+            .map(|_| tx)
     });
     if let Some(tx) = worker {
-        let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(hash);
+        let _ = tx.send(hash);
     }
 }
