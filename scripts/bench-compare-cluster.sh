@@ -106,6 +106,9 @@ workloads=(
   # The same with 1,000,000 objects (about 1 GB read whole), while 1,000 leases of 5 s are kept
   # alive: whether a read that size costs an election or a kept lease.
   "leader|put-during-list --objects 1000000 --readers 1 --conns 2 --duration 30 --keepalive-leases 1000 --lease-ttl 5"
+  # Linearizable reads of single 2.5 KB objects while others are updated, at fixed rates, from
+  # every member: kube-apiserver's gets (and its reads of the current revision) beside its writes.
+  "all|get-during-put --objects 5000 --val-size 2500 --writers 16 --put-rate 1000 --readers 16 --read-rate 500 --conns 3 --duration 20"
 )
 if [ -n "${WORKLOADS:-}" ]; then
   filtered=()

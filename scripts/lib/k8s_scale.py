@@ -531,6 +531,8 @@ class Target:
         self.work = work
         self.fig = collections.OrderedDict()
         self.phases = collections.OrderedDict()
+        # phase -> the apiserver's metrics summed at its start and at its end
+        self.phase_totals = collections.OrderedDict()
         self.procs = []
         self.members = []
         self.apiserver_metrics = Metrics()
@@ -666,11 +668,22 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
                 pass
 
     # -- the phases --------------------------------------------------------------------------
+    def apiserver_totals(self):
+        """The apiserver's metrics summed over its incarnations, scraped now (when the scrape
+        fails, as of the last one)."""
+        try:
+            self.apiserver_metrics.scraped(self.api.metrics())
+        except Failed:
+            pass
+        return self.apiserver_metrics.total()
+
     def phase(self, name, fn, timeout):
         log(f"{self.name}: {name}")
+        before = self.apiserver_totals()
         t0 = time.monotonic()
         fn(t0, timeout)
         self.phases[name] = time.monotonic() - t0
+        self.phase_totals[name] = (before, self.apiserver_totals())
         log(f"{self.name}: {name} done in {self.phases[name]:.1f} s")
 
     def ready_nodes(self):
@@ -909,6 +922,13 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
         f["store p50 / p99 from the apiserver (ms)"] = (
             f"{histogram_quantile(allstore, .5) * 1000:.1f} / {histogram_quantile(allstore, .99) * 1000:.1f}")
         quantile_rows(f, "store {} p50 / p99 (ms), calls", store, "{:.1f}")
+        by_phase = []
+        for before, after in self.phase_totals.values():
+            during = collections.Counter(after)
+            during.subtract(before)
+            h = merge(by_label(during, "etcd_request_duration_seconds", "operation").values())
+            by_phase.append(f"{histogram_quantile(h, .99) * 1000:.0f}" if max(h.values(), default=0) >= 10 else "-")
+        f["store p99 by phase (ms)"] = " / ".join(by_phase)
         worst = max(store, key=lambda op: histogram_quantile(store[op], .99)) if store else None
         if worst:
             f["store's slowest operation p99 (ms)"] = f"{worst} {histogram_quantile(store[worst], .99) * 1000:.0f}"

@@ -28,6 +28,7 @@ use tonic::transport::{Channel, Endpoint};
 mod closed_loop;
 mod expiry_lag;
 mod expiry_storm;
+mod get_during_put;
 mod keepalive;
 mod lease_memory;
 mod list_paged;
@@ -38,6 +39,7 @@ mod watch_latency;
 use closed_loop::{LeaseGrant, LeaseKeepalive, LeaseTimetolive, Put, PutWithLease, Range, TxnPut};
 use expiry_lag::ExpiryLag;
 use expiry_storm::ExpiryStorm;
+use get_during_put::GetDuringPut;
 use lease_memory::LeaseMemory;
 use list_paged::ListPaged;
 use put_during_compact::PutDuringCompact;
@@ -88,6 +90,7 @@ enum WorkloadArgs {
     ListPaged(ListPaged),
     PutDuringList(PutDuringList),
     PutDuringCompact(PutDuringCompact),
+    GetDuringPut(GetDuringPut),
     TxnPut(TxnPut),
     LeaseTimetolive(LeaseTimetolive),
     LeaseGrant(LeaseGrant),
@@ -273,6 +276,7 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         WorkloadArgs::ListPaged(w) => w.run(&run).await,
         WorkloadArgs::PutDuringList(w) => w.run(&run).await,
         WorkloadArgs::PutDuringCompact(w) => w.run(&run).await,
+        WorkloadArgs::GetDuringPut(w) => w.run(&run).await,
         WorkloadArgs::TxnPut(w) => w.run(&run).await,
         WorkloadArgs::LeaseTimetolive(w) => w.run(&run).await,
         WorkloadArgs::LeaseGrant(w) => w.run(&run).await,

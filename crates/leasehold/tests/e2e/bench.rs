@@ -134,6 +134,27 @@ const WORKLOADS: &[&[&str]] = &[
         "--conns",
         "2",
     ],
+    // Reads of 200 objects while they are updated: 2 writers and 2 readers, 100 puts and 100
+    // reads a second each way, for 2 s.
+    &[
+        "get-during-put",
+        "--duration",
+        "2",
+        "--objects",
+        "200",
+        "--val-size",
+        "200",
+        "--writers",
+        "2",
+        "--put-rate",
+        "100",
+        "--readers",
+        "2",
+        "--read-rate",
+        "100",
+        "--conns",
+        "2",
+    ],
 ];
 
 fn bench(server: &Server, args: &[&str]) -> Value {
@@ -223,6 +244,20 @@ async fn run_all(target: &str, server: &Server) {
             assert!(
                 r["compaction_max_ms"].as_f64() > Some(0.0),
                 "{target}: the compactions are timed: {r}"
+            );
+        } else if args[0] == "get-during-put" {
+            // A request a period per client, 2 s at 100 a second: about 200 each way, never
+            // more than the rate offered (and the first tick, at once).
+            for (done, failed) in [("requests", "errors"), ("puts", "puts_failed")] {
+                assert!(
+                    r[done].as_f64() > Some(0.0) && r[done].as_f64() <= Some(202.0),
+                    "{target}: {done} at the rate offered: {r}"
+                );
+                assert_eq!(r[failed].as_f64(), Some(0.0), "{target}: {r}");
+            }
+            assert!(
+                r["put_max_ms"].as_f64() >= r["put_p99_ms"].as_f64(),
+                "{target}: the puts are timed: {r}"
             );
         } else if args[0] == "watch-latency" {
             assert_eq!(
