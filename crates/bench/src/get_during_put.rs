@@ -180,13 +180,10 @@ impl Workload for GetDuringPut {
         let (puts, puts_failed) = merged(writers).await?;
         let (reads, reads_failed) = merged(readers).await?;
         let elapsed = started.elapsed();
-        let ms = |us: u64| us as f64 / 1000.0;
         let mut extra = serde_json::Map::new();
         extra.insert("puts".into(), puts.len().into());
         extra.insert("puts_failed".into(), puts_failed.into());
-        extra.insert("put_p50_ms".into(), ms(puts.value_at_quantile(0.5)).into());
-        extra.insert("put_p99_ms".into(), ms(puts.value_at_quantile(0.99)).into());
-        extra.insert("put_max_ms".into(), ms(puts.max()).into());
+        crate::insert_latencies(&mut extra, "put", &puts, &[("p50", 0.5), ("p99", 0.99)]);
         Ok(Report {
             workload: Self::NAME,
             requests: reads.len(),

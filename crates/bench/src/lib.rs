@@ -425,6 +425,24 @@ async fn grant_with_key(
 
 /// One put of `value` at `key`, its time recorded in `latency_us` when it is answered within
 /// [`OP_TIMEOUT`]: its answer, or `None` when it failed or timed out (the caller counts those).
+/// Adds `{name}_p50_ms` (and so on, one per quantile in `quantiles`) and `{name}_max_ms` from
+/// a histogram of microseconds to a report's extra figures.
+fn insert_latencies(
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+    name: &str,
+    us: &Histogram<u64>,
+    quantiles: &[(&str, f64)],
+) {
+    let ms = |us: u64| us as f64 / 1000.0;
+    for (label, q) in quantiles {
+        extra.insert(
+            format!("{name}_{label}_ms"),
+            ms(us.value_at_quantile(*q)).into(),
+        );
+    }
+    extra.insert(format!("{name}_max_ms"), ms(us.max()).into());
+}
+
 async fn timed_put(
     kv: &mut KvClient<Channel>,
     key: &[u8],

@@ -102,16 +102,11 @@ impl Workload for PutDuringCompact {
             Ok(result) => result,
             Err(_) => anyhow::bail!("the compactions did not finish within the run's bound"),
         };
-        let ms = |us: u64| us as f64 / 1000.0;
         let mut extra = serde_json::Map::new();
         extra.insert("compactions".into(), took.len().into());
         extra.insert("compactions_failed".into(), failed.into());
-        extra.insert(
-            "compaction_p50_ms".into(),
-            ms(took.value_at_quantile(0.5)).into(),
-        );
-        extra.insert("compaction_max_ms".into(), ms(took.max()).into());
-        extra.insert("put_max_ms".into(), ms(latency_us.max()).into());
+        crate::insert_latencies(&mut extra, "compaction", &took, &[("p50", 0.5)]);
+        crate::insert_latencies(&mut extra, "put", &latency_us, &[]);
         Ok(Report {
             workload: Self::NAME,
             requests: latency_us.len(),

@@ -197,15 +197,10 @@ impl Workload for PutDuringList {
         };
         lost.extend(gone);
         let term_after = highest_term(&run.channels).await?;
-        let ms = |us: u64| us as f64 / 1000.0;
         let mut extra = serde_json::Map::new();
         extra.insert("full_reads".into(), reads.len().into());
         extra.insert("full_reads_failed".into(), wrong.into());
-        extra.insert(
-            "full_read_p50_ms".into(),
-            ms(reads.value_at_quantile(0.5)).into(),
-        );
-        extra.insert("full_read_max_ms".into(), ms(reads.max()).into());
+        crate::insert_latencies(&mut extra, "full_read", &reads, &[("p50", 0.5)]);
         extra.insert("leases_kept".into(), self.keepalive_leases.into());
         extra.insert("leases_lost".into(), lost.len().into());
         extra.insert("elections".into(), (term_after - term_before).into());

@@ -1361,6 +1361,19 @@ impl ValueSource for std::sync::Arc<Persisted> {
 
 struct RowsView(BTreeMap<Revision, bytes::Bytes>);
 
+/// A store that reads released values back from `rows`, and those rows, empty.
+fn store_over_rows() -> (Store, std::sync::Arc<Persisted>) {
+    let rows = std::sync::Arc::new(Persisted::default());
+    let mut s = Store::new();
+    s.set_value_source(std::sync::Arc::new(rows.clone()));
+    (s, rows)
+}
+
+/// A value of 200 bytes: big enough to be released.
+fn big(c: char) -> String {
+    c.to_string().repeat(200)
+}
+
 /// Puts each key and value in `s`, in order, and persists what each put wrote into `rows`.
 fn put_persisted<const N: usize>(s: &mut Store, rows: &Persisted, puts: [(&str, String); N]) {
     for (key, value) in puts {
@@ -1389,10 +1402,7 @@ impl ValueReader for RowsView {
 
 #[test]
 fn a_released_value_is_read_back_and_a_lost_row_is_an_error() {
-    let rows = std::sync::Arc::new(Persisted::default());
-    let mut s = Store::new();
-    s.set_value_source(std::sync::Arc::new(rows.clone()));
-    let big = |c: char| c.to_string().repeat(200);
+    let (mut s, rows) = store_over_rows();
     put_persisted(
         &mut s,
         &rows,
@@ -1463,10 +1473,7 @@ fn a_released_value_is_read_back_and_a_lost_row_is_an_error() {
 /// the compaction's removals, persisted before the hash is computed, do not change it.
 #[test]
 fn a_compactions_hash_is_taken_later_from_what_it_picked() {
-    let rows = std::sync::Arc::new(Persisted::default());
-    let mut s = Store::new();
-    s.set_value_source(std::sync::Arc::new(rows.clone()));
-    let big = |c: char| c.to_string().repeat(200);
+    let (mut s, rows) = store_over_rows();
     put_persisted(
         &mut s,
         &rows,
@@ -1514,10 +1521,7 @@ fn a_compactions_hash_is_taken_later_from_what_it_picked() {
 /// compaction itself (and every write after it) goes on.
 #[test]
 fn a_compactions_hash_over_a_lost_row_is_an_error_of_the_hash_alone() {
-    let rows = std::sync::Arc::new(Persisted::default());
-    let mut s = Store::new();
-    s.set_value_source(std::sync::Arc::new(rows.clone()));
-    let big = |c: char| c.to_string().repeat(200);
+    let (mut s, rows) = store_over_rows();
     put_persisted(&mut s, &rows, [("a", big('1')), ("a", big('2'))]);
     s.release_values(i64::MAX, 0);
     rows.0.lock().unwrap().clear();
