@@ -90,6 +90,7 @@ class Proc:
         self.cpu_done = 0.0  # CPU seconds of the incarnations that have ended
         self.cpu_now = 0.0
         self.hwm_kib = 0
+        self.window_kib = 0  # the largest RSS sampled since take_window()
         self.lock = threading.Lock()
         self.start()
         if restart:
@@ -127,8 +128,17 @@ class Proc:
             for line in open(f"/proc/{p.pid}/status"):
                 if line.startswith("VmHWM:"):
                     self.hwm_kib = max(self.hwm_kib, int(line.split()[1]))
+                elif line.startswith("VmRSS:"):
+                    self.window_kib = max(self.window_kib, int(line.split()[1]))
         except (OSError, ValueError):
             pass
+
+    def take_window(self):
+        """The largest RSS sampled (once a second) since the last call, in KiB; starts again."""
+        with self.lock:
+            self._sample_locked()
+            got, self.window_kib = self.window_kib, 0
+        return got
 
     def cpu_seconds(self):
         return self.cpu_done + self.cpu_now
@@ -533,6 +543,8 @@ class Target:
         self.phases = collections.OrderedDict()
         # phase -> the apiserver's metrics summed at its start and at its end
         self.phase_totals = collections.OrderedDict()
+        self.phase_rss = collections.OrderedDict()  # phase -> each member's largest RSS sampled
+        self.phase_cpu = collections.OrderedDict()  # phase -> [store, control plane] CPU seconds
         self.procs = []
         self.members = []
         self.apiserver_metrics = Metrics()
@@ -680,11 +692,24 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
     def phase(self, name, fn, timeout):
         log(f"{self.name}: {name}")
         before = self.apiserver_totals()
+        for m in self.members:
+            m.take_window()
+        cpu_before = self.cpu_split()
         t0 = time.monotonic()
         fn(t0, timeout)
         self.phases[name] = time.monotonic() - t0
         self.phase_totals[name] = (before, self.apiserver_totals())
+        self.phase_rss[name] = [m.take_window() for m in self.members]
+        self.phase_cpu[name] = [b - a for a, b in zip(cpu_before, self.cpu_split())]
         log(f"{self.name}: {name} done in {self.phases[name]:.1f} s")
+
+    def cpu_split(self):
+        """CPU seconds so far: the store's members, and the control plane (apiserver,
+        controller manager, scheduler and kwok)."""
+        plane = [self.apiserver, self.kcm, self.scheduler, self.kwok]
+        for p in self.members + plane:
+            p.sample()
+        return [sum(p.cpu_seconds() for p in self.members), sum(p.cpu_seconds() for p in plane)]
 
     def ready_nodes(self):
         items, _ = self.api.list_all("/api/v1/nodes?labelSelector=type%3Dkwok")
@@ -944,6 +969,10 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
         f["restarts: controller-manager / scheduler / kwok"] = f"{self.kcm.restarts} / {self.scheduler.restarts} / {self.kwok.restarts}"
         f["store CPU seconds (all members)"] = f"{sum(m.cpu_seconds() for m in self.members):.1f}"
         f["store peak RSS per member (MiB)"] = " ".join(f"{m.hwm_kib / 1024:.0f}" for m in self.members)
+        f["CPU seconds by phase: store / control plane"] = " ; ".join(
+            f"{st:.0f} / {cp:.0f}" for st, cp in self.phase_cpu.values())
+        f["store RSS by phase, largest sampled per member (MiB)"] = " ; ".join(
+            " ".join(f"{k / 1024:.0f}" for k in rss) for rss in self.phase_rss.values())
         cp = sum(p.cpu_seconds() for p in (self.apiserver, self.kcm, self.scheduler, self.kwok))
         f["control plane CPU seconds"] = f"{cp:.1f}"
 
