@@ -703,10 +703,12 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
         self.phase_cpu[name] = [b - a for a, b in zip(cpu_before, self.cpu_split())]
         log(f"{self.name}: {name} done in {self.phases[name]:.1f} s")
 
+    def control_plane(self):
+        return [self.apiserver, self.kcm, self.scheduler, self.kwok]
+
     def cpu_split(self):
-        """CPU seconds so far: the store's members, and the control plane (apiserver,
-        controller manager, scheduler and kwok)."""
-        plane = [self.apiserver, self.kcm, self.scheduler, self.kwok]
+        """CPU seconds so far: the store's members, and the control plane."""
+        plane = self.control_plane()
         for p in self.members + plane:
             p.sample()
         return [sum(p.cpu_seconds() for p in self.members), sum(p.cpu_seconds() for p in plane)]
@@ -973,7 +975,7 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
             f"{st:.0f} / {cp:.0f}" for st, cp in self.phase_cpu.values())
         f["store RSS by phase, largest sampled per member (MiB)"] = " ; ".join(
             " ".join(f"{k / 1024:.0f}" for k in rss) for rss in self.phase_rss.values())
-        cp = sum(p.cpu_seconds() for p in (self.apiserver, self.kcm, self.scheduler, self.kwok))
+        cp = sum(p.cpu_seconds() for p in self.control_plane())
         f["control plane CPU seconds"] = f"{cp:.1f}"
 
     def slo(self):
