@@ -11,7 +11,10 @@
 //!
 //! A link that cannot deliver (no connection, a full queue, a stream that broke) reports the
 //! peer unreachable, so Raft stops sending it appends optimistically; what was in flight is
-//! lost and Raft sends it again.
+//! lost and Raft sends it again. A queue is full at [`LINK_QUEUE_LEN`] messages, or, for a large
+//! message, at [`LINK_QUEUE_BYTES`]: a follower catching up on a long backlog then holds the
+//! leader to a few MiB of encoded appends at a time instead of the whole backlog a second time
+//! (Raft's own bound is 512 appends of 1 MiB).
 //!
 //! With a keepalive ([`RaftLinks::with_keepalive`]) a link connects at once and sends an empty
 //! payload whenever it has been idle for the interval; its stream names the sender
@@ -21,12 +24,14 @@
 //! for how long it has been connected to each voter (what `--strict-reconfig-check` asks).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_api::leaseholdpeerpb::Payload;
 use leasehold_api::leaseholdpeerpb::raft_server::{Raft, RaftServer};
 use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -36,6 +41,12 @@ use crate::{PEER_MESSAGE_BYTES_MAX, PeerNetwork, cluster_id};
 /// Messages waiting for one peer at most; past it a message is dropped and the peer reported
 /// unreachable (a peer that slow is better caught up by Raft's probing than by a backlog).
 pub const LINK_QUEUE_LEN: usize = 4096;
+/// Bytes waiting for one peer (queued, or handed to the stream and not yet taken by it) past
+/// which a large message is dropped and the peer reported unreachable, as for a full queue.
+pub const LINK_QUEUE_BYTES: usize = 2 << 20;
+/// A message up to this size is never dropped for the bytes waiting: heartbeats, votes, their
+/// answers and the appends of a steady load go through while a catch-up fills the queue.
+const LINK_SMALL_BYTES: usize = 64 << 10;
 /// Messages handed to the stream but not yet sent.
 const LINK_STREAM_LEN: usize = 256;
 const RETRY_MIN: Duration = Duration::from_millis(50);
@@ -78,9 +89,55 @@ struct Keepalive {
 
 struct Link {
     addr: String,
-    queue: mpsc::Sender<Vec<u8>>,
+    queue: mpsc::Sender<Queued>,
+    /// The bytes of the messages on their way to the peer: counted up when queued, down when
+    /// the stream takes them or they are dropped ([`Queued`]).
+    waiting: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
     counts: Arc<PeerCounts>,
+}
+
+/// A message on its way to a peer; its bytes count in the link's `waiting` until the stream
+/// takes it ([`Queued::into_payload`]) or it is dropped with a stream that broke.
+struct Queued {
+    data: Vec<u8>,
+    waiting: Option<Arc<AtomicUsize>>,
+    bytes: usize,
+}
+
+impl Queued {
+    fn counted(data: Vec<u8>, waiting: &Arc<AtomicUsize>) -> Queued {
+        let bytes = data.len();
+        waiting.fetch_add(bytes, Ordering::Relaxed);
+        Queued {
+            data,
+            waiting: Some(waiting.clone()),
+            bytes,
+        }
+    }
+
+    /// A keepalive: an empty payload, counted nowhere.
+    fn keepalive() -> Queued {
+        Queued {
+            data: Vec::new(),
+            waiting: None,
+            bytes: 0,
+        }
+    }
+
+    fn into_payload(mut self) -> Payload {
+        Payload {
+            data: std::mem::take(&mut self.data),
+        }
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if let Some(waiting) = &self.waiting {
+            waiting.fetch_sub(self.bytes, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for Link {
@@ -158,6 +215,7 @@ impl RaftLinks {
                 continue;
             }
             let (queue, queued) = mpsc::channel(LINK_QUEUE_LEN);
+            let waiting = Arc::new(AtomicUsize::new(0));
             let counts = self.network.traffic().of(id);
             let task = self.runtime.spawn(run_link(
                 self.network.clone(),
@@ -172,11 +230,20 @@ impl RaftLinks {
                 Link {
                     addr,
                     queue,
+                    waiting,
                     task,
                     counts,
                 },
             );
         }
+    }
+
+    /// The bytes on their way to peer `to`: queued, or handed to its stream and not yet taken.
+    pub fn waiting_bytes(&self, to: u64) -> usize {
+        let links = self.links.lock().expect("raft links lock poisoned");
+        links
+            .get(&to)
+            .map_or(0, |link| link.waiting.load(Ordering::Relaxed))
     }
 
     /// Streams the snapshot's file `request` names (a Raft snapshot's data) from peer `from`
@@ -225,7 +292,17 @@ impl RaftLinks {
             let links = self.links.lock().expect("raft links lock poisoned");
             match links.get(&to) {
                 Some(link) => {
-                    let queued = link.queue.try_send(message).is_ok();
+                    let bytes = message.len();
+                    let waiting = link.waiting.load(Ordering::Relaxed);
+                    let over = bytes > LINK_SMALL_BYTES
+                        && waiting > 0
+                        && waiting + bytes > LINK_QUEUE_BYTES;
+                    // A message the queue refuses drops here, and its bytes with it.
+                    let queued = !over
+                        && link
+                            .queue
+                            .try_send(Queued::counted(message, &link.waiting))
+                            .is_ok();
                     if !queued {
                         self.network.traffic().not_sent(&link.counts);
                     }
@@ -247,7 +324,7 @@ async fn run_link(
     network: PeerNetwork,
     id: u64,
     addr: String,
-    mut queue: mpsc::Receiver<Vec<u8>>,
+    mut queue: mpsc::Receiver<Queued>,
     on_unreachable: OnUnreachable,
     keepalive: Option<Keepalive>,
 ) {
@@ -259,7 +336,7 @@ async fn run_link(
     loop {
         // With a keepalive the stream opens with one, without waiting for a message.
         let first = match keepalive {
-            Some(_) => Vec::new(),
+            Some(_) => Queued::keepalive(),
             None => match queue.recv().await {
                 Some(first) => first,
                 None => return,
@@ -276,8 +353,8 @@ async fn run_link(
             }
         };
         let (stream, outgoing) = mpsc::channel(LINK_STREAM_LEN);
-        let _ = stream.try_send(Payload { data: first });
-        let mut request = Request::new(ReceiverStream::new(outgoing));
+        let _ = stream.try_send(first);
+        let mut request = Request::new(ReceiverStream::new(outgoing).map(Queued::into_payload));
         if let Some(k) = keepalive
             && let Ok(sender) = format!("{:x}", k.sender).parse()
         {
@@ -298,8 +375,8 @@ async fn run_link(
                         let _ = tokio::time::timeout(LINK_CLOSE_MAX, &mut call).await;
                         return;
                     };
-                    let bytes = message.len();
-                    if stream.send(Payload { data: message }).await.is_err() {
+                    let bytes = message.bytes;
+                    if stream.send(message).await.is_err() {
                         traffic.not_sent(&counts);
                         break None;
                     }
@@ -310,7 +387,7 @@ async fn run_link(
                 () = tokio::time::sleep(idle) => {
                     // Handed over only if the stream has room: a keepalive never waits.
                     if let Err(mpsc::error::TrySendError::Closed(_)) =
-                        stream.try_send(Payload { data: Vec::new() })
+                        stream.try_send(Queued::keepalive())
                     {
                         break None;
                     }
@@ -420,7 +497,6 @@ impl Raft for RaftService {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
 
@@ -550,6 +626,76 @@ mod tests {
         let expected: Vec<Vec<u8>> = (0u32..1000).map(|i| i.to_be_bytes().to_vec()).collect();
         assert_eq!(got, expected);
         assert_eq!(reported.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn large_messages_wait_for_a_peer_up_to_a_bound_in_bytes_and_small_ones_past_it() {
+        // A peer that accepts the connection and never answers: what is sent to it waits (and
+        // on this test's one thread the link's task does not even run before the asserts).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = format!("http://{}", listener.local_addr().expect("addr"));
+        let held = tokio::spawn(async move {
+            let mut sockets = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                sockets.push(socket);
+            }
+        });
+        let (unreachable, reported) = counting();
+        let links = RaftLinks::new(PeerNetwork::new(), unreachable);
+        links.set_peers([(2, addr)]);
+        let large = LINK_QUEUE_BYTES / 2;
+        links.send(2, vec![1; large]);
+        links.send(2, vec![2; large]);
+        assert_eq!(
+            reported.load(Ordering::SeqCst),
+            0,
+            "the bound is not passed yet"
+        );
+        assert_eq!(links.waiting_bytes(2), 2 * large);
+        links.send(2, vec![3; large]);
+        assert_eq!(
+            reported.load(Ordering::SeqCst),
+            1,
+            "past the bound: dropped"
+        );
+        assert_eq!(links.waiting_bytes(2), 2 * large, "and not counted");
+        links.send(2, vec![4; 100]);
+        assert_eq!(
+            reported.load(Ordering::SeqCst),
+            1,
+            "a small message still goes"
+        );
+        assert_eq!(links.waiting_bytes(2), 2 * large + 100);
+        held.abort();
+
+        // A large message goes alone into an empty queue, whatever its size; what a peer took
+        // counts no more, so the next ones go too.
+        let inbox = Arc::new(Collect::default());
+        let (addr, _stop) = serve(inbox.clone(), 0xc1).await;
+        let (unreachable, reported) = counting();
+        let links = RaftLinks::new(PeerNetwork::new().for_cluster(0xc1), unreachable);
+        links.set_peers([(2, addr)]);
+        links.send(2, vec![5; 2 * LINK_QUEUE_BYTES]);
+        wait_for(&inbox, 1).await;
+        for round in 0..3 {
+            links.send(2, vec![6; large]);
+            links.send(2, vec![7; large]);
+            wait_for(&inbox, 3 + 2 * round).await;
+        }
+        assert_eq!(reported.load(Ordering::SeqCst), 0);
+        let drained = tokio::time::timeout(Duration::from_secs(10), async {
+            while links.waiting_bytes(2) != 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(
+            drained.is_ok(),
+            "{} bytes still waiting",
+            links.waiting_bytes(2)
+        );
     }
 
     #[tokio::test]
