@@ -50,8 +50,12 @@ pub struct CoreConfig {
     pub catch_up_entries: u64,
     /// Of those, the entries every follower already holds are kept only up to this many bytes
     /// of data: they serve no follower now, only one that may fall behind later (which then
-    /// gets a snapshot), and the log is held in memory.
+    /// gets a snapshot).
     pub catch_up_bytes: u64,
+    /// Of the entries the state machine holds durably, only the newest keep their data in
+    /// memory, up to this many bytes; a follower that lags gets the older ones read back from
+    /// the write-ahead log.
+    pub log_memory_bytes: u64,
     pub wal: WalOptions,
     /// etcd's `--force-new-cluster`: at open, every other member is removed by membership
     /// changes appended to the log and committed with everything before them, so that this
@@ -71,6 +75,7 @@ impl CoreConfig {
             max_inflight_msgs: 512,
             catch_up_entries: 5000,
             catch_up_bytes: 4 << 20,
+            log_memory_bytes: 1 << 20,
             wal: WalOptions::default(),
             force_new_cluster: false,
         }
@@ -152,6 +157,7 @@ pub struct Core<F: Fs> {
     wal: Wal<F>,
     catch_up_entries: u64,
     catch_up_bytes: u64,
+    log_memory_bytes: u64,
     /// On a leader: for how many ticks each follower has waited in raft-rs's snapshot state.
     snapshot_ticks: BTreeMap<u64, usize>,
     /// How many ticks a follower may wait there before the leader probes it again.
@@ -375,7 +381,8 @@ impl<F: Fs> Core<F> {
             compacted.0,
             compacted.1,
             entries,
-        );
+        )
+        .with_cold(Box::new(wal.reader()));
         let raft_config = raft::Config {
             id: config.id,
             election_tick: config.election_tick,
@@ -402,6 +409,7 @@ impl<F: Fs> Core<F> {
             wal,
             catch_up_entries: config.catch_up_entries,
             catch_up_bytes: config.catch_up_bytes,
+            log_memory_bytes: config.log_memory_bytes,
             snapshot_ticks: BTreeMap::new(),
             snapshot_ticks_max: 2 * config.election_tick,
             held_reads: Vec::new(),
@@ -722,7 +730,8 @@ impl<F: Fs> Core<F> {
     /// [`CoreConfig::catch_up_entries`] entries behind it, and of those only
     /// [`CoreConfig::catch_up_bytes`] that every follower already holds. A follower that falls
     /// further behind needs a snapshot, which the host offers ([`Core::compact`]) once
-    /// [`Core::snapshot_wanted`] says one is.
+    /// [`Core::snapshot_wanted`] says one is. Of the entries up to `index`, only the newest
+    /// [`CoreConfig::log_memory_bytes`] keep their data in memory.
     pub fn compact_log(&mut self, index: u64) -> Result<(), CoreError> {
         let index = index.min(self.node.raft.raft_log.applied);
         let by_count = index.saturating_sub(self.catch_up_entries);
@@ -756,7 +765,17 @@ impl<F: Fs> Core<F> {
             })?;
             self.node.mut_store().compact(keep_from);
         }
+        let store = self.node.store();
+        let in_memory_from = store.first_within_bytes(store.last(), self.log_memory_bytes);
+        self.node
+            .mut_store()
+            .chill(index.min(in_memory_from.saturating_sub(1)));
         Ok(())
+    }
+
+    /// The bytes of entry data the log holds in memory.
+    pub fn log_bytes_in_memory(&self) -> u64 {
+        self.node.store().bytes_in_memory()
     }
 
     /// Handles one `Ready`, if there is one: see the module docs for the order.

@@ -1,11 +1,42 @@
-//! raft-rs's view of the log: the entries after the last compaction, in memory (as etcd keeps
-//! its retained log in `MemoryStorage`), made durable by the write-ahead log before the core
-//! puts them here. raft-rs reads it; only the core's driver changes it.
+//! raft-rs's view of the log: the entries after the last compaction, made durable by the
+//! write-ahead log before the core puts them here. raft-rs reads it; only the core's driver
+//! changes it.
+//!
+//! Every entry's index and term stay in memory; its data only while it is among the newest
+//! ([`LogStorage::chill`]): an older entry, which only a follower that lags needs, is read back
+//! from the write-ahead log when one does ([`ColdLog`]). etcd keeps its whole retained log in
+//! memory (`MemoryStorage`), so a member that was down costs the leader its backlog's size.
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
-#[derive(Debug, Default)]
+/// Where entries whose data left memory are read back from: the write-ahead log.
+pub(crate) trait ColdLog: Send {
+    /// The entries `low..high` from `low` on, stopping once they hold `max_bytes` of data (at
+    /// least one); `Err` says why they could not be read.
+    fn read(&self, low: u64, high: u64, max_bytes: u64) -> Result<Vec<Entry>, String>;
+    /// The oldest index it finds; it finds every entry from there to the last appended.
+    fn from(&self) -> Option<u64>;
+}
+
+impl<F: leasehold_wal::Fs> ColdLog for leasehold_wal::WalReader<F> {
+    fn read(&self, low: u64, high: u64, max_bytes: u64) -> Result<Vec<Entry>, String> {
+        leasehold_wal::WalReader::read(self, low, high, max_bytes)
+            .map(|entries| {
+                entries
+                    .into_iter()
+                    .map(crate::proto::entry_to_raft)
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    fn from(&self) -> Option<u64> {
+        self.located_from()
+    }
+}
+
+#[derive(Default)]
 pub struct LogStorage {
     hard_state: HardState,
     conf_state: ConfState,
@@ -18,6 +49,23 @@ pub struct LogStorage {
     snapshot: Option<Snapshot>,
     /// A leader asked for a snapshot newer than `snapshot` (the host should make one).
     snapshot_wanted: std::cell::Cell<Option<u64>>,
+    /// Where chilled entries are read back from; without it no entry is chilled.
+    cold: Option<Box<dyn ColdLog>>,
+    /// The entries up to here hold no data in memory (`compacted_index <= cold_through`); their
+    /// data is read from `cold`.
+    cold_through: u64,
+    /// The sizes of their data: `cold_sizes[i]` is entry `compacted_index + 1 + i`'s.
+    cold_sizes: Vec<u32>,
+}
+
+impl std::fmt::Debug for LogStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStorage")
+            .field("compacted_index", &self.compacted_index)
+            .field("cold_through", &self.cold_through)
+            .field("last", &self.last())
+            .finish()
+    }
 }
 
 impl LogStorage {
@@ -36,9 +84,68 @@ impl LogStorage {
             entries,
             snapshot: None,
             snapshot_wanted: std::cell::Cell::new(None),
+            cold: None,
+            cold_through: compacted_index,
+            cold_sizes: Vec::new(),
         };
         storage.validate();
         storage
+    }
+
+    /// Entries [`LogStorage::chill`]ed from now on are read back from `cold`.
+    pub(crate) fn with_cold(mut self, cold: Box<dyn ColdLog>) -> LogStorage {
+        self.cold = Some(cold);
+        self
+    }
+
+    /// Lets the entries up to `index` drop their data from memory, once the cold log finds
+    /// every one of them.
+    pub(crate) fn chill(&mut self, index: u64) {
+        let Some(from) = self.cold.as_ref().and_then(|cold| cold.from()) else {
+            return;
+        };
+        let index = index.min(self.last());
+        if from > self.cold_through + 1 || index <= self.cold_through {
+            return;
+        }
+        let start = (self.cold_through - self.compacted_index) as usize;
+        let end = (index - self.compacted_index) as usize;
+        for e in &mut self.entries[start..end] {
+            let data = std::mem::take(&mut e.data);
+            self.cold_sizes
+                .push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+        }
+        self.cold_through = index;
+        self.validate();
+    }
+
+    /// The size of entry `i`'s data (its position in `entries`), in memory or not.
+    fn data_len(&self, i: usize) -> u64 {
+        match self.cold_sizes.get(i) {
+            Some(&size) => u64::from(size),
+            None => self.entries[i].data.len() as u64,
+        }
+    }
+
+    /// The entries from `low` (chilled, so `low <= cold_through`) read back from the cold log,
+    /// as far as `high` or `cold_through`, within `max_size`: each checked against the index
+    /// and term this storage holds for it.
+    fn read_cold(&self, low: u64, high: u64, max_size: u64) -> Result<Vec<Entry>, String> {
+        let cold = self.cold.as_ref().ok_or("no cold log")?;
+        let high = high.min(self.cold_through + 1);
+        let read = cold.read(low, high, max_size)?;
+        for (i, e) in read.iter().enumerate() {
+            let index = low + i as u64;
+            if e.index != index || Some(e.term) != self.term_of(index) {
+                return Err(format!(
+                    "entry {}/{} read back where {index}/{:?} is held",
+                    e.index,
+                    e.term,
+                    self.term_of(index)
+                ));
+            }
+        }
+        Ok(read)
     }
 
     fn validate(&self) {
@@ -48,6 +155,11 @@ impl LogStorage {
                 .enumerate()
                 .all(|(i, e)| e.index == self.compacted_index + 1 + i as u64),
             "entries follow the compaction mark without a gap"
+        );
+        debug_assert_eq!(
+            self.cold_sizes.len() as u64,
+            self.cold_through - self.compacted_index,
+            "a size for each entry without its data"
         );
     }
 
@@ -90,22 +202,27 @@ impl LogStorage {
             .map(|e| e.term)
     }
 
-    /// The oldest index from which the entries up to `index` hold at most `bytes` bytes of data
-    /// (`index + 1` when the entry at `index` alone holds more).
+    /// The oldest index from which the entries up to `index` hold at most `bytes` bytes of data,
+    /// in memory or not (`index + 1` when the entry at `index` alone holds more).
     pub(crate) fn first_within_bytes(&self, index: u64, bytes: u64) -> u64 {
         let upto = index
             .saturating_sub(self.compacted_index)
             .min(self.entries.len() as u64) as usize;
         let mut total = 0u64;
         let mut first = self.compacted_index + upto as u64 + 1;
-        for entry in self.entries[..upto].iter().rev() {
-            total += entry.data.len() as u64;
+        for i in (0..upto).rev() {
+            total += self.data_len(i);
             if total > bytes {
                 break;
             }
-            first = entry.index;
+            first = self.entries[i].index;
         }
         first
+    }
+
+    /// The bytes of entry data held in memory.
+    pub(crate) fn bytes_in_memory(&self) -> u64 {
+        self.entries.iter().map(|e| e.data.len() as u64).sum()
     }
 
     /// Appends `entries` (durable already), replacing any from their first index on.
@@ -122,6 +239,9 @@ impl LogStorage {
         self.entries
             .truncate((first - self.compacted_index - 1) as usize);
         self.entries.extend(entries);
+        self.cold_through = self.cold_through.min(first - 1);
+        self.cold_sizes
+            .truncate((self.cold_through - self.compacted_index) as usize);
         self.validate();
     }
 
@@ -135,8 +255,10 @@ impl LogStorage {
             .expect("compacting to an entry the log holds");
         let drop = (index - self.compacted_index) as usize;
         self.entries.drain(..drop.min(self.entries.len()));
+        self.cold_sizes.drain(..drop.min(self.cold_sizes.len()));
         self.compacted_index = index;
         self.compacted_term = term;
+        self.cold_through = self.cold_through.max(index);
         self.validate();
     }
 
@@ -148,8 +270,10 @@ impl LogStorage {
             self.compact(meta.index);
         } else {
             self.entries.clear();
+            self.cold_sizes.clear();
             self.compacted_index = meta.index;
             self.compacted_term = meta.term;
+            self.cold_through = meta.index;
         }
         self.conf_state = meta.get_conf_state().clone();
         self.hard_state.term = self.hard_state.term.max(meta.term);
@@ -186,6 +310,11 @@ impl LogStorage {
     }
 }
 
+/// An entry's size as raft-rs's byte bounds count it, about.
+fn entry_size(e: &Entry) -> u64 {
+    (e.data.len() + e.context.len() + 24) as u64
+}
+
 impl raft::Storage for LogStorage {
     fn initial_state(&self) -> raft::Result<RaftState> {
         Ok(RaftState::new(
@@ -210,8 +339,24 @@ impl raft::Storage for LogStorage {
         let max_size = max_size.into().unwrap_or(u64::MAX);
         let mut out = Vec::new();
         let mut size = 0u64;
+        let mut low = low;
+        if low <= self.cold_through {
+            // A follower that lags: its entries come back from the disk. Any that do not come
+            // back as held answer "compacted", and raft-rs sends the follower a snapshot.
+            let read = self.read_cold(low, high, max_size).map_err(|e| {
+                tracing::warn!("raft log: reading entries {low}.. back for a follower: {e}");
+                raft::Error::Store(StorageError::Compacted)
+            })?;
+            let read_all = read.len() as u64 == high.min(self.cold_through + 1) - low;
+            size = read.iter().map(entry_size).sum();
+            low += read.len() as u64;
+            out = read;
+            if !read_all || size >= max_size {
+                return Ok(out);
+            }
+        }
         for e in self.slice(low, high) {
-            let bytes = (e.data.len() + e.context.len() + 24) as u64;
+            let bytes = entry_size(e);
             if !out.is_empty() && size + bytes > max_size {
                 break;
             }

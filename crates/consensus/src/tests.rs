@@ -106,12 +106,16 @@ struct Cluster {
     leaders: BTreeMap<u64, u64>,
     catch_up_entries: u64,
     catch_up_bytes: u64,
+    log_memory_bytes: u64,
 }
 
 fn config(id: u64, catch_up_entries: u64, catch_up_bytes: u64) -> CoreConfig {
     let mut c = CoreConfig::new(id);
     c.catch_up_entries = catch_up_entries;
     c.catch_up_bytes = catch_up_bytes;
+    // Entries chill (their data left in the write-ahead log only) from a few KiB back, so that
+    // catching a follower up reads them back in the tests that write more.
+    c.log_memory_bytes = 4096;
     c.wal = WalOptions {
         segment_bytes: 64 * 1024,
     };
@@ -134,6 +138,15 @@ impl Cluster {
     }
 
     fn with_catch_up_bytes(ids: &[u64], catch_up_entries: u64, catch_up_bytes: u64) -> Cluster {
+        Cluster::with_limits(ids, catch_up_entries, catch_up_bytes, 4096)
+    }
+
+    fn with_limits(
+        ids: &[u64],
+        catch_up_entries: u64,
+        catch_up_bytes: u64,
+        log_memory_bytes: u64,
+    ) -> Cluster {
         let mut cluster = Cluster {
             members: BTreeMap::new(),
             network: VecDeque::new(),
@@ -143,6 +156,7 @@ impl Cluster {
             leaders: BTreeMap::new(),
             catch_up_entries,
             catch_up_bytes,
+            log_memory_bytes,
         };
         for &id in ids {
             let machine = Machine {
@@ -173,6 +187,7 @@ impl Cluster {
     /// [`Cluster::start`], with `--force-new-cluster` or not.
     fn start_with(&mut self, id: u64, force_new_cluster: bool) {
         let mut cfg = config(id, self.catch_up_entries, self.catch_up_bytes);
+        cfg.log_memory_bytes = self.log_memory_bytes;
         cfg.force_new_cluster = force_new_cluster;
         let member = self.members.get_mut(&id).expect("member");
         let durable = member.machine.durable.clone().expect("a saved checkpoint");
@@ -715,6 +730,47 @@ fn the_log_keeps_past_its_byte_bound_only_what_a_follower_lacks() {
         "caught up from the log"
     );
     c.check_prefixes();
+}
+
+/// With no entry's data kept in memory, a follower that was down is caught up from entries read
+/// back from the write-ahead log, data and all, without a snapshot.
+#[test]
+fn a_follower_that_was_down_is_caught_up_from_entries_read_back_from_the_log() {
+    let defaults = CoreConfig::new(0);
+    let mut c = Cluster::with_limits(
+        &[1, 2, 3],
+        defaults.catch_up_entries,
+        defaults.catch_up_bytes,
+        0,
+    );
+    let leader = c.elect();
+    let behind = *c.members.keys().find(|id| **id != leader).unwrap();
+    c.crash(behind);
+    for i in 0..30 {
+        c.propose(leader, &format!("while down {i}"));
+    }
+    c.settle();
+    let applied = c.members[&leader].machine.applied_index;
+    c.core(leader).compact_log(applied).unwrap();
+    assert_eq!(
+        c.core(leader).compacted_index(),
+        0,
+        "what the follower lacks is kept"
+    );
+    assert_eq!(
+        c.core(leader).log_bytes_in_memory(),
+        0,
+        "no applied entry's data stays in memory"
+    );
+    c.start(behind);
+    c.run_until(100, |c| c.applied(behind).len() == 30);
+    assert_eq!(
+        c.members[&behind].machine.installs, 0,
+        "caught up from the log"
+    );
+    // What it applied is what the leader applied, byte for byte.
+    c.check_prefixes();
+    assert_eq!(c.members[&behind].machine.applied_index, applied);
 }
 
 #[test]

@@ -199,7 +199,7 @@ const TABLE: &[Inert] = &[
     inert(
         "experimental-snapshot-catchup-entries",
         Uint,
-        "a follower further behind than min(--snapshot-count, 5000) entries, or 4 MiB of entries every follower held (with --snapshot-count at most 10,000), gets a snapshot",
+        "a follower further behind than min(--snapshot-count, 5000) entries, or 4 MiB of entries every follower held (with --snapshot-count at most 10,000), gets a snapshot; of the entries kept only the newest 1 MiB of data is held in memory, the rest read from the write-ahead log when a follower needs it",
     ),
     inert("unsafe-no-fsync", Bool, "leasehold always fsyncs"),
     // etcd's `ignored` list.

@@ -417,6 +417,9 @@ impl Member {
         config.election_tick = self.election_tick;
         config.max_election_tick = self.election_tick + 1;
         config.catch_up_entries = 64;
+        // Little data stays in memory, so that catching a follower up reads entries back from
+        // the write-ahead log under every fault the simulator injects.
+        config.log_memory_bytes = 256;
         config.wal = WalOptions {
             segment_bytes: 256 * 1024,
         };

@@ -28,6 +28,10 @@ pub enum WalError {
     /// An earlier write or sync failed; the log takes no more appends until it is reopened.
     #[error("write-ahead log stopped after a failed write or sync; reopen it to go on")]
     Poisoned,
+    /// A read of an entry the log does not hold: compacted away, or replaced
+    /// ([`crate::WalReader`]).
+    #[error("write-ahead log: entry {index} is not held")]
+    NotHeld { index: u64 },
     /// An append whose entries do not follow the log (a caller's bug, refused before writing).
     #[error("entries must follow the log: got index {got}, the log allows {min}..={max}")]
     NotContiguous { got: u64, min: u64, max: u64 },

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// What the log needs of a file system. Paths are the ones the log builds under its directory.
-pub trait Fs: Send + Sync + 'static {
+pub trait Fs: Clone + Send + Sync + 'static {
     type File: WalFile;
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;

@@ -22,7 +22,8 @@ pub use error::WalError;
 pub use frame::FRAME_PAYLOAD_BYTES_MAX;
 pub use fs::{Crash, Fs, MemFile, MemFs, SECTOR_BYTES, StdFile, StdFs, WalFile};
 pub use wal::{
-    Recovered, SEGMENT_BYTES_DEFAULT, WAL_FORMAT, WRITTEN_KEPT_MAX, Wal, WalOptions, Written,
+    Recovered, SEGMENT_BYTES_DEFAULT, WAL_FORMAT, WRITTEN_KEPT_MAX, Wal, WalOptions, WalReader,
+    Written,
 };
 
 #[cfg(test)]

@@ -63,6 +63,8 @@ trait Log {
     fn compact(&mut self, mark: Compacted) -> Result<(), WalError>;
     fn segment_count(&self) -> usize;
     fn last_index(&self) -> u64;
+    /// What a [`crate::WalReader`] of this log reads.
+    fn read(&self, low: u64, high: u64, max_bytes: u64) -> Result<Vec<Entry>, WalError>;
 }
 
 impl<F: Fs> Log for Wal<F> {
@@ -77,6 +79,9 @@ impl<F: Fs> Log for Wal<F> {
     }
     fn last_index(&self) -> u64 {
         Wal::last_index(self)
+    }
+    fn read(&self, low: u64, high: u64, max_bytes: u64) -> Result<Vec<Entry>, WalError> {
+        self.reader().read(low, high, max_bytes)
     }
 }
 
@@ -196,6 +201,58 @@ fn a_log_spanning_many_segments_replays_whole() {
         assert_eq!(recovered.entries.len(), 200);
         assert_eq!(recovered.entries[199], entry(200, 5));
         assert_eq!(recovered.hard_state.commit, 199);
+    });
+}
+
+#[test]
+fn entries_appended_since_the_open_read_back_from_their_segments_as_last_written() {
+    on_both(|log| {
+        let (mut wal, _) = log().open(SMALL).unwrap();
+        // Over many 4 KiB segments, with a suffix replaced by a later term.
+        for i in 1..=200 {
+            wal.append(&batch(i, i, 1)).unwrap();
+        }
+        wal.append(&batch(190, 195, 2)).unwrap();
+        assert!(wal.segment_count() > 2);
+        let held: Vec<(u64, u64)> = (1..=189)
+            .map(|i| (i, 1))
+            .chain((190..=195).map(|i| (i, 2)))
+            .collect();
+        let all = wal.read(1, 196, u64::MAX).unwrap();
+        assert_eq!(indexes(&all), held);
+        assert_eq!(all[10].data, entry(11, 1).data);
+        assert_eq!(all[192].data, entry(193, 2).data);
+        // A range; a byte bound (but always one entry).
+        let some = wal.read(20, 30, u64::MAX).unwrap();
+        assert_eq!(indexes(&some), held[19..29].to_vec());
+        let one = entry(20, 1).data.len() as u64;
+        assert_eq!(wal.read(20, 30, 3 * one).unwrap().len(), 3);
+        assert_eq!(wal.read(20, 30, 0).unwrap().len(), 1);
+        // The replaced entries past 195 are no longer held.
+        assert!(matches!(
+            wal.read(180, 200, u64::MAX),
+            Err(WalError::NotHeld { index: 196 })
+        ));
+        // Nor are compacted ones.
+        wal.compact(Compacted { index: 30, term: 1 }).unwrap();
+        assert!(matches!(
+            wal.read(25, 35, u64::MAX),
+            Err(WalError::NotHeld { index: 25 })
+        ));
+        assert_eq!(indexes(&wal.read(31, 196, u64::MAX).unwrap()), held[30..]);
+        drop(wal);
+        // Reopened: what the log recovered is found where the replay read it, and what is
+        // appended since too.
+        let (mut wal, recovered) = log().open(SMALL).unwrap();
+        assert_eq!(indexes(&recovered.entries), held[30..]);
+        assert_eq!(wal.read(31, 196, u64::MAX).unwrap(), recovered.entries);
+        wal.append(&batch(194, 198, 3)).unwrap();
+        let now: Vec<(u64, u64)> = held[30..193]
+            .iter()
+            .copied()
+            .chain((194..=198).map(|i| (i, 3)))
+            .collect();
+        assert_eq!(indexes(&wal.read(31, 199, u64::MAX).unwrap()), now);
     });
 }
 

@@ -10,6 +10,7 @@
 //! last, can be torn by a crash, and any damage followed by an intact frame is not a torn write.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use prost::Message;
 
@@ -97,6 +98,156 @@ pub struct Wal<F: Fs = StdFs> {
     making: Option<std::sync::mpsc::Receiver<std::io::Result<F::File>>>,
     /// The appends since [`Wal::take_written`] last took them.
     written: Vec<Written>,
+    /// Where the entries the log holds sit, for [`WalReader`]s.
+    located: Arc<Mutex<Located>>,
+}
+
+/// Where each entry the log holds was last written: runs of entries, frame by frame, ascending,
+/// disjoint and contiguous (a later append that replaced some entries shortened the run that
+/// held them).
+#[derive(Debug, Default)]
+struct Located {
+    runs: std::collections::VecDeque<Run>,
+    /// The segment being written.
+    active: Option<Arc<Path>>,
+}
+
+#[derive(Clone, Debug)]
+struct Run {
+    first: u64,
+    last: u64,
+    segment: Arc<Path>,
+    offset: u64,
+    framed: u64,
+}
+
+impl Located {
+    /// Entries `first..=last` were just written in the frame at `offset` of the active segment.
+    fn note(&mut self, first: u64, last: u64, offset: u64, framed: u64) {
+        while self.runs.back().is_some_and(|r| r.first >= first) {
+            self.runs.pop_back();
+        }
+        if let Some(run) = self.runs.back_mut() {
+            run.last = run.last.min(first - 1);
+        }
+        if let Some(segment) = &self.active {
+            self.runs.push_back(Run {
+                first,
+                last,
+                segment: segment.clone(),
+                offset,
+                framed,
+            });
+        }
+    }
+
+    /// The log is compacted through `index`.
+    fn drop_through(&mut self, index: u64) {
+        while self.runs.front().is_some_and(|r| r.last <= index) {
+            self.runs.pop_front();
+        }
+    }
+}
+
+/// Reads back the entries the log holds, from their segments: for a leader that keeps only the
+/// newest entries of its log in memory and sends a lagging follower the rest from here. Clones
+/// share the log's record of where each entry sits.
+#[derive(Clone)]
+pub struct WalReader<F: Fs> {
+    fs: F,
+    located: Arc<Mutex<Located>>,
+}
+
+impl<F: Fs> std::fmt::Debug for WalReader<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalReader")
+            .field("from", &self.located_from())
+            .finish()
+    }
+}
+
+impl<F: Fs> WalReader<F> {
+    /// The oldest index this reader finds; every entry after it through the last appended is
+    /// found too (`None`: the log holds no entry).
+    pub fn located_from(&self) -> Option<u64> {
+        let located = self.located.lock().expect("wal locations lock poisoned");
+        located.runs.front().map(|r| r.first)
+    }
+
+    /// The entries `low..high` as they were appended, from the segments: from `low` on, in
+    /// order, stopping once they hold `max_bytes` of data (at least one entry). `Err` when an
+    /// entry in the range is not held (compacted away, or replaced), or its frame no longer
+    /// reads back as written.
+    pub fn read(&self, low: u64, high: u64, max_bytes: u64) -> Result<Vec<Entry>, WalError> {
+        let runs: Vec<Run> = {
+            let located = self.located.lock().expect("wal locations lock poisoned");
+            located
+                .runs
+                .iter()
+                .filter(|r| r.last >= low && r.first < high)
+                .cloned()
+                .collect()
+        };
+        let mut out: Vec<Entry> = Vec::new();
+        let mut bytes = 0u64;
+        let mut next = low;
+        let mut open: Option<(Arc<Path>, F::File)> = None;
+        for run in runs {
+            if run.first > next {
+                break;
+            }
+            let damaged = |what: String| WalError::Corrupt {
+                path: run.segment.to_path_buf(),
+                offset: run.offset,
+                what: format!("reading entries back: {what}"),
+            };
+            let file = match open.take() {
+                Some((segment, file)) if segment == run.segment => file,
+                _ => self
+                    .fs
+                    .open(&run.segment)
+                    .map_err(WalError::io(&*run.segment))?,
+            };
+            let (_, file) = open.insert((run.segment.clone(), file));
+            let mut buf = vec![0u8; usize::try_from(run.framed).unwrap_or(usize::MAX)];
+            let got = file
+                .read_at(run.offset, &mut buf)
+                .map_err(WalError::io(&*run.segment))?;
+            let payload = match frame::read(&buf[..got], 0, Headers::CheckedOrZero) {
+                Read::Frame { payload, .. } => payload,
+                other => return Err(damaged(format!("{other:?}"))),
+            };
+            let Ok(Frame {
+                kind: Some(FrameKind::Batch(batch)),
+            }) = Frame::decode(payload)
+            else {
+                return Err(damaged("not a batch of entries".into()));
+            };
+            let upto = run.last.min(high - 1);
+            for e in batch.entries {
+                if e.index < next || e.index > upto {
+                    continue;
+                }
+                if e.index != next {
+                    return Err(damaged(format!("entry {} where {next} was", e.index)));
+                }
+                let size = e.data.len() as u64;
+                if !out.is_empty() && bytes + size > max_bytes {
+                    return Ok(out);
+                }
+                bytes += size;
+                next += 1;
+                out.push(e);
+            }
+            if next <= upto {
+                return Err(damaged(format!("no entry {next} in its frame")));
+            }
+        }
+        if next < high {
+            return Err(WalError::NotHeld { index: next });
+        }
+        Ok(out)
+    }
 }
 
 /// One append as it reached the file: the bytes written and how long the write took before
@@ -140,6 +291,8 @@ pub(crate) struct Replay {
     compacted: Compacted,
     hard_state: HardState,
     pub(crate) entries: Vec<Entry>,
+    /// Where each entry held sits.
+    located: Located,
 }
 
 impl Replay {
@@ -161,8 +314,10 @@ impl Replay {
             self.compacted = mark;
             if conflicts {
                 self.entries.clear();
+                self.located.runs.clear();
             } else {
                 self.drop_through(mark.index);
+                self.located.drop_through(mark.index);
             }
         }
     }
@@ -296,6 +451,7 @@ impl<F: Fs> Wal<F> {
             });
         }
         let (active, offset, active_bytes) = tail.expect("the last segment was opened");
+        let located = Arc::new(Mutex::new(replay.located));
         let recovered = Recovered {
             compacted: replay.compacted,
             hard_state: replay.hard_state,
@@ -322,8 +478,10 @@ impl<F: Fs> Wal<F> {
             spare: None,
             making: None,
             written: Vec::new(),
+            located,
         };
         let mut wal = wal;
+        wal.locate_active();
         wal.note_terms(&recovered.entries);
         wal.make_spare();
         Ok((wal, recovered))
@@ -359,8 +517,10 @@ impl<F: Fs> Wal<F> {
             spare: None,
             making: None,
             written: Vec::new(),
+            located: Arc::default(),
         };
         let mut wal = wal;
+        wal.locate_active();
         wal.make_spare();
         let recovered = Recovered {
             compacted: Compacted::default(),
@@ -371,13 +531,30 @@ impl<F: Fs> Wal<F> {
         Ok((wal, recovered))
     }
 
-    /// The last entry's index (the compaction mark's when no entry follows it).
+    /// A reader of the entries the log holds, now and as it changes.
+    pub fn reader(&self) -> WalReader<F> {
+        WalReader {
+            fs: self.fs.clone(),
+            located: self.located.clone(),
+        }
+    }
+
+    /// The segment now written is where the next appends are located.
+    fn locate_active(&mut self) {
+        let path = &self.segments.last().expect("an active segment").path;
+        self.located
+            .lock()
+            .expect("wal locations lock poisoned")
+            .active = Some(Arc::from(path.as_path()));
+    }
+
     /// The appends since the last call, oldest first (at most [`WRITTEN_KEPT_MAX`] of them: a
     /// caller that never takes them loses the rest, not memory).
     pub fn take_written(&mut self) -> Vec<Written> {
         std::mem::take(&mut self.written)
     }
 
+    /// The last entry's index (the compaction mark's when no entry follows it).
     pub fn last_index(&self) -> u64 {
         self.last_index
     }
@@ -577,21 +754,28 @@ impl<F: Fs> Wal<F> {
         {
             let held = self.term_at(mark.index);
             self.compacted = mark;
+            let mut located = self.located.lock().expect("wal locations lock poisoned");
             if held == Some(mark.term) {
                 // Runs wholly at or below the mark are no longer needed.
                 while self.terms.len() > 1 && self.terms[1].0 <= mark.index + 1 {
                     self.terms.remove(0);
                 }
+                located.drop_through(mark.index);
             } else {
                 // Past the end, or another history's entry there: nothing follows the mark.
                 self.terms.clear();
                 self.last_index = mark.index;
+                located.runs.clear();
             }
         }
-        if let Some(last) = batch.entries.last() {
+        if let (Some(first), Some(last)) = (batch.entries.first(), batch.entries.last()) {
             self.note_terms(&batch.entries);
             let active = self.segments.last_mut().expect("an active segment");
             active.max_index = active.max_index.max(last.index);
+            self.located
+                .lock()
+                .expect("wal locations lock poisoned")
+                .note(first.index, last.index, self.offset - framed, framed);
         }
         if let Some(hs) = batch.hard_state {
             self.hard_state = hs;
@@ -685,6 +869,7 @@ impl<F: Fs> Wal<F> {
             path,
             max_index: 0,
         });
+        self.locate_active();
         // The next one, ahead of need; no room for it is not an error now (`has_room` says so).
         self.make_spare();
         Ok(())
@@ -852,7 +1037,11 @@ pub(crate) fn replay_segment(
                                 compacted: h.compacted.unwrap_or_default(),
                                 hard_state: h.hard_state.unwrap_or_default(),
                                 entries: Vec::new(),
+                                located: Located::default(),
                             });
+                        }
+                        if let Some(state) = replay.as_mut() {
+                            state.located.active = Some(Arc::from(path));
                         }
                     }
                     Some(FrameKind::Batch(batch)) if at > 0 => {
@@ -860,8 +1049,12 @@ pub(crate) fn replay_segment(
                         if let Some(mark) = batch.compacted {
                             state.mark(mark);
                         }
-                        if let Some(last) = batch.entries.last() {
+                        let run = batch.entries.first().zip(batch.entries.last());
+                        if let Some((first, last)) = run {
                             max_index = max_index.max(last.index);
+                            let framed = (window.base + next - at) as u64;
+                            let (first, last) = (first.index, last.index);
+                            state.located.note(first, last, at as u64, framed);
                         }
                         state
                             .append(batch.entries)

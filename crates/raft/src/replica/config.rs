@@ -22,7 +22,8 @@ pub struct ReplicaConfig {
     pub election_timeout_ms: u64,
     /// Log entries kept behind the checkpoint for followers that lag a little (at most 5,000;
     /// one further behind gets a snapshot): etcd's `--snapshot-count`. Of the entries every
-    /// follower holds, only 4 MiB are kept, unless this is above [`SNAPSHOT_COUNT_DEFAULT`].
+    /// follower holds, only 4 MiB are kept, unless this is above [`SNAPSHOT_COUNT_DEFAULT`]. Only
+    /// the newest 1 MiB of their data stays in memory; the rest is read from the write-ahead log.
     pub snapshot_log_entries_max: u64,
     /// etcd's `--quota-backend-bytes`, resolved: past this file size, writes that add data
     /// raise NOSPACE and are refused. `None`: no quota.
