@@ -342,9 +342,13 @@ impl raft::Storage for LogStorage {
         let mut low = low;
         if low <= self.cold_through {
             // A follower that lags: its entries come back from the disk. Any that do not come
-            // back as held answer "compacted", and raft-rs sends the follower a snapshot.
+            // back as held answer "compacted", and raft-rs sends the follower a snapshot: one
+            // past every chilled entry, which the host is asked for.
             let read = self.read_cold(low, high, max_size).map_err(|e| {
                 tracing::warn!("raft log: reading entries {low}.. back for a follower: {e}");
+                let wanted = self.snapshot_wanted.get().unwrap_or(0);
+                self.snapshot_wanted
+                    .set(Some(wanted.max(self.cold_through)));
                 raft::Error::Store(StorageError::Compacted)
             })?;
             let read_all = read.len() as u64 == high.min(self.cold_through + 1) - low;
@@ -387,6 +391,9 @@ impl raft::Storage for LogStorage {
             let cs = s.get_metadata().get_conf_state();
             cs.voters.contains(&to) || cs.learners.contains(&to)
         };
+        // One older than a snapshot already wanted is not offered: the entries after it may not
+        // read back (see `entries`).
+        let request_index = request_index.max(self.snapshot_wanted.get().unwrap_or(0));
         match &self.snapshot {
             // One that no longer reaches the log (compacted since) would leave the follower
             // with a gap, and one from before the follower was added is ignored by it: a newer
@@ -399,9 +406,7 @@ impl raft::Storage for LogStorage {
                 Ok(s.clone())
             }
             _ => {
-                self.snapshot_wanted.set(Some(
-                    request_index.max(self.snapshot_wanted.get().unwrap_or(0)),
-                ));
+                self.snapshot_wanted.set(Some(request_index));
                 Err(raft::Error::Store(
                     StorageError::SnapshotTemporarilyUnavailable,
                 ))

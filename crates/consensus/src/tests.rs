@@ -773,6 +773,56 @@ fn a_follower_that_was_down_is_caught_up_from_entries_read_back_from_the_log() {
     assert_eq!(c.members[&behind].machine.applied_index, applied);
 }
 
+/// An entry whose frame no longer reads back (a bit rotted on the leader's disk) is never sent:
+/// the follower that needs it gets a snapshot, and not an older one the leader still has, which
+/// would leave it needing the same entry again.
+#[test]
+fn a_follower_whose_entries_do_not_read_back_gets_a_snapshot_past_them() {
+    use leasehold_wal::Fs;
+    let defaults = CoreConfig::new(0);
+    let mut c = Cluster::with_limits(
+        &[1, 2, 3],
+        defaults.catch_up_entries,
+        defaults.catch_up_bytes,
+        0,
+    );
+    let leader = c.elect();
+    let behind = *c.members.keys().find(|id| **id != leader).unwrap();
+    let old = c.compact_with_snapshot(leader);
+    c.crash(behind);
+    for i in 0..30 {
+        c.propose(leader, &format!("while down {i}"));
+    }
+    c.settle();
+    let applied = c.members[&leader].machine.applied_index;
+    c.core(leader).compact_log(applied).unwrap();
+    // One bit of the frame that holds the fourth entry written while it was down.
+    let fs = c.members[&leader].fs.clone();
+    let rotted = fs
+        .list(&dir())
+        .unwrap()
+        .into_iter()
+        .filter(|name| name.ends_with(".wal"))
+        .find_map(|name| {
+            let path = dir().join(name);
+            let bytes = fs.contents(&path)?;
+            let at = bytes.windows(12).position(|w| w == b"while down 3")?;
+            Some((path, at))
+        });
+    let (path, at) = rotted.expect("the entry is in a segment");
+    fs.flip_bit(&path, at, 0);
+    c.start(behind);
+    c.run_until(20, |c| c.core(leader).snapshot_wanted().is_some());
+    assert!(
+        c.core(leader).snapshot_wanted().unwrap() > old.applied_index,
+        "the old snapshot is not enough"
+    );
+    c.compact_with_snapshot(leader);
+    c.run_until(100, |c| c.applied(behind).len() == c.applied(leader).len());
+    assert_eq!(c.members[&behind].machine.installs, 1);
+    c.check_prefixes();
+}
+
 #[test]
 fn a_follower_far_behind_is_caught_up_with_a_snapshot() {
     let (mut c, leader, behind, _) = behind_a_snapshot();
