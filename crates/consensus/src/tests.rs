@@ -732,10 +732,9 @@ fn the_log_keeps_past_its_byte_bound_only_what_a_follower_lacks() {
     c.check_prefixes();
 }
 
-/// With no entry's data kept in memory, a follower that was down is caught up from entries read
-/// back from the write-ahead log, data and all, without a snapshot.
-#[test]
-fn a_follower_that_was_down_is_caught_up_from_entries_read_back_from_the_log() {
+/// Three members with the default log limits but no applied entry's data kept in memory, and a
+/// leader elected: (cluster, leader, one follower).
+fn no_log_data_in_memory() -> (Cluster, u64, u64) {
     let defaults = CoreConfig::new(0);
     let mut c = Cluster::with_limits(
         &[1, 2, 3],
@@ -745,6 +744,12 @@ fn a_follower_that_was_down_is_caught_up_from_entries_read_back_from_the_log() {
     );
     let leader = c.elect();
     let behind = *c.members.keys().find(|id| **id != leader).unwrap();
+    (c, leader, behind)
+}
+
+/// `behind` goes down while the leader applies 30 entries ("while down 0".."while down 29") and
+/// compacts its log behind them; what the leader applied to.
+fn thirty_while_down(c: &mut Cluster, leader: u64, behind: u64) -> u64 {
     c.crash(behind);
     for i in 0..30 {
         c.propose(leader, &format!("while down {i}"));
@@ -752,6 +757,15 @@ fn a_follower_that_was_down_is_caught_up_from_entries_read_back_from_the_log() {
     c.settle();
     let applied = c.members[&leader].machine.applied_index;
     c.core(leader).compact_log(applied).unwrap();
+    applied
+}
+
+/// With no entry's data kept in memory, a follower that was down is caught up from entries read
+/// back from the write-ahead log, data and all, without a snapshot.
+#[test]
+fn a_follower_that_was_down_is_caught_up_from_entries_read_back_from_the_log() {
+    let (mut c, leader, behind) = no_log_data_in_memory();
+    let applied = thirty_while_down(&mut c, leader, behind);
     assert_eq!(
         c.core(leader).compacted_index(),
         0,
@@ -779,23 +793,9 @@ fn a_follower_that_was_down_is_caught_up_from_entries_read_back_from_the_log() {
 #[test]
 fn a_follower_whose_entries_do_not_read_back_gets_a_snapshot_past_them() {
     use leasehold_wal::Fs;
-    let defaults = CoreConfig::new(0);
-    let mut c = Cluster::with_limits(
-        &[1, 2, 3],
-        defaults.catch_up_entries,
-        defaults.catch_up_bytes,
-        0,
-    );
-    let leader = c.elect();
-    let behind = *c.members.keys().find(|id| **id != leader).unwrap();
+    let (mut c, leader, behind) = no_log_data_in_memory();
     let old = c.compact_with_snapshot(leader);
-    c.crash(behind);
-    for i in 0..30 {
-        c.propose(leader, &format!("while down {i}"));
-    }
-    c.settle();
-    let applied = c.members[&leader].machine.applied_index;
-    c.core(leader).compact_log(applied).unwrap();
+    thirty_while_down(&mut c, leader, behind);
     // One bit of the frame that holds the fourth entry written while it was down.
     let fs = c.members[&leader].fs.clone();
     let rotted = fs
