@@ -6,15 +6,17 @@
 # written without it, and it is restarted. The leader's RSS is sampled every 50 ms from before
 # the kill until the follower's own (serializable) revision reaches the leader's.
 #
-#   scripts/bench-catch-up.sh [targets]     targets: default "etcd leasehold"; "before" is a
-#                                            second leasehold binary, LEASEHOLD_BEFORE
+#   scripts/bench-catch-up.sh [targets]     targets: default "etcd37 leasehold"; also
+#                                            leasehold_before, a second leasehold binary
+#                                            (LEASEHOLD_BEFORE_BIN)
 #
 # LEASEHOLD_BIN (default target/release/leasehold), LEASEHOLD_ARGS (extra leasehold flags); etcd
-# is 3.7.3 from go/tools/etcd, etcdctl Debian's. Prints, per target: the leader's RSS before the kill, once the backlog is written,
+# 3.7.3 from go/tools/etcd, etcdctl Debian's. Servers start through scripts/lib/member.sh.
+# Prints, per target: the leader's RSS before the kill, once the backlog is written,
 # its peak during the catch-up and after it, and how long the catch-up took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=${1:-etcd leasehold}
+targets=${1:-etcd37 leasehold}
 warm=${WARM:-2000}
 backlog=${BACKLOG:-4500}
 # shellcheck source=lib/require.sh
@@ -23,51 +25,32 @@ backlog=${BACKLOG:-4500}
 . scripts/lib/go-tools.sh
 # shellcheck source=lib/ports.sh
 . scripts/lib/ports.sh
+# shellcheck source=lib/member.sh
+. scripts/lib/member.sh
 find_leasehold
+bin=$lh_bin
 command -v etcdctl >/dev/null || { echo "etcdctl not found (apt-get install etcd-client)" >&2; exit 2; }
 find_go
-etcd=$(etcd37_bin)
 
 work=$(mktemp -d)
-declare -A pid client peer cluster
+declare -A pids client peer cluster
 main=$BASHPID
 cleanup() {
   [ "$BASHPID" = "$main" ] || return 0
-  for p in "${pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-binary_of() {
-  case $1 in
-    etcd) echo "$etcd" ;;
-    leasehold) echo "$lh_bin" ;;
-    before) echo "${LEASEHOLD_BEFORE:?set LEASEHOLD_BEFORE to the other leasehold binary}" ;;
-    *) echo "unknown target $1" >&2; exit 2 ;;
-  esac
-}
-
-setup() {
-  local target=$1 c=""
-  for i in 0 1 2; do
-    client[$target$i]=$(free_port); peer[$target$i]=$(free_port)
-    c+="${c:+,}m$i=http://127.0.0.1:${peer[$target$i]}"
-  done
-  cluster[$target]=$c
-}
-
+# run <target> <i> <state>: starts member i (run_server, member.sh).
 run() {
-  local target=$1 i=$2 state=$3 bin extra=()
-  bin=$(binary_of "$target")
-  # shellcheck disable=SC2206 # LEASEHOLD_ARGS is a list of flags
-  [ "$target" = etcd ] || extra=(${LEASEHOLD_ARGS:-})
-  LEASEHOLD_LOG=warn "$bin" --name "m$i" --data-dir "$work/$target-m$i" \
+  local target=$1 i=$2 state=$3
+  run_server "$target" "$work/$target-m$i.log" --name "m$i" --data-dir "$work/$target-m$i" \
     --listen-client-urls "http://127.0.0.1:${client[$target$i]}" --advertise-client-urls "http://127.0.0.1:${client[$target$i]}" \
     --listen-peer-urls "http://127.0.0.1:${peer[$target$i]}" --initial-advertise-peer-urls "http://127.0.0.1:${peer[$target$i]}" \
-    --initial-cluster "${cluster[$target]}" --initial-cluster-token "$target-catch-up" --initial-cluster-state "$state" \
-    "${extra[@]}" >>"$work/$target-m$i.log" 2>&1 &
-  pid[$target$i]=$!
+    --initial-cluster "${cluster[$target]}" --initial-cluster-token "$target-catch-up" --initial-cluster-state "$state"
+  pids[$target$i]=$pid
 }
 
 # leader <target>: the index of the member that leads, or empty.
@@ -90,13 +73,13 @@ revision() {
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 puts() {
-  "$lh_bin" bench put --endpoints "http://127.0.0.1:${client[$1$2]}" --clients 1 --total "$3" \
+  "$bin" bench put --endpoints "http://127.0.0.1:${client[$1$2]}" --clients 1 --total "$3" \
     --val-size 2500 --key-space-size 100000 --sequential-keys -w json >/dev/null
 }
 
 results="$work/results"
 for target in $targets; do
-  setup "$target"
+  three_members "$target"
   for i in 0 1 2; do run "$target" "$i" new; done
   lead=""
   for _ in $(seq 1 150); do lead=$(leader "$target"); [ -n "$lead" ] && break; sleep 0.1; done
@@ -104,28 +87,28 @@ for target in $targets; do
   down=$(( (lead + 1) % 3 ))
   puts "$target" "$lead" "$warm"
   sleep 2
-  before=$(rss_kib "${pid[$target$lead]}")
-  kill -9 "${pid[$target$down]}"; wait "${pid[$target$down]}" 2>/dev/null || true
+  before=$(rss_kib "${pids[$target$lead]}")
+  kill -9 "${pids[$target$down]}"; wait "${pids[$target$down]}" 2>/dev/null || true
   puts "$target" "$lead" "$backlog"
   sleep 2
   [ "$(leader "$target")" = "$lead" ] || { echo "$target: the leader changed during the backlog" >&2; exit 1; }
-  written=$(rss_kib "${pid[$target$lead]}")
+  written=$(rss_kib "${pids[$target$lead]}")
   goal=$(revision "$target" "$lead")
   peak=$written
   start=$(date +%s%N)
   run "$target" "$down" existing
   caught=""
   for _ in $(seq 1 1200); do
-    r=$(rss_kib "${pid[$target$lead]}"); [ "$r" -gt "$peak" ] && peak=$r
+    r=$(rss_kib "${pids[$target$lead]}"); [ "$r" -gt "$peak" ] && peak=$r
     if [ "$(revision "$target" "$down")" -ge "$goal" ]; then caught=1; break; fi
     sleep 0.05
   done
   took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
   [ -n "$caught" ] || took_ms=-1
   sleep 2
-  after=$(rss_kib "${pid[$target$lead]}")
+  after=$(rss_kib "${pids[$target$lead]}")
   echo "$target $before $written $peak $after $took_ms" >>"$results"
-  for i in 0 1 2; do kill "${pid[$target$i]}" 2>/dev/null || true; done
+  for i in 0 1 2; do kill "${pids[$target$i]}" 2>/dev/null || true; done
   wait 2>/dev/null || true
 done
 python3 - "$results" "$warm" "$backlog" <<'PY'

@@ -20,6 +20,8 @@ require_release_and_etcd
 
 # shellcheck source=lib/ports.sh
 . scripts/lib/ports.sh
+# shellcheck source=lib/member.sh
+. scripts/lib/member.sh
 work=$(mktemp -d)
 declare -A pid
 # Only the script's own shell cleans up (not a subshell that inherited the trap).
@@ -32,16 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# setup <target>: ports and the --initial-cluster of three members.
 declare -A client peer cluster
-setup() {
-  local target=$1 c=""
-  for i in 0 1 2; do
-    client[$target$i]=$(free_port); peer[$target$i]=$(free_port)
-    c+="${c:+,}m$i=http://127.0.0.1:${peer[$target$i]}"
-  done
-  cluster[$target]=$c
-}
 
 # run <target> <i> <state>: starts member i.
 run() {
@@ -75,7 +68,7 @@ leader_of() {
 
 results="$work/results"
 for target in etcd leasehold; do
-  setup "$target"
+  three_members "$target"
   for i in 0 1 2; do run "$target" "$i" new; done
   for _ in $(seq 1 150); do [ -n "$(leader_of "$target" -1)" ] && break; sleep 0.1; done
   for k in $(seq 1 "$kills"); do

@@ -35,6 +35,18 @@ run_server() {
   pid=$!
 }
 
+# three_members TARGET: free loopback ports for TARGET's members 0-2 in the caller's associative
+# arrays client[TARGETi] and peer[TARGETi], and their --initial-cluster in cluster[TARGET]
+# (free_port is ports.sh's).
+three_members() {
+  local target=$1 c="" i
+  for i in 0 1 2; do
+    client[$target$i]=$(free_port); peer[$target$i]=$(free_port)
+    c+="${c:+,}m$i=http://127.0.0.1:${peer[$target$i]}"
+  done
+  cluster[$target]=$c
+}
+
 # ready ENDPOINT SECONDS: polls a linearizable read every 5 ms until it answers (at most SECONDS).
 ready() {
   local stop=$(( $(now_ns) + $2 * 1000000000 ))
