@@ -381,8 +381,8 @@ impl<F: Fs> Core<F> {
             compacted.0,
             compacted.1,
             entries,
-        )
-        .with_cold(Box::new(wal.reader()));
+            Box::new(wal.reader()),
+        );
         let raft_config = raft::Config {
             id: config.id,
             election_tick: config.election_tick,

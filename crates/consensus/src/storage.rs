@@ -36,7 +36,6 @@ impl<F: leasehold_wal::Fs> ColdLog for leasehold_wal::WalReader<F> {
     }
 }
 
-#[derive(Default)]
 pub struct LogStorage {
     hard_state: HardState,
     conf_state: ConfState,
@@ -49,8 +48,8 @@ pub struct LogStorage {
     snapshot: Option<Snapshot>,
     /// A leader asked for a snapshot newer than `snapshot` (the host should make one).
     snapshot_wanted: std::cell::Cell<Option<u64>>,
-    /// Where chilled entries are read back from; without it no entry is chilled.
-    cold: Option<Box<dyn ColdLog>>,
+    /// Where chilled entries are read back from.
+    cold: Box<dyn ColdLog>,
     /// The entries up to here hold no data in memory (`compacted_index <= cold_through`); their
     /// data is read from `cold`.
     cold_through: u64,
@@ -75,6 +74,7 @@ impl LogStorage {
         compacted_index: u64,
         compacted_term: u64,
         entries: Vec<Entry>,
+        cold: Box<dyn ColdLog>,
     ) -> LogStorage {
         let storage = LogStorage {
             hard_state,
@@ -84,7 +84,7 @@ impl LogStorage {
             entries,
             snapshot: None,
             snapshot_wanted: std::cell::Cell::new(None),
-            cold: None,
+            cold,
             cold_through: compacted_index,
             cold_sizes: Vec::new(),
         };
@@ -92,16 +92,10 @@ impl LogStorage {
         storage
     }
 
-    /// Entries [`LogStorage::chill`]ed from now on are read back from `cold`.
-    pub(crate) fn with_cold(mut self, cold: Box<dyn ColdLog>) -> LogStorage {
-        self.cold = Some(cold);
-        self
-    }
-
     /// Lets the entries up to `index` drop their data from memory, once the cold log finds
     /// every one of them.
     pub(crate) fn chill(&mut self, index: u64) {
-        let Some(from) = self.cold.as_ref().and_then(|cold| cold.from()) else {
+        let Some(from) = self.cold.from() else {
             return;
         };
         let index = index.min(self.last());
@@ -131,9 +125,8 @@ impl LogStorage {
     /// as far as `high` or `cold_through`, within `max_size`: each checked against the index
     /// and term this storage holds for it.
     fn read_cold(&self, low: u64, high: u64, max_size: u64) -> Result<Vec<Entry>, String> {
-        let cold = self.cold.as_ref().ok_or("no cold log")?;
         let high = high.min(self.cold_through + 1);
-        let read = cold.read(low, high, max_size)?;
+        let read = self.cold.read(low, high, max_size)?;
         for (i, e) in read.iter().enumerate() {
             let index = low + i as u64;
             if e.index != index || Some(e.term) != self.term_of(index) {
