@@ -56,6 +56,12 @@ pub struct CoreConfig {
     /// memory, up to this many bytes; a follower that lags gets the older ones read back from
     /// the write-ahead log.
     pub log_memory_bytes: u64,
+    /// Of the entries read back from the write-ahead log for followers that lag, at most this
+    /// many bytes wait to be sent at once, counting what the transport holds
+    /// ([`Core::watch_transport`]); raft-rs sends such a follower more once the transport has
+    /// taken them. Keep it under the transport's own bound on what waits for one peer
+    /// (leasehold-peer's `LINK_QUEUE_BYTES`, 2 MiB), which drops what is past it.
+    pub catch_up_window_bytes: u64,
     pub wal: WalOptions,
     /// etcd's `--force-new-cluster`: at open, every other member is removed by membership
     /// changes appended to the log and committed with everything before them, so that this
@@ -76,6 +82,7 @@ impl CoreConfig {
             catch_up_entries: 5000,
             catch_up_bytes: 4 << 20,
             log_memory_bytes: 1 << 20,
+            catch_up_window_bytes: 1 << 20,
             wal: WalOptions::default(),
             force_new_cluster: false,
         }
@@ -158,6 +165,7 @@ pub struct Core<F: Fs> {
     catch_up_entries: u64,
     catch_up_bytes: u64,
     log_memory_bytes: u64,
+    catch_up_window_bytes: u64,
     /// On a leader: for how many ticks each follower has waited in raft-rs's snapshot state.
     snapshot_ticks: BTreeMap<u64, usize>,
     /// How many ticks a follower may wait there before the leader probes it again.
@@ -375,7 +383,7 @@ impl<F: Fs> Core<F> {
                 );
             }
         }
-        let storage = LogStorage::new(
+        let mut storage = LogStorage::new(
             hard_state,
             conf_state_to_raft(checkpoint.conf_state.clone()),
             compacted.0,
@@ -383,6 +391,7 @@ impl<F: Fs> Core<F> {
             entries,
             Box::new(wal.reader()),
         );
+        storage.set_send_window(config.catch_up_window_bytes, None);
         let raft_config = raft::Config {
             id: config.id,
             election_tick: config.election_tick,
@@ -410,6 +419,7 @@ impl<F: Fs> Core<F> {
             catch_up_entries: config.catch_up_entries,
             catch_up_bytes: config.catch_up_bytes,
             log_memory_bytes: config.log_memory_bytes,
+            catch_up_window_bytes: config.catch_up_window_bytes,
             snapshot_ticks: BTreeMap::new(),
             snapshot_ticks_max: 2 * config.election_tick,
             held_reads: Vec::new(),
@@ -431,6 +441,23 @@ impl<F: Fs> Core<F> {
         self.node.tick();
         self.resume_snapshot_waits();
         self.release_held_reads();
+        self.resume_fetches();
+    }
+
+    /// How many bytes of messages the host's transport holds, not yet sent (read when entries
+    /// are read back for a follower: see [`CoreConfig::catch_up_window_bytes`]).
+    pub fn watch_transport(&mut self, waiting: crate::WaitingBytes) {
+        let window = self.catch_up_window_bytes;
+        self.node.mut_store().set_send_window(window, Some(waiting));
+    }
+
+    /// Makes again the appends raft-rs was refused while the send window was shut, if it is
+    /// open now. The appends of a follower that answers are made again anyway, when its answer
+    /// comes; this is for one that has nothing in flight.
+    fn resume_fetches(&mut self) {
+        for context in self.node.store().take_fetch_waits() {
+            self.node.on_entries_fetched(context);
+        }
     }
 
     /// raft-rs sends a follower nothing more after a snapshot until that follower's append
@@ -859,6 +886,8 @@ impl<F: Fs> Core<F> {
         handled.writes = self.wal.take_written();
         // A single member commits its first entry here, not in `step`.
         self.release_held_reads();
+        // Every message made so far (the entries read back for them included) is the host's.
+        self.node.store().sent();
         Ok(handled)
     }
 

@@ -29,6 +29,7 @@ pub use logger::tracing_logger;
 pub use proto::{DecodeError, decode_conf_change, decode_peer_message, encode_message};
 pub use raft::eraftpb;
 pub use raft::{ReadState, StateRole};
+pub use storage::WaitingBytes;
 
 #[cfg(test)]
 mod tests;

@@ -6,9 +6,54 @@
 //! ([`LogStorage::chill`]): an older entry, which only a follower that lags needs, is read back
 //! from the write-ahead log when one does ([`ColdLog`]). etcd keeps its whole retained log in
 //! memory (`MemoryStorage`), so a member that was down costs the leader its backlog's size.
+//!
+//! What is read back is metered ([`SendWindow`]): at most a window of it waits to be sent at
+//! once, counting what the transport still holds. Past that, raft-rs is told the entries are
+//! not there yet (`LogTemporarilyUnavailable`, raft-rs's asynchronous fetch): it sends that
+//! follower nothing more and the core asks again once the transport has taken what waits
+//! ([`LogStorage::take_fetch_waits`]). Otherwise raft-rs reads a whole round of appends for a
+//! follower that answers (up to 512 of 1 MiB) at once.
+
+use std::cell::{Cell, RefCell};
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
+
+/// The bytes of messages the host has handed its transport and the transport has not yet sent,
+/// to every peer (read live).
+pub type WaitingBytes = Box<dyn Fn() -> u64 + Send>;
+
+/// How much of the log read back for followers may wait to be sent at once.
+struct SendWindow {
+    bytes: u64,
+    /// What the transport holds.
+    waiting: Option<WaitingBytes>,
+    /// Read back since the core last handed its messages to the host (they are not yet in
+    /// `waiting`).
+    unsent: Cell<u64>,
+    /// raft-rs's requests refused for the window, to make again when it opens.
+    refused: RefCell<Vec<GetEntriesContext>>,
+}
+
+impl SendWindow {
+    /// The bytes that may still be read back now.
+    fn open(&self) -> u64 {
+        let waiting = self.waiting.as_ref().map_or(0, |waiting| waiting());
+        self.bytes
+            .saturating_sub(waiting)
+            .saturating_sub(self.unsent.get())
+    }
+
+    /// Holds a refused request; one like a request held already is not held twice (the
+    /// request's fields are raft-rs's own, so they are compared by how they print).
+    fn refuse(&self, context: GetEntriesContext) {
+        let mut refused = self.refused.borrow_mut();
+        let printed = format!("{context:?}");
+        if !refused.iter().any(|c| format!("{c:?}") == printed) {
+            refused.push(context);
+        }
+    }
+}
 
 /// Where entries whose data left memory are read back from: the write-ahead log.
 pub(crate) trait ColdLog: Send {
@@ -55,6 +100,8 @@ pub struct LogStorage {
     cold_through: u64,
     /// The sizes of their data: `cold_sizes[i]` is entry `compacted_index + 1 + i`'s.
     cold_sizes: Vec<u32>,
+    /// How much of what `cold` reads back may wait to be sent.
+    window: SendWindow,
 }
 
 impl std::fmt::Debug for LogStorage {
@@ -87,9 +134,36 @@ impl LogStorage {
             cold,
             cold_through: compacted_index,
             cold_sizes: Vec::new(),
+            window: SendWindow {
+                bytes: u64::MAX,
+                waiting: None,
+                unsent: Cell::new(0),
+                refused: RefCell::new(Vec::new()),
+            },
         };
         storage.validate();
         storage
+    }
+
+    /// At most `bytes` of entries read back for followers wait to be sent at once, counting
+    /// what `waiting` says the transport holds.
+    pub(crate) fn set_send_window(&mut self, bytes: u64, waiting: Option<WaitingBytes>) {
+        self.window.bytes = bytes;
+        self.window.waiting = waiting;
+    }
+
+    /// The host has every message made so far: what was read back waits in its transport now.
+    pub(crate) fn sent(&self) {
+        self.window.unsent.set(0);
+    }
+
+    /// raft-rs's requests refused while the window was shut, once it is open again (none while
+    /// it is not): the core makes each again (`RawNode::on_entries_fetched`).
+    pub(crate) fn take_fetch_waits(&self) -> Vec<GetEntriesContext> {
+        if self.window.refused.borrow().is_empty() || self.window.open() == 0 {
+            return Vec::new();
+        }
+        self.window.refused.take()
     }
 
     /// Lets the entries up to `index` drop their data from memory, once the cold log finds
@@ -122,11 +196,20 @@ impl LogStorage {
     }
 
     /// The entries from `low` (chilled, so `low <= cold_through`) read back from the cold log,
-    /// as far as `high` or `cold_through`, within `max_size`: each checked against the index
-    /// and term this storage holds for it.
+    /// as far as `high` or `cold_through`, within `max_size` as raft-rs counts it (at least
+    /// one): each checked against the index and term this storage holds for it.
     fn read_cold(&self, low: u64, high: u64, max_size: u64) -> Result<Vec<Entry>, String> {
-        let high = high.min(self.cold_through + 1);
-        let read = self.cold.read(low, high, max_size)?;
+        let mut end = low;
+        let mut size = 0u64;
+        while end < high.min(self.cold_through + 1) {
+            let bytes = self.data_len((end - self.compacted_index - 1) as usize) + ENTRY_OVERHEAD;
+            if end > low && size + bytes > max_size {
+                break;
+            }
+            size += bytes;
+            end += 1;
+        }
+        let read = self.cold.read(low, end, u64::MAX)?;
         for (i, e) in read.iter().enumerate() {
             let index = low + i as u64;
             if e.index != index || Some(e.term) != self.term_of(index) {
@@ -303,9 +386,12 @@ impl LogStorage {
     }
 }
 
+/// What raft-rs's byte bounds count for an entry besides its data and context.
+const ENTRY_OVERHEAD: u64 = 24;
+
 /// An entry's size as raft-rs's byte bounds count it, about.
 fn entry_size(e: &Entry) -> u64 {
-    (e.data.len() + e.context.len() + 24) as u64
+    (e.data.len() + e.context.len()) as u64 + ENTRY_OVERHEAD
 }
 
 impl raft::Storage for LogStorage {
@@ -321,7 +407,7 @@ impl raft::Storage for LogStorage {
         low: u64,
         high: u64,
         max_size: impl Into<Option<u64>>,
-        _context: GetEntriesContext,
+        context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
         if low <= self.compacted_index {
             return Err(raft::Error::Store(StorageError::Compacted));
@@ -329,10 +415,19 @@ impl raft::Storage for LogStorage {
         if high > self.last() + 1 {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
-        let max_size = max_size.into().unwrap_or(u64::MAX);
+        let mut max_size = max_size.into().unwrap_or(u64::MAX);
         let mut out = Vec::new();
         let mut size = 0u64;
         let mut low = low;
+        if low <= self.cold_through && context.can_async() {
+            // An append to a follower that lags (raft-rs's own reads of the log cannot wait).
+            let open = self.window.open();
+            if open == 0 {
+                self.window.refuse(context);
+                return Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable));
+            }
+            max_size = max_size.min(open);
+        }
         if low <= self.cold_through {
             // A follower that lags: its entries come back from the disk. Any that do not come
             // back as held answer "compacted", and raft-rs sends the follower a snapshot: one
@@ -346,6 +441,7 @@ impl raft::Storage for LogStorage {
             })?;
             let read_all = read.len() as u64 == high.min(self.cold_through + 1) - low;
             size = read.iter().map(entry_size).sum();
+            self.window.unsent.set(self.window.unsent.get() + size);
             low += read.len() as u64;
             out = read;
             if !read_all || size >= max_size {

@@ -107,6 +107,9 @@ struct Cluster {
     catch_up_entries: u64,
     catch_up_bytes: u64,
     log_memory_bytes: u64,
+    catch_up_window_bytes: u64,
+    /// Every append delivered with entries: (from, to, the entries' size as raft-rs counts it).
+    appends: Vec<(u64, u64, u64)>,
 }
 
 fn config(id: u64, catch_up_entries: u64, catch_up_bytes: u64) -> CoreConfig {
@@ -138,7 +141,8 @@ impl Cluster {
     }
 
     fn with_catch_up_bytes(ids: &[u64], catch_up_entries: u64, catch_up_bytes: u64) -> Cluster {
-        Cluster::with_limits(ids, catch_up_entries, catch_up_bytes, 4096)
+        let window = CoreConfig::new(0).catch_up_window_bytes;
+        Cluster::with_limits(ids, catch_up_entries, catch_up_bytes, 4096, window)
     }
 
     fn with_limits(
@@ -146,6 +150,7 @@ impl Cluster {
         catch_up_entries: u64,
         catch_up_bytes: u64,
         log_memory_bytes: u64,
+        catch_up_window_bytes: u64,
     ) -> Cluster {
         let mut cluster = Cluster {
             members: BTreeMap::new(),
@@ -157,6 +162,8 @@ impl Cluster {
             catch_up_entries,
             catch_up_bytes,
             log_memory_bytes,
+            catch_up_window_bytes,
+            appends: Vec::new(),
         };
         for &id in ids {
             let machine = Machine {
@@ -188,6 +195,7 @@ impl Cluster {
     fn start_with(&mut self, id: u64, force_new_cluster: bool) {
         let mut cfg = config(id, self.catch_up_entries, self.catch_up_bytes);
         cfg.log_memory_bytes = self.log_memory_bytes;
+        cfg.catch_up_window_bytes = self.catch_up_window_bytes;
         cfg.force_new_cluster = force_new_cluster;
         let member = self.members.get_mut(&id).expect("member");
         let durable = member.machine.durable.clone().expect("a saved checkpoint");
@@ -252,6 +260,12 @@ impl Cluster {
                     continue;
                 };
                 let message = decode_peer_message(&bytes, to).expect("a message we encoded");
+                if message.get_msg_type() == eraftpb::MessageType::MsgAppend
+                    && !message.entries.is_empty()
+                {
+                    let size = message.entries.iter().map(entry_size).sum();
+                    self.appends.push((from, to, size));
+                }
                 core.step(message).expect("step");
             }
             if !progress {
@@ -384,6 +398,11 @@ impl Cluster {
             .propose(data.as_bytes().to_vec())
             .expect("the leader takes a proposal");
     }
+}
+
+/// An entry's size as raft-rs's byte bounds count it (and the storage's window).
+fn entry_size(e: &eraftpb::Entry) -> u64 {
+    (e.data.len() + e.context.len() + 24) as u64
 }
 
 fn data(items: &[Bytes]) -> Vec<String> {
@@ -735,12 +754,18 @@ fn the_log_keeps_past_its_byte_bound_only_what_a_follower_lacks() {
 /// Three members with the default log limits but no applied entry's data kept in memory, and a
 /// leader elected: (cluster, leader, one follower).
 fn no_log_data_in_memory() -> (Cluster, u64, u64) {
+    no_log_data_in_memory_within(CoreConfig::new(0).catch_up_window_bytes)
+}
+
+/// [`no_log_data_in_memory`], with at most `window` bytes read back waiting to be sent.
+fn no_log_data_in_memory_within(window: u64) -> (Cluster, u64, u64) {
     let defaults = CoreConfig::new(0);
     let mut c = Cluster::with_limits(
         &[1, 2, 3],
         defaults.catch_up_entries,
         defaults.catch_up_bytes,
         0,
+        window,
     );
     let leader = c.elect();
     let behind = *c.members.keys().find(|id| **id != leader).unwrap();
@@ -785,6 +810,55 @@ fn a_follower_that_was_down_is_caught_up_from_entries_read_back_from_the_log() {
     // What it applied is what the leader applied, byte for byte.
     c.check_prefixes();
     assert_eq!(c.members[&behind].machine.applied_index, applied);
+}
+
+/// What is read back for a follower that lags waits for the transport: while the transport
+/// holds a window's worth the follower is sent none of it, and once the transport has taken
+/// it, the follower catches up in appends of at most a window (and an entry) each, where
+/// raft-rs alone would read the whole backlog into one.
+#[test]
+fn a_follower_that_lags_is_sent_entries_read_back_only_as_the_transport_takes_them() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let entry = entry_size(&eraftpb::Entry {
+        data: b"while down 10".to_vec().into(),
+        ..Default::default()
+    });
+    let window = 3 * entry;
+    let (mut c, leader, behind) = no_log_data_in_memory_within(window);
+    let applied = thirty_while_down(&mut c, leader, behind);
+    let waiting = Arc::new(AtomicU64::new(window));
+    let gauge = waiting.clone();
+    c.core(leader)
+        .watch_transport(Box::new(move || gauge.load(Ordering::Relaxed)));
+    c.start(behind);
+    for _ in 0..30 {
+        c.settle();
+        c.tick_all();
+    }
+    assert!(
+        !data(c.applied(behind))
+            .iter()
+            .any(|d| d.starts_with("while down")),
+        "nothing read back is sent while the transport holds a window"
+    );
+    assert_eq!(c.core(leader).status().commit, applied, "the others go on");
+    c.appends.clear();
+    waiting.store(0, Ordering::Relaxed);
+    c.run_until(100, |c| c.applied(behind).len() == 30);
+    c.check_prefixes();
+    assert_eq!(c.members[&behind].machine.applied_index, applied);
+    let to_behind: Vec<u64> = c
+        .appends
+        .iter()
+        .filter(|(from, to, _)| (*from, *to) == (leader, behind))
+        .map(|(_, _, size)| *size)
+        .collect();
+    assert!(to_behind.len() >= 30 / 4, "{to_behind:?}");
+    assert!(
+        to_behind.iter().all(|size| *size <= window + entry),
+        "appends of {to_behind:?} bytes, the window {window}"
+    );
 }
 
 /// An entry whose frame no longer reads back (a bit rotted on the leader's disk) is never sent:

@@ -551,6 +551,10 @@ impl leasehold_raft::RaftTransport for RaftLinks {
         RaftLinks::send(self, to, message);
     }
 
+    fn waiting_bytes(&self) -> u64 {
+        RaftLinks::waiting_bytes_all(self) as u64
+    }
+
     fn fetch_snapshot(
         &self,
         from: u64,

@@ -420,6 +420,9 @@ impl Member {
         // Little data stays in memory, so that catching a follower up reads entries back from
         // the write-ahead log under every fault the simulator injects.
         config.log_memory_bytes = 256;
+        // And what is read back is sent a few entries at a time: raft-rs is refused the rest
+        // until the core has handed over what waits (its asynchronous fetch, made again).
+        config.catch_up_window_bytes = 512;
         config.wal = WalOptions {
             segment_bytes: 256 * 1024,
         };

@@ -64,6 +64,11 @@ pub trait RaftTransport: Send + Sync + 'static {
     fn set_peers(&self, peers: Vec<(u64, String)>);
     /// Queues one encoded message for `to` without waiting (best effort: Raft resends).
     fn send(&self, to: u64, message: Vec<u8>);
+    /// The bytes of messages queued for every peer and not yet sent (Raft sends a follower
+    /// that lags more of the log only as these go: see `CoreConfig::catch_up_window_bytes`).
+    fn waiting_bytes(&self) -> u64 {
+        0
+    }
     /// Streams the snapshot's file `request` names (a Raft snapshot's data) from member `from`
     /// into `into`. Blocking: called off the runtime.
     fn fetch_snapshot(
@@ -235,7 +240,7 @@ impl RsEngine {
     ) -> (Arc<RsEngine>, watch::Receiver<EngineStatus>) {
         let OpenedLog {
             member_id,
-            core,
+            mut core,
             applied_index,
             heartbeat_ms,
             election_tick,
@@ -262,6 +267,8 @@ impl RsEngine {
         } else {
             transport.set_peers(peers_of(&members, member_id));
         }
+        let links = transport.clone();
+        core.watch_transport(Box::new(move || links.waiting_bytes()));
         let (status, watched) = watch::channel(EngineStatus {
             members: Arc::new(members.clone()),
             applied_index,
