@@ -56,10 +56,9 @@ pub struct CoreConfig {
     /// memory, up to this many bytes; a follower that lags gets the older ones read back from
     /// the write-ahead log.
     pub log_memory_bytes: u64,
-    /// Of the entries read back from the write-ahead log for followers that lag, at most this
-    /// many bytes wait to be sent at once, counting what the transport holds
-    /// ([`Core::watch_transport`]); raft-rs sends such a follower more once the transport has
-    /// taken them. Keep it under the transport's own bound on what waits for one peer
+    /// Of the entries read back from the write-ahead log for a follower that lags, at most this
+    /// many bytes wait to be sent to it at once, counting what the transport holds for it
+    /// ([`Core::watch_transport`]); raft-rs sends it more once the transport has taken them. Keep it under the transport's own bound on what waits for one peer
     /// (leasehold-peer's `LINK_QUEUE_BYTES`, 2 MiB), which drops what is past it.
     pub catch_up_window_bytes: u64,
     pub wal: WalOptions,
@@ -444,8 +443,8 @@ impl<F: Fs> Core<F> {
         self.resume_fetches();
     }
 
-    /// How many bytes of messages the host's transport holds, not yet sent (read when entries
-    /// are read back for a follower: see [`CoreConfig::catch_up_window_bytes`]).
+    /// How many bytes of messages the host's transport holds for a peer, not yet sent (read
+    /// when entries are read back for that peer: see [`CoreConfig::catch_up_window_bytes`]).
     pub fn watch_transport(&mut self, waiting: crate::WaitingBytes) {
         let window = self.catch_up_window_bytes;
         self.node.mut_store().set_send_window(window, Some(waiting));

@@ -7,8 +7,8 @@
 //! from the write-ahead log when one does ([`ColdLog`]). etcd keeps its whole retained log in
 //! memory (`MemoryStorage`), so a member that was down costs the leader its backlog's size.
 //!
-//! What is read back is metered ([`SendWindow`]): at most a window of it waits to be sent at
-//! once, counting what the transport still holds. Past that, raft-rs is told the entries are
+//! What is read back is metered ([`SendWindow`]): at most a window of it waits to be sent to
+//! a peer at once, counting what the transport still holds for that peer. Past that, raft-rs is told the entries are
 //! not there yet (`LogTemporarilyUnavailable`, raft-rs's asynchronous fetch): it sends that
 //! follower nothing more and the core asks again once the transport has taken what waits
 //! ([`LogStorage::take_fetch_waits`]). Otherwise raft-rs reads a whole round of appends for a
@@ -19,33 +19,36 @@ use std::cell::{Cell, RefCell};
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
-/// The bytes of messages the host has handed its transport and the transport has not yet sent,
-/// to every peer (read live).
-pub type WaitingBytes = Box<dyn Fn() -> u64 + Send>;
+/// The bytes of messages the host has handed its transport for peer `to` that the transport
+/// has not yet sent (read live).
+pub type WaitingBytes = Box<dyn Fn(u64) -> u64 + Send>;
 
 /// How much of the log read back for followers may wait to be sent at once.
 struct SendWindow {
+    /// For each peer.
     bytes: u64,
-    /// What the transport holds.
+    /// What the transport holds, by peer.
     waiting: Option<WaitingBytes>,
     /// Read back since the core last handed its messages to the host (they are not yet in
-    /// `waiting`).
+    /// `waiting`), for every peer together.
     unsent: Cell<u64>,
     /// raft-rs's requests refused for the window, to make again when it opens.
     refused: RefCell<Vec<GetEntriesContext>>,
 }
 
 impl SendWindow {
-    /// The bytes that may still be read back now.
-    fn open(&self) -> u64 {
-        let waiting = self.waiting.as_ref().map_or(0, |waiting| waiting());
+    /// The bytes that may still be read back now for the request `context`.
+    fn open(&self, context: &GetEntriesContext) -> u64 {
+        let waiting = match (&self.waiting, peer_of(context)) {
+            (Some(waiting), Some(to)) => waiting(to),
+            _ => 0,
+        };
         self.bytes
             .saturating_sub(waiting)
             .saturating_sub(self.unsent.get())
     }
 
-    /// Holds a refused request; one like a request held already is not held twice (the
-    /// request's fields are raft-rs's own, so they are compared by how they print).
+    /// Holds a refused request; one like a request held already is not held twice.
     fn refuse(&self, context: GetEntriesContext) {
         let mut refused = self.refused.borrow_mut();
         let printed = format!("{context:?}");
@@ -53,6 +56,18 @@ impl SendWindow {
             refused.push(context);
         }
     }
+}
+
+/// The peer an append request of raft-rs's is for. raft-rs keeps the request's fields to itself
+/// but prints them (`GetEntriesContext(SendAppend { to: 2, term: 5, aggressively: true })`):
+/// the ID is read from that. `None` for any other request, or if the form ever changes (the
+/// window then counts only what was read back since the core last sent, which a test catches:
+/// `a_follower_that_lags_is_sent_entries_read_back_only_as_its_link_takes_them`).
+fn peer_of(context: &GetEntriesContext) -> Option<u64> {
+    let printed = format!("{context:?}");
+    let rest = printed.split_once("SendAppend { to: ")?.1;
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
 }
 
 /// Where entries whose data left memory are read back from: the write-ahead log.
@@ -157,13 +172,15 @@ impl LogStorage {
         self.window.unsent.set(0);
     }
 
-    /// raft-rs's requests refused while the window was shut, once it is open again (none while
-    /// it is not): the core makes each again (`RawNode::on_entries_fetched`).
+    /// raft-rs's requests refused while their window was shut, those whose window is open
+    /// again: the core makes each again (`RawNode::on_entries_fetched`).
     pub(crate) fn take_fetch_waits(&self) -> Vec<GetEntriesContext> {
-        if self.window.refused.borrow().is_empty() || self.window.open() == 0 {
-            return Vec::new();
-        }
-        self.window.refused.take()
+        let refused = self.window.refused.take();
+        let (open, shut) = refused
+            .into_iter()
+            .partition(|context| self.window.open(context) > 0);
+        *self.window.refused.borrow_mut() = shut;
+        open
     }
 
     /// Lets the entries up to `index` drop their data from memory, once the cold log finds
@@ -421,7 +438,7 @@ impl raft::Storage for LogStorage {
         let mut low = low;
         if low <= self.cold_through && context.can_async() {
             // An append to a follower that lags (raft-rs's own reads of the log cannot wait).
-            let open = self.window.open();
+            let open = self.window.open(&context);
             if open == 0 {
                 self.window.refuse(context);
                 return Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable));

@@ -812,12 +812,12 @@ fn a_follower_that_was_down_is_caught_up_from_entries_read_back_from_the_log() {
     assert_eq!(c.members[&behind].machine.applied_index, applied);
 }
 
-/// What is read back for a follower that lags waits for the transport: while the transport
-/// holds a window's worth the follower is sent none of it, and once the transport has taken
-/// it, the follower catches up in appends of at most a window (and an entry) each, where
-/// raft-rs alone would read the whole backlog into one.
+/// What is read back for a follower that lags waits for its link: while the link holds a
+/// window's worth the follower is sent none of it, whatever the other links hold; once the link
+/// has taken it, the follower catches up in appends of at most a window (and an entry) each,
+/// where raft-rs alone would read the whole backlog into one.
 #[test]
-fn a_follower_that_lags_is_sent_entries_read_back_only_as_the_transport_takes_them() {
+fn a_follower_that_lags_is_sent_entries_read_back_only_as_its_link_takes_them() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
     let entry = entry_size(&eraftpb::Entry {
@@ -826,11 +826,23 @@ fn a_follower_that_lags_is_sent_entries_read_back_only_as_the_transport_takes_th
     });
     let window = 3 * entry;
     let (mut c, leader, behind) = no_log_data_in_memory_within(window);
+    let other = *c
+        .members
+        .keys()
+        .find(|id| ![leader, behind].contains(id))
+        .unwrap();
     let applied = thirty_while_down(&mut c, leader, behind);
-    let waiting = Arc::new(AtomicU64::new(window));
-    let gauge = waiting.clone();
-    c.core(leader)
-        .watch_transport(Box::new(move || gauge.load(Ordering::Relaxed)));
+    // Bytes waiting on the link to `behind`, and on the link to the other follower.
+    let (to_behind, to_other) = (
+        Arc::new(AtomicU64::new(window)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let (b, o) = (to_behind.clone(), to_other.clone());
+    c.core(leader).watch_transport(Box::new(move |to| match to {
+        to if to == behind => b.load(Ordering::Relaxed),
+        to if to == other => o.load(Ordering::Relaxed),
+        _ => panic!("no link to member {to}"),
+    }));
     c.start(behind);
     for _ in 0..30 {
         c.settle();
@@ -840,24 +852,25 @@ fn a_follower_that_lags_is_sent_entries_read_back_only_as_the_transport_takes_th
         !data(c.applied(behind))
             .iter()
             .any(|d| d.starts_with("while down")),
-        "nothing read back is sent while the transport holds a window"
+        "nothing read back is sent while its link holds a window"
     );
     assert_eq!(c.core(leader).status().commit, applied, "the others go on");
     c.appends.clear();
-    waiting.store(0, Ordering::Relaxed);
+    to_behind.store(0, Ordering::Relaxed);
+    to_other.store(10 * window, Ordering::Relaxed);
     c.run_until(100, |c| c.applied(behind).len() == 30);
     c.check_prefixes();
     assert_eq!(c.members[&behind].machine.applied_index, applied);
-    let to_behind: Vec<u64> = c
+    let sizes: Vec<u64> = c
         .appends
         .iter()
         .filter(|(from, to, _)| (*from, *to) == (leader, behind))
         .map(|(_, _, size)| *size)
         .collect();
-    assert!(to_behind.len() >= 30 / 4, "{to_behind:?}");
+    assert!(sizes.len() >= 30 / 4, "{sizes:?}");
     assert!(
-        to_behind.iter().all(|size| *size <= window + entry),
-        "appends of {to_behind:?} bytes, the window {window}"
+        sizes.iter().all(|size| *size <= window + entry),
+        "appends of {sizes:?} bytes, the window {window}"
     );
 }
 

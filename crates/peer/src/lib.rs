@@ -551,8 +551,8 @@ impl leasehold_raft::RaftTransport for RaftLinks {
         RaftLinks::send(self, to, message);
     }
 
-    fn waiting_bytes(&self) -> u64 {
-        RaftLinks::waiting_bytes_all(self) as u64
+    fn waiting_bytes(&self, to: u64) -> u64 {
+        RaftLinks::waiting_bytes(self, to) as u64
     }
 
     fn fetch_snapshot(

@@ -246,15 +246,6 @@ impl RaftLinks {
             .map_or(0, |link| link.waiting.load(Ordering::Relaxed))
     }
 
-    /// The bytes on their way to every peer ([`RaftLinks::waiting_bytes`] summed).
-    pub fn waiting_bytes_all(&self) -> usize {
-        let links = self.links.lock().expect("raft links lock poisoned");
-        links
-            .values()
-            .map(|link| link.waiting.load(Ordering::Relaxed))
-            .sum()
-    }
-
     /// Streams the snapshot's file `request` names (a Raft snapshot's data) from peer `from`
     /// into `into`. Blocking: call it off the runtime. Each chunk must come within
     /// [`SNAPSHOT_CHUNK_WAIT_MAX`].

@@ -64,9 +64,10 @@ pub trait RaftTransport: Send + Sync + 'static {
     fn set_peers(&self, peers: Vec<(u64, String)>);
     /// Queues one encoded message for `to` without waiting (best effort: Raft resends).
     fn send(&self, to: u64, message: Vec<u8>);
-    /// The bytes of messages queued for every peer and not yet sent (Raft sends a follower
-    /// that lags more of the log only as these go: see `CoreConfig::catch_up_window_bytes`).
-    fn waiting_bytes(&self) -> u64 {
+    /// The bytes of messages queued for peer `to` and not yet sent (Raft sends a follower that
+    /// lags more of the log only as these go: see `CoreConfig::catch_up_window_bytes`).
+    fn waiting_bytes(&self, to: u64) -> u64 {
+        let _ = to;
         0
     }
     /// Streams the snapshot's file `request` names (a Raft snapshot's data) from member `from`
@@ -268,7 +269,7 @@ impl RsEngine {
             transport.set_peers(peers_of(&members, member_id));
         }
         let links = transport.clone();
-        core.watch_transport(Box::new(move || links.waiting_bytes()));
+        core.watch_transport(Box::new(move |to| links.waiting_bytes(to)));
         let (status, watched) = watch::channel(EngineStatus {
             members: Arc::new(members.clone()),
             applied_index,
