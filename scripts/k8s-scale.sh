@@ -30,7 +30,8 @@
 # (apiserver_request_duration_seconds) and its store latency (etcd_request_duration_seconds);
 # watch events sent; 5xx answers and the controllers' own failed requests; the store's CPU seconds
 # and peak RSS; and phase by phase, the store's p99, each member's largest RSS (sampled once a
-# second) and the CPU seconds of the store and of the control plane. A table of the targets side
+# second) and the CPU seconds of the store and of the control plane; and phase 3's (the leader's
+# kill) store p99 operation by operation. A table of the targets side
 # by side is printed at the end. It is written to <work>/summary.md after each target, so a run
 # stopped part way keeps the targets it finished (the work directory is then left in place);
 # --json FILE writes the figures too.

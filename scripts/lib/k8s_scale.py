@@ -956,6 +956,16 @@ clientConnection: {{kubeconfig: "{kubeconfig}", qps: 100, burst: 200}}
             h = merge(by_label(during, "etcd_request_duration_seconds", "operation").values())
             by_phase.append(f"{histogram_quantile(h, .99) * 1000:.0f}" if max(h.values(), default=0) >= 10 else "-")
         f["store p99 by phase (ms)"] = " / ".join(by_phase)
+        # Phase 3 (the store leader's kill), operation by operation, the most called first.
+        kill = next((t for name, t in self.phase_totals.items() if name.startswith("3 ")), None)
+        if kill:
+            during = collections.Counter(kill[1])
+            during.subtract(kill[0])
+            ops = by_label(during, "etcd_request_duration_seconds", "operation")
+            busiest = sorted(ops.items(), key=lambda kv: -max(kv[1].values(), default=0))
+            f["store p99 by operation, phase 3 (ms, calls)"] = ", ".join(
+                f"{op} {histogram_quantile(h, .99) * 1000:.0f} ({max(h.values()):.0f})"
+                for op, h in busiest if max(h.values(), default=0) >= 10) or "-"
         worst = max(store, key=lambda op: histogram_quantile(store[op], .99)) if store else None
         if worst:
             f["store's slowest operation p99 (ms)"] = f"{worst} {histogram_quantile(store[worst], .99) * 1000:.0f}"
