@@ -58,8 +58,9 @@ pub struct CoreConfig {
     pub log_memory_bytes: u64,
     /// Of the entries read back from the write-ahead log for a follower that lags, at most this
     /// many bytes wait to be sent to it at once, counting what the transport holds for it
-    /// ([`Core::watch_transport`]); raft-rs sends it more once the transport has taken them. Keep it under the transport's own bound on what waits for one peer
-    /// (leasehold-peer's `LINK_QUEUE_BYTES`, 2 MiB), which drops what is past it.
+    /// ([`Core::watch_transport`]); raft-rs sends it more once the transport has taken them.
+    /// Keep it under the transport's own bound on what waits for one peer (leasehold-peer's
+    /// `LINK_QUEUE_BYTES`, 2 MiB), which drops what is past it.
     pub catch_up_window_bytes: u64,
     pub wal: WalOptions,
     /// etcd's `--force-new-cluster`: at open, every other member is removed by membership
@@ -164,7 +165,6 @@ pub struct Core<F: Fs> {
     catch_up_entries: u64,
     catch_up_bytes: u64,
     log_memory_bytes: u64,
-    catch_up_window_bytes: u64,
     /// On a leader: for how many ticks each follower has waited in raft-rs's snapshot state.
     snapshot_ticks: BTreeMap<u64, usize>,
     /// How many ticks a follower may wait there before the leader probes it again.
@@ -390,7 +390,7 @@ impl<F: Fs> Core<F> {
             entries,
             Box::new(wal.reader()),
         );
-        storage.set_send_window(config.catch_up_window_bytes, None);
+        storage.set_send_window(config.catch_up_window_bytes);
         let raft_config = raft::Config {
             id: config.id,
             election_tick: config.election_tick,
@@ -418,7 +418,6 @@ impl<F: Fs> Core<F> {
             catch_up_entries: config.catch_up_entries,
             catch_up_bytes: config.catch_up_bytes,
             log_memory_bytes: config.log_memory_bytes,
-            catch_up_window_bytes: config.catch_up_window_bytes,
             snapshot_ticks: BTreeMap::new(),
             snapshot_ticks_max: 2 * config.election_tick,
             held_reads: Vec::new(),
@@ -446,8 +445,7 @@ impl<F: Fs> Core<F> {
     /// How many bytes of messages the host's transport holds for a peer, not yet sent (read
     /// when entries are read back for that peer: see [`CoreConfig::catch_up_window_bytes`]).
     pub fn watch_transport(&mut self, waiting: crate::WaitingBytes) {
-        let window = self.catch_up_window_bytes;
-        self.node.mut_store().set_send_window(window, Some(waiting));
+        self.node.mut_store().watch_transport(waiting);
     }
 
     /// Makes again the appends raft-rs was refused while the send window was shut, if it is

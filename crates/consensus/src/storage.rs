@@ -8,11 +8,11 @@
 //! memory (`MemoryStorage`), so a member that was down costs the leader its backlog's size.
 //!
 //! What is read back is metered ([`SendWindow`]): at most a window of it waits to be sent to
-//! a peer at once, counting what the transport still holds for that peer. Past that, raft-rs is told the entries are
-//! not there yet (`LogTemporarilyUnavailable`, raft-rs's asynchronous fetch): it sends that
-//! follower nothing more and the core asks again once the transport has taken what waits
-//! ([`LogStorage::take_fetch_waits`]). Otherwise raft-rs reads a whole round of appends for a
-//! follower that answers (up to 512 of 1 MiB) at once.
+//! a peer at once, counting what the transport still holds for that peer. Past that, raft-rs
+//! is told the entries are not there yet (`LogTemporarilyUnavailable`, raft-rs's asynchronous
+//! fetch): it sends that follower nothing more and the core asks again once the transport has
+//! taken what waits ([`LogStorage::take_fetch_waits`]). Otherwise raft-rs reads a whole round
+//! of appends for a follower that answers (up to 512 of 1 MiB) at once.
 
 use std::cell::{Cell, RefCell};
 
@@ -160,11 +160,14 @@ impl LogStorage {
         storage
     }
 
-    /// At most `bytes` of entries read back for followers wait to be sent at once, counting
-    /// what `waiting` says the transport holds.
-    pub(crate) fn set_send_window(&mut self, bytes: u64, waiting: Option<WaitingBytes>) {
+    /// At most `bytes` of entries read back for a follower wait to be sent to it at once.
+    pub(crate) fn set_send_window(&mut self, bytes: u64) {
         self.window.bytes = bytes;
-        self.window.waiting = waiting;
+    }
+
+    /// The window counts what `waiting` says the transport holds for each peer.
+    pub(crate) fn watch_transport(&mut self, waiting: WaitingBytes) {
+        self.window.waiting = Some(waiting);
     }
 
     /// The host has every message made so far: what was read back waits in its transport now.
@@ -407,7 +410,7 @@ impl LogStorage {
 const ENTRY_OVERHEAD: u64 = 24;
 
 /// An entry's size as raft-rs's byte bounds count it, about.
-fn entry_size(e: &Entry) -> u64 {
+pub(crate) fn entry_size(e: &Entry) -> u64 {
     (e.data.len() + e.context.len()) as u64 + ENTRY_OVERHEAD
 }
 

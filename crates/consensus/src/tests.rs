@@ -9,6 +9,7 @@ use leasehold_wal::proto::ConfState;
 use leasehold_wal::{Crash, MemFs, WalOptions};
 use raft::eraftpb::{self, Snapshot};
 
+use crate::storage::entry_size;
 use crate::{Checkpoint, Core, CoreConfig, Host, HostError, decode_peer_message, encode_message};
 
 /// A state machine that keeps the data of every normal entry applied, and a checkpoint of
@@ -398,11 +399,6 @@ impl Cluster {
             .propose(data.as_bytes().to_vec())
             .expect("the leader takes a proposal");
     }
-}
-
-/// An entry's size as raft-rs's byte bounds count it (and the storage's window).
-fn entry_size(e: &eraftpb::Entry) -> u64 {
-    (e.data.len() + e.context.len() + 24) as u64
 }
 
 fn data(items: &[Bytes]) -> Vec<String> {
